@@ -1,0 +1,258 @@
+// rlock::client — one per Redis deployment.
+//
+// A client owns:
+//   - a pool of connections for lock commands (hiredis contexts are not thread-safe: each
+//     command checks one out; broken ones are replaced, AUTH and SELECT run on each new one);
+//   - one subscriber connection and thread, on which every waiter of every lock of this client
+//     waits for its lock's unlock message;
+//   - one watchdog thread and connection, which renews every watched hold (one taken without an
+//     explicit lease) every lock_watchdog_timeout / 3, many holds per script call, and reports
+//     holds it finds lost to `on_lock_lost`.
+//
+// Thread-safety: all members may be called from any thread. A client is neither copyable nor
+// movable; locks keep a reference to it, so it must outlive every lock object made from it.
+//
+// Destruction stops the subscriber and the watchdog promptly (a blocked waiter's wait ends with
+// its next attempt or its deadline) and never joins a thread from itself (a client destroyed
+// from inside on_lock_lost is safe). Locks still held are NOT released: renewal stops and each
+// is left to expire after its lease (watched holds: lock_watchdog_timeout). Releasing them would
+// end mutual exclusion under a thread that may still be inside its critical section.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/pool.hpp"
+#include "rlock/detail/random.hpp"
+#include "rlock/detail/registry.hpp"
+#include "rlock/detail/subscriber.hpp"
+#include "rlock/errors.hpp"
+#include "rlock/options.hpp"
+
+namespace rlock {
+
+namespace detail {
+
+inline client_options validated(client_options o) {
+    auto bad = [](const std::string& why) { throw error(errc::invalid_argument, "", "", why); };
+    if (o.unix_socket.empty() && o.host.empty()) bad("client_options: host is empty");
+    if (o.unix_socket.empty() && (o.port <= 0 || o.port > 65535)) {
+        bad("client_options: port " + std::to_string(o.port) + " is out of range");
+    }
+    if (o.db < 0) bad("client_options: db must not be negative");
+    if (o.connect_timeout.count() <= 0) bad("client_options: connect_timeout must be positive");
+    if (o.command_timeout.count() <= 0) bad("client_options: command_timeout must be positive");
+    if (o.pool_size == 0) bad("client_options: pool_size must be at least 1");
+    if (o.lock_watchdog_timeout < std::chrono::milliseconds(30)) {
+        bad("client_options: lock_watchdog_timeout must be at least 30ms");
+    }
+    return o;
+}
+
+/// Everything a client owns. Shared with the watchdog thread so that a client destroyed from
+/// inside on_lock_lost (on that thread) stays alive until the thread has left.
+class client_core : public std::enable_shared_from_this<client_core> {
+public:
+    using clock = std::chrono::steady_clock;
+    static constexpr std::size_t renew_batch = 100;
+
+    explicit client_core(client_options o)
+        : ep(validated(std::move(o))), id(random_uuid()), pool(ep) {
+        // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
+        pool.run("", true, [&](redisContext* c) { return run_command(c, {"PING"}, "", ep.name); });
+        sub = std::make_unique<subscriber>(ep);
+    }
+
+    void start() {
+        auto self = shared_from_this();
+        watchdog_ = std::thread([self] { self->watchdog_loop(); });
+    }
+
+    void stop() {
+        {
+            std::lock_guard<std::mutex> g(wd_mu_);
+            wd_stop_ = true;
+        }
+        wd_cv_.notify_all();
+        if (watchdog_.joinable()) {
+            if (watchdog_.get_id() == std::this_thread::get_id()) {
+                watchdog_.detach();
+            } else {
+                watchdog_.join();
+            }
+        }
+        sub->stop();
+    }
+
+    std::string holder_id(std::uint64_t thread) const {
+        std::string h = id;
+        h += ':';
+        h += std::to_string(thread);
+        return h;
+    }
+
+    /// Calls on_lock_lost; never throws, never under an internal lock.
+    void tell(std::string_view lock, const error& reason) const noexcept {
+        if (!ep.options.on_lock_lost) return;
+        try {
+            ep.options.on_lock_lost(lock, reason);
+        } catch (...) {
+        }
+    }
+
+    /// One watchdog tick: renews every watched hold, in batches of `renew_batch` holds per
+    /// script call, all calls pipelined on the watchdog's connection. Public for tests/benches.
+    void renew_all(context_ptr& conn) {
+        std::vector<registry::hold_ptr> holds = reg.take_watched();
+        if (holds.empty()) return;
+        // Group by kind (one script per kind); stable so that batches are deterministic.
+        std::stable_sort(holds.begin(), holds.end(),
+                         [](const auto& a, const auto& b) { return a->kind < b->kind; });
+        std::vector<char> ok(holds.size(), 0), gone(holds.size(), 0);
+        std::optional<error> failure;
+        const auto sent = clock::now();
+        try {
+            if (!conn || conn->err) conn = connect(ep);
+            const std::string lease = std::to_string(ep.options.lock_watchdog_timeout.count());
+            std::vector<script_call> calls;
+            std::vector<std::size_t> first;  // index of each call's first hold
+            for (std::size_t i = 0; i < holds.size();) {
+                std::size_t j = i;
+                while (j < holds.size() && j - i < renew_batch && holds[j]->kind == holds[i]->kind) ++j;
+                script_call& call = calls.emplace_back();
+                call.start(holds[i]->kind->renew(), j - i);
+                for (std::size_t k = i; k < j; ++k) call.push(holds[k]->name);
+                call.push(lease);
+                for (std::size_t k = i; k < j; ++k) call.push(holds[k]->value);
+                call.use_body(false);
+                first.push_back(i);
+                i = j;
+            }
+            for (script_call& call : calls) {
+                if (redisAppendCommandArgv(conn.get(), call.argc(), call.argv.data(),
+                                           call.lens.data()) != REDIS_OK) {
+                    throw make_error(conn.get(), nullptr, "", ep.name);
+                }
+            }
+            std::vector<reply_ptr> replies;
+            for (std::size_t c = 0; c < calls.size(); ++c) {
+                void* raw = nullptr;
+                if (redisGetReply(conn.get(), &raw) != REDIS_OK) {
+                    throw make_error(conn.get(), nullptr, "", ep.name);
+                }
+                replies.emplace_back(static_cast<redisReply*>(raw));
+            }
+            for (std::size_t c = 0; c < calls.size(); ++c) {
+                reply_ptr& r = replies[c];
+                if (reply_is_error(r.get(), "NOSCRIPT")) {
+                    r = run_script(conn.get(), calls[c], "", ep.name);
+                }
+                if (!r || r->type != REDIS_REPLY_ARRAY) {
+                    throw make_error(conn.get(), r.get(), holds[first[c]]->name, ep.name);
+                }
+                for (std::size_t e = 0; e < r->elements; ++e) {
+                    const bool renewed = r->element[e]->type == REDIS_REPLY_INTEGER &&
+                                         r->element[e]->integer == 1;
+                    ok[first[c] + e] = renewed;
+                    gone[first[c] + e] = !renewed;
+                }
+            }
+        } catch (const error& e) {
+            failure = e;
+            if (conn && conn->err) conn.reset();
+        }
+        for (const auto& h : reg.renewed(holds, ok, gone, sent)) {
+            const auto i = static_cast<std::size_t>(
+                std::find(holds.begin(), holds.end(), h) - holds.begin());
+            if (gone[i]) {
+                tell(h->name, error(errc::lock_lost, h->name, ep.name,
+                                    "the watchdog found the hold gone: the key expired, was "
+                                    "deleted or belongs to another holder now"));
+            } else {
+                tell(h->name,
+                     error(errc::lock_lost, h->name, ep.name,
+                           std::string("the lease ran out before the watchdog could renew it: ") +
+                               (failure ? failure->what() : "no reply")));
+            }
+        }
+    }
+
+    endpoint ep;
+    std::string id;
+    detail::pool pool;
+    std::unique_ptr<subscriber> sub;
+    registry reg;
+
+private:
+    void watchdog_loop() {
+        context_ptr conn;
+        const auto period = ep.options.lock_watchdog_timeout / 3;
+        auto next = clock::now() + period;
+        std::unique_lock<std::mutex> g(wd_mu_);
+        while (!wd_stop_) {
+            if (wd_cv_.wait_until(g, next, [&] { return wd_stop_; })) break;
+            g.unlock();
+            renew_all(conn);
+            g.lock();
+            next = std::max(next + period, clock::now());
+        }
+    }
+
+    std::mutex wd_mu_;
+    std::condition_variable wd_cv_;
+    bool wd_stop_ = false;
+    std::thread watchdog_;
+};
+
+struct client_access;
+
+}  // namespace detail
+
+/// A connection to one Redis server (or, later, deployment) for locks. See the file comment.
+class client {
+public:
+    /// Connects (one connection, to fail fast) and starts the subscriber and watchdog threads.
+    /// Throws `error`: invalid_argument for bad options, connection_failed / timeout /
+    /// auth_failed when the server cannot be used.
+    explicit client(client_options options)
+        : core_(std::make_shared<detail::client_core>(std::move(options))) {
+        core_->start();
+    }
+
+    /// From a URI: `redis://[user[:password]@]host[:port][/db]` or `unix:///path[?db=N]`; the
+    /// other fields come from `base`.
+    explicit client(std::string_view uri, client_options base = {})
+        : client(client_options::from_uri(uri, std::move(base))) {}
+
+    client(const client&) = delete;
+    client& operator=(const client&) = delete;
+
+    ~client() { core_->stop(); }
+
+    /// The random UUID that starts every holder id of this client ("<id>:<threadId>").
+    const std::string& id() const noexcept { return core_->id; }
+    /// "host:port" (IPv6 in brackets) or the unix socket path: what messages call the server.
+    const std::string& server() const noexcept { return core_->ep.name; }
+    const client_options& options() const noexcept { return core_->ep.options; }
+
+private:
+    friend struct detail::client_access;
+    std::shared_ptr<detail::client_core> core_;
+};
+
+namespace detail {
+struct client_access {
+    static client_core& core(client& c) noexcept { return *c.core_; }
+};
+}  // namespace detail
+
+}  // namespace rlock

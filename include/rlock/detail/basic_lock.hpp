@@ -1,0 +1,395 @@
+// basic_lock<Kind>: what every single-key lock shares. Kind supplies the key layout and the Lua
+// scripts; this template supplies the wait loop, leases, watchdog registration, fencing, lost
+// holds and error mapping. Users see it through rlock::mutex and rlock::reentrant_lock.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "rlock/client.hpp"
+#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/random.hpp"
+#include "rlock/detail/registry.hpp"
+#include "rlock/detail/subscriber.hpp"
+#include "rlock/errors.hpp"
+#include "rlock/options.hpp"
+
+namespace rlock::detail {
+
+/// The keys and channel of one lock.
+struct lock_keys {
+    std::string name;     // the lock key itself
+    std::string channel;  // where unlocks are published
+    std::string fencing;  // redisson_lock_token:{name}
+};
+
+/// What one acquire attempt said.
+struct acquire_result {
+    bool acquired = false;
+    long long ttl = -2;        // when refused: the holder's remaining ms, -1 no expiry, -2 unknown
+    std::uint64_t count = 1;   // reentry depth after the attempt (reentrant kinds)
+    std::uint64_t fencing = 0;
+};
+
+/// Deletes the key whoever holds it and, if it existed, publishes `0` on its channel.
+/// KEYS[1] lock key, KEYS[2] channel. Returns 1 when a key was deleted, else 0.
+inline const script& force_unlock_script() {
+    static const script s(R"lua(
+if redis.call('del', KEYS[1]) == 1 then
+    redis.call('publish', KEYS[2], '0')
+    return 1
+end
+return 0
+)lua");
+    return s;
+}
+
+template <class Duration>
+std::chrono::milliseconds lease_ms(const Duration& lease, std::string_view lock, std::string_view server) {
+    if (lease <= Duration::zero()) {
+        throw error(errc::invalid_argument, lock, server, "lease must be positive");
+    }
+    return std::max(std::chrono::milliseconds(1), std::chrono::ceil<std::chrono::milliseconds>(lease));
+}
+
+/// steady_clock deadline `wait` from now, saturating (hours::max() means "forever").
+template <class Duration>
+std::chrono::steady_clock::time_point deadline_after(const Duration& wait) {
+    using clock = std::chrono::steady_clock;
+    const auto now = clock::now();
+    if (wait <= Duration::zero()) return now;
+    const auto room = clock::time_point::max() - now;
+    if (std::chrono::duration_cast<std::chrono::duration<double>>(wait) >=
+        std::chrono::duration_cast<std::chrono::duration<double>>(room)) {
+        return clock::time_point::max();
+    }
+    return now + std::chrono::ceil<clock::duration>(wait);
+}
+
+template <class Clock, class Duration>
+std::chrono::steady_clock::time_point to_steady(const std::chrono::time_point<Clock, Duration>& t) {
+    if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
+        return std::chrono::time_point_cast<std::chrono::steady_clock::duration>(t);
+    } else {
+        return deadline_after(t - Clock::now());
+    }
+}
+
+template <class Kind>
+class basic_lock {
+public:
+    using clock = std::chrono::steady_clock;
+
+    /// Names a lock on `c`; sends nothing. Throws `error` (invalid_argument) for an empty name.
+    basic_lock(client& c, std::string name, lock_options options = {})
+        : core_(&client_access::core(c)), options_(options) {
+        if (name.empty()) {
+            throw error(errc::invalid_argument, "", core_->ep.name, "lock name is empty");
+        }
+        keys_.channel = std::string(Kind::channel_prefix) + "{" + name + "}";
+        keys_.fencing = "redisson_lock_token:{" + name + "}";
+        keys_.name = std::move(name);
+    }
+    basic_lock(const basic_lock&) = delete;
+    basic_lock& operator=(const basic_lock&) = delete;
+
+    /// Blocks until this thread holds the lock; the hold is watched (renewed until unlock).
+    /// Throws `error`: would_deadlock (a mutex this thread holds already), lock_lost (re-entry of
+    /// a reentrant hold that was lost), connection_failed / timeout / wrong_type / ...
+    void lock() { acquire(false, clock::time_point{}, std::chrono::milliseconds(0)); }
+
+    /// As lock(), but the hold expires after `lease` and is never renewed.
+    template <class Rep, class Period>
+    void lock(const std::chrono::duration<Rep, Period>& lease) {
+        acquire(false, clock::time_point{}, lease_ms(lease, name(), server()));
+    }
+
+    /// One attempt, no waiting. True when this thread now holds the lock (watched).
+    [[nodiscard]] bool try_lock() { return acquire(true, clock::now(), std::chrono::milliseconds(0)); }
+
+    /// Waits up to `wait` for the lock; true when this thread now holds it (watched).
+    template <class Rep, class Period>
+    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait) {
+        return acquire(true, deadline_after(wait), std::chrono::milliseconds(0));
+    }
+
+    /// Waits up to `wait`; on success the hold expires after `lease`, never renewed.
+    template <class Rep, class Period, class Rep2, class Period2>
+    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait,
+                                    const std::chrono::duration<Rep2, Period2>& lease) {
+        const auto l = lease_ms(lease, name(), server());
+        return acquire(true, deadline_after(wait), l);
+    }
+
+    /// Waits until `deadline` (any clock; measured on steady_clock from now).
+    template <class Clock, class Duration>
+    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
+        return acquire(true, to_steady(deadline), std::chrono::milliseconds(0));
+    }
+
+    template <class Clock, class Duration, class Rep, class Period>
+    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline,
+                                      const std::chrono::duration<Rep, Period>& lease) {
+        const auto l = lease_ms(lease, name(), server());
+        return acquire(true, to_steady(deadline), l);
+    }
+
+    /// Releases one level of this thread's hold (the last level deletes the key and publishes
+    /// the unlock message). Before it returns the hold is out of the watchdog: no renewal of it
+    /// reaches Redis afterwards.
+    ///
+    /// Throws `error` with not_owner only when this thread holds no such lock. A hold that was
+    /// lost, or a Redis that cannot be reached, does not throw: the owner is told through
+    /// on_lock_lost (once per hold) and the key is left to expire. So unlock in a guard's
+    /// destructor never throws.
+    void unlock() {
+        registry& reg = core_->reg;
+        registry::hold_ptr h = reg.find(&Kind::info, name(), current_thread_number());
+        if (!h) {
+            throw error(errc::not_owner, name(), server(),
+                        "unlock by a thread that does not hold the lock");
+        }
+        const bool last = h->count == 1;
+        if (last) reg.remove(h);
+        long long left = 0;
+        try {
+            left = release(h->value, /*may_retry=*/last);
+        } catch (const error& e) {
+            if (!last) --h->count;
+            if (reg.claim_report(*h)) core_->tell(name(), e);
+            return;
+        }
+        if (!last) --h->count;
+        if (left < 0) {
+            // Not ours any more. A leased hold past its lease is the expected case; anything
+            // else is a loss the owner has to hear of, unless the watchdog already said so.
+            const bool expected =
+                reg.with([&] { return !h->watched && clock::now() >= h->expires; });
+            if (!expected && reg.claim_report(*h)) {
+                core_->tell(name(), error(errc::lock_lost, name(), server(),
+                                          "at unlock the lock was no longer held by this "
+                                          "thread (expired, deleted or taken over)"));
+            }
+        }
+    }
+
+    /// True when anyone holds the lock (EXISTS). Throws on connection errors.
+    [[nodiscard]] bool is_locked() const {
+        return core_->pool.run(name(), true, [&](redisContext* c) {
+            return reply_integer(run_command(c, {"EXISTS", name()}, name(), server()).get(), name(),
+                                 server()) == 1;
+        });
+    }
+
+    /// True when the calling thread holds the lock: it has a hold that is not lost by this
+    /// client's clock, and Redis confirms it. Throws on connection errors.
+    [[nodiscard]] bool is_held_by_current_thread() const {
+        registry::hold_ptr h = core_->reg.find(&Kind::info, name(), current_thread_number());
+        if (!h || core_->reg.is_lost(*h)) return false;
+        return core_->pool.run(name(), true,
+                               [&](redisContext* c) { return Kind::held(c, keys_, h->value, server()); });
+    }
+
+    /// The lock key's remaining time to live: zero when the lock is free,
+    /// milliseconds::max() for a key without expiry (rlock never makes one).
+    [[nodiscard]] std::chrono::milliseconds remaining_lease() const {
+        const long long ttl = core_->pool.run(name(), true, [&](redisContext* c) {
+            return reply_integer(run_command(c, {"PTTL", name()}, name(), server()).get(), name(),
+                                 server());
+        });
+        if (ttl == -1) return std::chrono::milliseconds::max();
+        return std::chrono::milliseconds(std::max(0LL, ttl));
+    }
+
+    /// True when the calling thread has a hold on this lock and that hold is lost: the
+    /// watchdog found it gone, or its lease ran out by this client's clock (measured from when
+    /// the acquire or the last renewal was sent, so it never claims a hold Redis has dropped).
+    /// False when the thread holds nothing. Sends nothing.
+    [[nodiscard]] bool lost() const {
+        registry::hold_ptr h = core_->reg.find(&Kind::info, name(), current_thread_number());
+        return h && core_->reg.is_lost(*h);
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters. Holders on this client find
+    /// their holds lost at the next renewal. True when the lock was held.
+    bool force_unlock() {
+        return core_->pool.run(name(), true, [&](redisContext* c) {
+            script_call call(force_unlock_script(), {keys_.name, keys_.channel}, {});
+            return reply_integer(run_script(c, call, name(), server()).get(), name(), server()) == 1;
+        });
+    }
+
+    /// The fencing token of the calling thread's current hold: the value of
+    /// `redisson_lock_token:{name}` that its latest acquisition INCRed. Throws `error`:
+    /// invalid_argument when fencing is off for this lock, not_owner when the thread holds none.
+    [[nodiscard]] std::uint64_t fencing_token() const {
+        if (!options_.fencing) {
+            throw error(errc::invalid_argument, name(), server(),
+                        "fencing is off for this lock (lock_options::fencing)");
+        }
+        registry::hold_ptr h = core_->reg.find(&Kind::info, name(), current_thread_number());
+        if (!h) throw error(errc::not_owner, name(), server(), "this thread holds no such lock");
+        return core_->reg.with([&] { return h->fencing; });
+    }
+
+    const std::string& name() const noexcept { return keys_.name; }
+    const lock_options& options() const noexcept { return options_; }
+
+protected:
+    const std::string& server() const noexcept { return core_->ep.name; }
+
+private:
+    // lease == 0: watched.
+    bool acquire(bool bounded, clock::time_point deadline, std::chrono::milliseconds lease) {
+        registry& reg = core_->reg;
+        const std::uint64_t thread = current_thread_number();
+        const std::chrono::milliseconds watchdog = core_->ep.options.lock_watchdog_timeout;
+        if (registry::hold_ptr h = reg.find(&Kind::info, name(), thread)) {
+            return reenter(*h, lease);
+        }
+        const bool watched = lease.count() == 0;
+        if (watched) lease = watchdog;
+        std::string value = Kind::reentrant ? core_->holder_id(thread) : random_token();
+
+        auto sent = clock::now();
+        acquire_result r = attempt(value, lease, /*want_ttl=*/false, /*fresh=*/true);
+        if (!r.acquired) {
+            if (bounded && clock::now() >= deadline) return false;
+            subscriber::subscription sub(*core_->sub, keys_.channel);
+            bool active = sub.wait_active(std::min(deadline_or_max(bounded, deadline),
+                                                   clock::now() + core_->ep.options.command_timeout));
+            // Used only when no message can be relied on: the subscription is not confirmed
+            // (subscriber reconnecting) or the key has no TTL (a foreign holder without
+            // expiry). Then waits grow from 10 ms to 1 s; with a subscription and a TTL the wait
+            // is exactly "until the message or the TTL".
+            std::chrono::milliseconds fallback(10);
+            for (;;) {
+                const std::uint64_t seen = sub.generation();
+                sent = clock::now();
+                r = attempt(value, lease, /*want_ttl=*/true, /*fresh=*/true);
+                if (r.acquired) break;
+                const auto now = clock::now();
+                if (bounded && now >= deadline) return false;
+                if (core_->sub->stopped()) {
+                    throw error(errc::connection_failed, name(), server(),
+                                "the client was destroyed while this thread waited");
+                }
+                if (r.ttl == -2) continue;  // freed between SET and PTTL: try again now
+                auto until = deadline_or_max(bounded, deadline);
+                if (!active) active = sub.active();
+                if (r.ttl >= 0) until = std::min(until, now + std::chrono::milliseconds(r.ttl));
+                if (!active || r.ttl == -1) {
+                    until = std::min(until, now + fallback);
+                    fallback = std::min(fallback * 2, std::chrono::milliseconds(1000));
+                }
+                sub.wait(seen, until);
+            }
+        }
+        auto h = std::make_shared<hold>();
+        h->kind = &Kind::info;
+        h->name = name();
+        h->value = std::move(value);
+        h->thread = thread;
+        h->lease = lease;
+        h->watched = watched;
+        h->fencing = r.fencing;
+        h->expires = sent + lease;
+        reg.add(std::move(h));
+        return true;
+    }
+
+    static clock::time_point deadline_or_max(bool bounded, clock::time_point deadline) {
+        return bounded ? deadline : clock::time_point::max();
+    }
+
+    bool reenter(hold& h, std::chrono::milliseconds lease) {
+        registry& reg = core_->reg;
+        if constexpr (!Kind::reentrant) {
+            (void)lease;
+            (void)h;
+            throw error(errc::would_deadlock, name(), server(),
+                        "this thread already holds the lock, and a mutex is not reentrant");
+        } else {
+            if (reg.is_lost(h)) {
+                throw error(errc::lock_lost, name(), server(),
+                            "this thread's hold was lost; unlock it before locking again");
+            }
+            // A re-entry keeps the hold watched if it was, or makes it watched if asked to;
+            // otherwise the new lease applies from now.
+            const bool watched = reg.with([&] { return h.watched; }) || lease.count() == 0;
+            if (watched) lease = core_->ep.options.lock_watchdog_timeout;
+            const auto sent = clock::now();
+            acquire_result r = attempt(h.value, lease, false, /*fresh=*/false);
+            if (!r.acquired) {
+                if (reg.claim_report(h)) {
+                    core_->tell(name(), error(errc::lock_lost, name(), server(),
+                                              "found the hold gone on re-entry"));
+                }
+                throw error(errc::lock_lost, name(), server(),
+                            "this thread's hold was lost; unlock it before locking again");
+            }
+            reg.with([&] {
+                h.count = static_cast<std::size_t>(r.count);
+                h.watched = watched;
+                h.lease = lease;
+                h.expires = sent + lease;
+                if (options_.fencing) h.fencing = r.fencing;
+            });
+            return true;
+        }
+    }
+
+    // One acquire attempt. When a first acquisition fails ambiguously (the connection broke
+    // or timed out, so the command may have run), a release with the same value undoes it and
+    // the attempt is made once more on a new connection: nothing of ours outlives a failure.
+    acquire_result attempt(const std::string& value, std::chrono::milliseconds lease, bool want_ttl,
+                           bool fresh) {
+        const std::string lease_text = std::to_string(lease.count());
+        for (int round = 0;; ++round) {
+            try {
+                return core_->pool.run(name(), false, [&](redisContext* c) {
+                    return Kind::acquire(c, keys_, value, lease_text, options_.fencing, want_ttl,
+                                         /*reentry=*/!fresh, server());
+                });
+            } catch (const error& e) {
+                const bool ambiguous =
+                    e.value() == errc::connection_failed || e.value() == errc::timeout;
+                if (!ambiguous || !fresh) throw;
+                try {
+                    release(value, true);
+                } catch (const error&) {
+                    throw e;
+                }
+                if (round > 0) throw;
+            }
+        }
+    }
+
+    // Runs the release script: the count left (0: released), or -1 when `value` does not hold
+    // the lock. With may_retry a broken connection gets one more try, and a "not held" answer
+    // to that retry counts as released (the first try most likely did it).
+    long long release(const std::string& value, bool may_retry) {
+        for (int round = 0;; ++round) {
+            try {
+                const long long left = core_->pool.run(name(), false, [&](redisContext* c) {
+                    return Kind::release(c, keys_, value, server());
+                });
+                return (round > 0 && left < 0) ? 0 : left;
+            } catch (const error& e) {
+                const bool io = e.value() == errc::connection_failed || e.value() == errc::timeout;
+                if (!io || !may_retry || round > 0) throw;
+            }
+        }
+    }
+
+    client_core* core_;
+    lock_keys keys_;
+    lock_options options_;
+};
+
+}  // namespace rlock::detail

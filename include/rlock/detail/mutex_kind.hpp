@@ -1,0 +1,129 @@
+// The mutex protocol: the single-instance lock of redis.io, also used by redis-py's Lock,
+// node-redlock and go-redsync — key = the lock name, value = a random token, SET NX PX.
+#pragma once
+
+#include <string_view>
+
+#include "rlock/detail/basic_lock.hpp"
+#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/registry.hpp"
+
+namespace rlock::detail {
+
+struct mutex_kind {
+    static constexpr bool reentrant = false;
+    static constexpr std::string_view channel_prefix = "rlock_lock__channel:";
+
+    /// Acquire with fencing (without fencing a plain SET NX PX does it).
+    /// KEYS[1] lock key, KEYS[2] redisson_lock_token:{name}; ARGV[1] token, ARGV[2] lease ms.
+    /// Returns {1, fencing token} when set, {0, PTTL of the holder's key} when refused.
+    static const script& acquire_fenced_script() {
+        static const script s(R"lua(
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return {1, redis.call('incr', KEYS[2])}
+end
+return {0, redis.call('pttl', KEYS[1])}
+)lua");
+        return s;
+    }
+
+    /// Compare-and-delete, then wake the waiters.
+    /// KEYS[1] lock key, KEYS[2] channel; ARGV[1] token.
+    /// Returns 0 when deleted (and `0` published), -1 when the key holds another value or none.
+    static const script& release_script() {
+        static const script s(R"lua(
+if redis.pcall('get', KEYS[1]) == ARGV[1] then
+    redis.call('del', KEYS[1])
+    redis.call('publish', KEYS[2], '0')
+    return 0
+end
+return -1
+)lua");
+        return s;
+    }
+
+    /// Batch compare-and-pexpire: KEYS[i] lock keys; ARGV[1] lease ms, ARGV[i+1] the token of
+    /// KEYS[i]. Returns one integer per key: 1 renewed, 0 gone or someone else's (never created).
+    static const script& renew_script() {
+        static const script s(R"lua(
+local out = {}
+for i = 1, #KEYS do
+    if redis.pcall('get', KEYS[i]) == ARGV[i + 1] then
+        redis.call('pexpire', KEYS[i], ARGV[1])
+        out[i] = 1
+    else
+        out[i] = 0
+    end
+end
+return out
+)lua");
+        return s;
+    }
+
+    static inline const kind_info info{"mutex", &renew_script};
+
+    static acquire_result acquire(redisContext* c, const lock_keys& k, std::string_view token,
+                                  std::string_view lease, bool fencing, bool want_ttl,
+                                  bool /*reentry: never, not reentrant*/, std::string_view server) {
+        acquire_result out;
+        if (fencing) {
+            script_call call(acquire_fenced_script(), {k.name, k.fencing}, {token, lease});
+            reply_ptr r = run_script(c, call, k.name, server);
+            parse_pair(r.get(), out, k.name, server);
+            return out;
+        }
+        // SET NX PX, and when the caller will wait, PTTL in the same round trip.
+        const char* set[6] = {"SET", k.name.data(), token.data(), "NX", "PX", lease.data()};
+        const std::size_t set_len[6] = {3, k.name.size(), token.size(), 2, 2, lease.size()};
+        if (!want_ttl) {
+            reply_ptr r = command_argv(c, 6, set, set_len);
+            if (!r || r->type == REDIS_REPLY_ERROR) throw make_error(c, r.get(), k.name, server);
+            out.acquired = r->type == REDIS_REPLY_STATUS;
+            return out;
+        }
+        const char* pttl[2] = {"PTTL", k.name.data()};
+        const std::size_t pttl_len[2] = {4, k.name.size()};
+        redisAppendCommandArgv(c, 6, set, set_len);
+        redisAppendCommandArgv(c, 2, pttl, pttl_len);
+        void* raw = nullptr;
+        const int set_status = redisGetReply(c, &raw);
+        reply_ptr set_reply(static_cast<redisReply*>(raw));
+        if (set_status != REDIS_OK) throw make_error(c, nullptr, k.name, server);
+        raw = nullptr;
+        const int ttl_status = redisGetReply(c, &raw);
+        reply_ptr ttl_reply(static_cast<redisReply*>(raw));
+        if (ttl_status != REDIS_OK) throw make_error(c, nullptr, k.name, server);
+        if (set_reply->type == REDIS_REPLY_ERROR) throw make_error(c, set_reply.get(), k.name, server);
+        out.acquired = set_reply->type == REDIS_REPLY_STATUS;
+        if (!out.acquired) out.ttl = reply_integer(ttl_reply.get(), k.name, server);
+        return out;
+    }
+
+    static long long release(redisContext* c, const lock_keys& k, std::string_view token,
+                             std::string_view server) {
+        script_call call(release_script(), {k.name, k.channel}, {token});
+        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server);
+    }
+
+    static bool held(redisContext* c, const lock_keys& k, std::string_view token,
+                     std::string_view server) {
+        reply_ptr r = run_command(c, {"GET", k.name}, k.name, server);
+        return reply_text(r.get()) == token && r->type == REDIS_REPLY_STRING;
+    }
+
+    static void parse_pair(const redisReply* r, acquire_result& out, std::string_view lock,
+                           std::string_view server) {
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+            r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
+            throw error(errc::protocol_error, lock, server, "unexpected reply from the acquire script");
+        }
+        out.acquired = r->element[0]->integer == 1;
+        if (out.acquired) {
+            out.fencing = static_cast<std::uint64_t>(r->element[1]->integer);
+        } else {
+            out.ttl = r->element[1]->integer;
+        }
+    }
+};
+
+}  // namespace rlock::detail

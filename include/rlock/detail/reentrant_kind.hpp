@@ -1,0 +1,120 @@
+// The reentrant protocol: Redisson's RLock layout, so rlock and Redisson exclude each other.
+// Key = the lock name, a hash {"<clientId>:<threadId>" -> reentry count} with a PEXPIRE lease;
+// the final unlock deletes it and publishes 0 on redisson_lock__channel:{name}.
+#pragma once
+
+#include <string_view>
+
+#include "rlock/detail/basic_lock.hpp"
+#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/registry.hpp"
+
+namespace rlock::detail {
+
+struct reentrant_kind {
+    static constexpr bool reentrant = true;
+    static constexpr std::string_view channel_prefix = "redisson_lock__channel:";
+
+    /// Acquire or re-enter (Redisson's tryLockInnerAsync, with RFencedLock's counter).
+    /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name};
+    /// ARGV[1] lease ms, ARGV[2] holder id, ARGV[3] '1' to INCR the fencing counter,
+    /// ARGV[4] '1' for a re-entry, which must find the holder's field: a re-entry never
+    /// re-creates a hold that is gone.
+    /// Returns {1, reentry count, fencing token or 0} when held, {0, PTTL} when refused.
+    static const script& acquire_script() {
+        static const script s(R"lua(
+if redis.call('exists', KEYS[1]) == 0 then
+    if ARGV[4] == '1' then
+        return {0, -2}
+    end
+elseif redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return {0, redis.call('pttl', KEYS[1])}
+end
+local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+redis.call('pexpire', KEYS[1], ARGV[1])
+local token = 0
+if ARGV[3] == '1' then
+    token = redis.call('incr', KEYS[2])
+end
+return {1, n, token}
+)lua");
+        return s;
+    }
+
+    /// Leave one level. KEYS[1] lock hash, KEYS[2] channel; ARGV[1] holder id.
+    /// Returns -1 when the holder has no field (not held, expired, or not a hash), the count
+    /// left when still held, 0 when this was the last level (deleted, `0` published).
+    /// An inner level keeps the TTL as it is: the watchdog or the lease governs it.
+    static const script& release_script() {
+        static const script s(R"lua(
+if redis.pcall('hexists', KEYS[1], ARGV[1]) ~= 1 then
+    return -1
+end
+local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+if n > 0 then
+    return n
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], '0')
+return 0
+)lua");
+        return s;
+    }
+
+    /// Batch renewal (Redisson's renewExpiration, many at once): KEYS[i] lock hashes; ARGV[1]
+    /// lease ms, ARGV[i+1] the holder id for KEYS[i]. One integer per key: 1 renewed, 0 gone.
+    static const script& renew_script() {
+        static const script s(R"lua(
+local out = {}
+for i = 1, #KEYS do
+    if redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1 then
+        redis.call('pexpire', KEYS[i], ARGV[1])
+        out[i] = 1
+    else
+        out[i] = 0
+    end
+end
+return out
+)lua");
+        return s;
+    }
+
+    static inline const kind_info info{"reentrant_lock", &renew_script};
+
+    static acquire_result acquire(redisContext* c, const lock_keys& k, std::string_view holder,
+                                  std::string_view lease, bool fencing, bool /*want_ttl*/,
+                                  bool reentry, std::string_view server) {
+        script_call call(acquire_script(), {k.name, k.fencing},
+                         {lease, holder, fencing ? "1" : "0", reentry ? "1" : "0"});
+        reply_ptr r = run_script(c, call, k.name, server);
+        acquire_result out;
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+            r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
+            throw error(errc::protocol_error, k.name, server, "unexpected reply from the acquire script");
+        }
+        out.acquired = r->element[0]->integer == 1;
+        if (!out.acquired) {
+            out.ttl = r->element[1]->integer;
+            return out;
+        }
+        out.count = static_cast<std::uint64_t>(r->element[1]->integer);
+        if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER) {
+            out.fencing = static_cast<std::uint64_t>(r->element[2]->integer);
+        }
+        return out;
+    }
+
+    static long long release(redisContext* c, const lock_keys& k, std::string_view holder,
+                             std::string_view server) {
+        script_call call(release_script(), {k.name, k.channel}, {holder});
+        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server);
+    }
+
+    static bool held(redisContext* c, const lock_keys& k, std::string_view holder,
+                     std::string_view server) {
+        reply_ptr r = run_command(c, {"HEXISTS", k.name, holder}, k.name, server);
+        return r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    }
+};
+
+}  // namespace rlock::detail

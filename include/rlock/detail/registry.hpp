@@ -1,0 +1,167 @@
+// The client's record of the holds its threads have: what the watchdog renews, what lost()
+// reports, and how a thread that already holds a lock is recognised (reentry, would_deadlock).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "rlock/detail/hiredis.hpp"
+
+namespace rlock::detail {
+
+/// What the watchdog needs to know about a kind of lock.
+struct kind_info {
+    const char* name;             // "mutex", "reentrant_lock": for messages
+    const script& (*renew)();     // batch renewal; KEYS = lock keys, ARGV = lease, values...
+};
+
+/// One thread's hold on one lock.
+struct hold {
+    using clock = std::chrono::steady_clock;
+
+    const kind_info* kind = nullptr;
+    std::string name;   // the lock's name (its key)
+    std::string value;  // mutex token, or holder id "<clientId>:<threadId>"
+    std::uint64_t thread = 0;
+    std::chrono::milliseconds lease{0};
+    bool watched = false;
+    std::uint64_t fencing = 0;
+
+    // Guarded by registry::mu_.
+    std::size_t count = 1;      // reentry depth
+    clock::time_point expires;  // send time of the last acquire or renewal that worked + lease
+    bool lost = false;          // known to be gone from Redis
+    bool told = false;          // on_lock_lost already called
+    bool in_flight = false;     // inside a watchdog renewal batch right now
+    bool released = false;      // unlocked: no renewal, no report
+};
+
+class registry {
+public:
+    using clock = std::chrono::steady_clock;
+    using hold_ptr = std::shared_ptr<hold>;
+
+    hold_ptr find(const kind_info* kind, std::string_view name, std::uint64_t thread) const {
+        std::lock_guard<std::mutex> g(mu_);
+        auto it = holds_.find(key_of(kind, name, thread));
+        return it == holds_.end() ? nullptr : it->second;
+    }
+
+    void add(hold_ptr h) {
+        std::lock_guard<std::mutex> g(mu_);
+        std::string k = key_of(h->kind, h->name, h->thread);
+        holds_[std::move(k)] = std::move(h);
+    }
+
+    /// Takes a hold out of the registry for its final unlock, and waits for a renewal batch that
+    /// carries it to finish, so that no renewal of it reaches Redis after unlock returns.
+    void remove(const hold_ptr& h) {
+        std::unique_lock<std::mutex> g(mu_);
+        holds_.erase(key_of(h->kind, h->name, h->thread));
+        h->released = true;
+        quiet_.wait(g, [&] { return !h->in_flight; });
+    }
+
+    /// True when the hold is known lost, or its lease has run out by this client's clock.
+    bool is_lost(const hold& h) const {
+        std::lock_guard<std::mutex> g(mu_);
+        return h.lost || clock::now() >= h.expires;
+    }
+
+    template <class F>
+    decltype(auto) with(F&& f) const {
+        std::lock_guard<std::mutex> g(mu_);
+        return f();
+    }
+
+    /// Marks a hold lost; returns true when the caller must tell the owner (first report).
+    bool mark_lost(hold& h) {
+        std::lock_guard<std::mutex> g(mu_);
+        return mark_lost_locked(h);
+    }
+
+    /// The watched holds still in force, each flagged in_flight until renewed() is called.
+    std::vector<hold_ptr> take_watched() {
+        std::vector<hold_ptr> out;
+        std::lock_guard<std::mutex> g(mu_);
+        out.reserve(holds_.size());
+        for (auto& [k, h] : holds_) {
+            if (h->watched && !h->lost && !h->released) {
+                h->in_flight = true;
+                out.push_back(h);
+            }
+        }
+        return out;
+    }
+
+    /// Ends a renewal batch: ok[i] says whether holds[i] was renewed; a hold that was not is
+    /// lost when Redis said so (`gone`) or when its lease ran out. Returns the holds whose owner
+    /// must be told now.
+    std::vector<hold_ptr> renewed(const std::vector<hold_ptr>& holds, const std::vector<char>& ok,
+                                  const std::vector<char>& gone, clock::time_point sent) {
+        std::vector<hold_ptr> tell;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            const auto now = clock::now();
+            for (std::size_t i = 0; i < holds.size(); ++i) {
+                hold& h = *holds[i];
+                h.in_flight = false;
+                if (h.released) continue;
+                if (ok[i]) {
+                    h.expires = sent + h.lease;
+                } else if ((gone[i] || now >= h.expires) && mark_lost_locked(h)) {
+                    tell.push_back(holds[i]);
+                }
+            }
+        }
+        quiet_.notify_all();
+        return tell;
+    }
+
+    /// Marks a hold lost on behalf of its own thread (unlock found it gone); true when the owner
+    /// has not been told yet.
+    bool claim_report(hold& h) {
+        std::lock_guard<std::mutex> g(mu_);
+        h.lost = true;
+        if (h.told) return false;
+        h.told = true;
+        return true;
+    }
+
+    std::size_t size() const {
+        std::lock_guard<std::mutex> g(mu_);
+        return holds_.size();
+    }
+
+private:
+    bool mark_lost_locked(hold& h) {
+        h.lost = true;
+        if (h.told || h.released) return false;
+        h.told = true;
+        return true;
+    }
+
+    static std::string key_of(const kind_info* kind, std::string_view name, std::uint64_t thread) {
+        std::string k(kind->name);
+        k += '\0';
+        k += std::to_string(thread);
+        k += '\0';
+        k += name;
+        return k;
+    }
+
+    mutable std::mutex mu_;
+    std::condition_variable quiet_;
+    std::unordered_map<std::string, hold_ptr> holds_;
+};
+
+}  // namespace rlock::detail

@@ -1,0 +1,131 @@
+// URI parsing for client_options::from_uri.
+#pragma once
+
+#include <cctype>
+#include <string>
+#include <string_view>
+
+#include "rlock/errors.hpp"
+
+namespace rlock::detail {
+
+struct uri_parts {
+    std::string host, unix_socket, username, password;
+    int port = 6379;
+    int db = 0;
+};
+
+// The password may sit in the URI: errors name the problem, never echo the URI itself.
+[[noreturn]] inline void bad_uri(std::string_view /*uri*/, std::string_view why) {
+    throw error(errc::invalid_argument, "", "", std::string("bad Redis URI: ").append(why));
+}
+
+inline int parse_uint(std::string_view uri, std::string_view text, int max, const char* what) {
+    if (text.empty() || text.size() > 9) bad_uri(uri, std::string(what) + " is not a number");
+    int value = 0;
+    for (char ch : text) {
+        if (!std::isdigit(static_cast<unsigned char>(ch))) {
+            bad_uri(uri, std::string(what) + " is not a number");
+        }
+        value = value * 10 + (ch - '0');
+    }
+    if (value > max) bad_uri(uri, std::string(what) + " is out of range");
+    return value;
+}
+
+inline std::string percent_decode(std::string_view uri, std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] != '%') {
+            out += text[i];
+            continue;
+        }
+        if (i + 2 >= text.size()) bad_uri(uri, "truncated %-escape");
+        auto hex = [&](char c) -> int {
+            if (c >= '0' && c <= '9') return c - '0';
+            if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+            if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+            bad_uri(uri, "bad %-escape");
+        };
+        out += static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2]));
+        i += 2;
+    }
+    return out;
+}
+
+inline uri_parts parse_uri(std::string_view uri) {
+    uri_parts out;
+    constexpr std::string_view tcp = "redis://", unix_scheme = "unix://";
+    if (uri.substr(0, unix_scheme.size()) == unix_scheme) {
+        std::string_view rest = uri.substr(unix_scheme.size());
+        std::string_view query;
+        if (auto q = rest.find('?'); q != std::string_view::npos) {
+            query = rest.substr(q + 1);
+            rest = rest.substr(0, q);
+        }
+        if (rest.empty() || rest.front() != '/') bad_uri(uri, "unix socket path must be absolute");
+        out.unix_socket = std::string(rest);
+        out.host.clear();
+        while (!query.empty()) {
+            auto amp = query.find('&');
+            std::string_view item = query.substr(0, amp);
+            query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+            if (item.substr(0, 3) == "db=") {
+                out.db = parse_uint(uri, item.substr(3), 1 << 20, "db");
+            } else {
+                bad_uri(uri, "unknown query parameter (only db=N is understood)");
+            }
+        }
+        return out;
+    }
+    if (uri.substr(0, tcp.size()) != tcp) {
+        bad_uri(uri, "scheme must be redis:// or unix://");
+    }
+    std::string_view rest = uri.substr(tcp.size());
+    std::string_view path;
+    if (auto slash = rest.find('/'); slash != std::string_view::npos) {
+        path = rest.substr(slash + 1);
+        rest = rest.substr(0, slash);
+    }
+    if (auto at = rest.rfind('@'); at != std::string_view::npos) {
+        std::string_view userinfo = rest.substr(0, at);
+        rest = rest.substr(at + 1);
+        auto colon = userinfo.find(':');
+        if (colon == std::string_view::npos) {
+            // redis://secret@host is the common spelling of a password without user.
+            out.password = percent_decode(uri, userinfo);
+        } else {
+            out.username = percent_decode(uri, userinfo.substr(0, colon));
+            out.password = percent_decode(uri, userinfo.substr(colon + 1));
+        }
+    }
+    std::string_view port_text;
+    if (!rest.empty() && rest.front() == '[') {
+        auto close = rest.find(']');
+        if (close == std::string_view::npos) bad_uri(uri, "unclosed [ in IPv6 host");
+        out.host = std::string(rest.substr(1, close - 1));
+        rest = rest.substr(close + 1);
+        if (!rest.empty()) {
+            if (rest.front() != ':') bad_uri(uri, "junk after IPv6 host");
+            port_text = rest.substr(1);
+            if (port_text.empty()) bad_uri(uri, "empty port");
+        }
+    } else {
+        auto colon = rest.find(':');
+        out.host = std::string(rest.substr(0, colon));
+        if (colon != std::string_view::npos) {
+            port_text = rest.substr(colon + 1);
+            if (port_text.empty()) bad_uri(uri, "empty port");
+        }
+    }
+    if (out.host.empty()) bad_uri(uri, "no host");
+    if (!port_text.empty()) {
+        out.port = parse_uint(uri, port_text, 65535, "port");
+        if (out.port == 0) bad_uri(uri, "port 0");
+    }
+    if (!path.empty()) out.db = parse_uint(uri, path, 1 << 20, "db");
+    return out;
+}
+
+}  // namespace rlock::detail

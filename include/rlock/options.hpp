@@ -1,0 +1,79 @@
+// rlock — options for a client and for a lock.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "rlock/errors.hpp"
+
+namespace rlock {
+
+/// Called once for each hold that was lost: its lease ran out before the watchdog could renew
+/// it, or its key was deleted or taken over, or its unlock could not reach Redis. `lock` is the
+/// lock's name, `reason` says what happened (code `errc::lock_lost`, `connection_failed`, ...).
+///
+/// Runs on the client's watchdog thread (or on the thread whose unlock found the loss), outside
+/// every rlock-internal lock, so it may call into rlock. It must not throw; an exception is
+/// caught and dropped. Keep it short: renewal of other holds waits while it runs.
+using lock_lost_handler = std::function<void(std::string_view lock, const error& reason)>;
+
+/// How to reach Redis and how locks behave on this client. Every field has a usable default; a
+/// URI fills in the connection fields (see `client_options::from_uri`).
+struct client_options {
+    std::string host = "127.0.0.1";  ///< host name or IP literal (IPv6 without brackets)
+    int port = 6379;
+    std::string unix_socket;         ///< when set, connect here instead of host:port
+    std::string username;            ///< ACL user; empty: AUTH with the password alone
+    std::string password;            ///< empty: no AUTH
+    int db = 0;                      ///< SELECT on every connection when not 0
+
+    std::chrono::milliseconds connect_timeout{1000};
+    /// Bound on each command round trip, and on waiting for a free pooled connection.
+    std::chrono::milliseconds command_timeout{1000};
+    std::size_t pool_size = 8;  ///< connections for lock commands (the subscriber and the
+                                ///< watchdog have one each besides)
+
+    /// Lease of a watched hold (one taken without an explicit lease). The watchdog renews it
+    /// every lock_watchdog_timeout / 3; a client that dies leaves it to expire after this long.
+    std::chrono::milliseconds lock_watchdog_timeout{30000};
+
+    /// Told of every lost hold; may be empty (then only `lost()` tells).
+    lock_lost_handler on_lock_lost;
+
+    /// Parses `redis://[user[:password]@]host[:port][/db]` or `unix:///path/to.sock[?db=N]`
+    /// (user and password percent-decoded, IPv6 hosts in brackets) into the connection fields of
+    /// a copy of `base`. Throws `error` with `errc::invalid_argument` on a malformed URI.
+    static client_options from_uri(std::string_view uri, client_options base);
+    static client_options from_uri(std::string_view uri) { return from_uri(uri, {}); }
+};
+
+/// Per-lock options. An aggregate: C++20 may write `rlock::lock_options{.fencing = true}`,
+/// C++17 `rlock::lock_options{true}` or set the member.
+struct lock_options {
+    /// Each acquisition INCRs `redisson_lock_token:{name}` in the same script and the hold
+    /// remembers the value (`fencing_token()`): tokens strictly increase across all clients.
+    /// Opt-in because that counter key never expires.
+    bool fencing = false;
+};
+
+}  // namespace rlock
+
+#include "rlock/detail/uri.hpp"
+
+namespace rlock {
+
+inline client_options client_options::from_uri(std::string_view uri, client_options base) {
+    detail::uri_parts parts = detail::parse_uri(uri);
+    base.host = std::move(parts.host);
+    base.port = parts.port;
+    base.unix_socket = std::move(parts.unix_socket);
+    base.username = std::move(parts.username);
+    base.password = std::move(parts.password);
+    base.db = parts.db;
+    return base;
+}
+
+}  // namespace rlock

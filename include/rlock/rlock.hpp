@@ -1,0 +1,9 @@
+// rlock — Redis distributed locks for C++17. The umbrella header: include this.
+#pragma once
+
+#include "rlock/client.hpp"
+#include "rlock/errors.hpp"
+#include "rlock/mutex.hpp"
+#include "rlock/options.hpp"
+#include "rlock/reentrant_lock.hpp"
+#include "rlock/version.hpp"

@@ -1,0 +1,215 @@
+// rlock::client: URIs and options, connecting (errors, AUTH with ACL users, unix sockets, db),
+// and what destruction does.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "rlock/rlock.hpp"
+#include "support/helpers.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using rlock_test::eventually;
+using rlock_test::redis_server;
+
+namespace {
+
+rlock::errc code_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const rlock::error& e) {
+        return e.value();
+    }
+    return rlock::errc{};
+}
+
+TEST(client_uri, parses_host_port_db_and_credentials) {
+    auto o = rlock::client_options::from_uri("redis://alice:s%40cret@cache.internal:6390/3");
+    EXPECT_EQ(o.host, "cache.internal");
+    EXPECT_EQ(o.port, 6390);
+    EXPECT_EQ(o.db, 3);
+    EXPECT_EQ(o.username, "alice");
+    EXPECT_EQ(o.password, "s@cret");
+    EXPECT_TRUE(o.unix_socket.empty());
+
+    o = rlock::client_options::from_uri("redis://secret@10.0.0.5");
+    EXPECT_EQ(o.host, "10.0.0.5");
+    EXPECT_EQ(o.port, 6379);
+    EXPECT_EQ(o.username, "");
+    EXPECT_EQ(o.password, "secret");
+
+    o = rlock::client_options::from_uri("redis://[::1]:7000");
+    EXPECT_EQ(o.host, "::1");
+    EXPECT_EQ(o.port, 7000);
+
+    o = rlock::client_options::from_uri("unix:///run/redis/redis.sock?db=2");
+    EXPECT_EQ(o.unix_socket, "/run/redis/redis.sock");
+    EXPECT_EQ(o.db, 2);
+}
+
+TEST(client_uri, keeps_the_other_fields_of_the_base_options) {
+    rlock::client_options base;
+    base.lock_watchdog_timeout = 5s;
+    base.pool_size = 3;
+    auto o = rlock::client_options::from_uri("redis://h:1", base);
+    EXPECT_EQ(o.lock_watchdog_timeout, 5s);
+    EXPECT_EQ(o.pool_size, 3u);
+}
+
+TEST(client_uri, rejects_malformed_uris_without_echoing_the_password) {
+    for (const char* bad : {"http://h:1", "redis://", "redis://h:99999", "redis://h:x",
+                            "redis://h:1/db", "redis://[::1", "unix://relative.sock",
+                            "unix:///s.sock?db=x", "redis://u:p%4@h", "redis://h:"}) {
+        try {
+            (void)rlock::client_options::from_uri(bad);
+            ADD_FAILURE() << bad << " was accepted";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.code(), rlock::errc::invalid_argument) << bad;
+        }
+    }
+    try {
+        (void)rlock::client_options::from_uri("redis://user:hunter2@h:notaport");
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(std::string(e.what()).find("hunter2"), std::string::npos) << e.what();
+    }
+}
+
+TEST(client_options, nonsense_is_invalid_argument_before_connecting) {
+    rlock::client_options o;
+    o.port = 1;  // nothing listens; must not even be tried
+    auto with = [&](auto change) {
+        rlock::client_options copy = o;
+        change(copy);
+        return code_of([&] { rlock::client c(copy); });
+    };
+    EXPECT_EQ(with([](auto& x) { x.pool_size = 0; }), rlock::errc::invalid_argument);
+    EXPECT_EQ(with([](auto& x) { x.command_timeout = 0ms; }), rlock::errc::invalid_argument);
+    EXPECT_EQ(with([](auto& x) { x.lock_watchdog_timeout = 1ms; }), rlock::errc::invalid_argument);
+    EXPECT_EQ(with([](auto& x) { x.port = 70000; }), rlock::errc::invalid_argument);
+    EXPECT_EQ(with([](auto& x) { x.host = ""; }), rlock::errc::invalid_argument);
+}
+
+TEST(client_connect, an_unreachable_server_is_connection_failed_naming_it) {
+    const int port = rlock_test::free_port();
+    try {
+        rlock::client c("redis://127.0.0.1:" + std::to_string(port));
+        FAIL() << "connected to nothing";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.code(), rlock::errc::connection_failed);
+        EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
+TEST(client_connect, password_and_acl_user_are_sent_on_every_connection) {
+    redis_server s({"--requirepass", "top-secret"});
+    // An ACL user that may only do what locks need, on keys and channels of its prefix. The
+    // channels appear as key patterns too: scripts declare them in KEYS (as Redisson does).
+    rlock::detail::context_ptr admin(redisConnect("127.0.0.1", s.port()));
+    rlock::detail::command(admin.get(), {"AUTH", "top-secret"});
+    auto r = rlock::detail::command(
+        admin.get(), {"ACL", "SETUSER", "locker", "on", ">pw", "~app:*", "~redisson_lock_token:{app:*",
+                      "~rlock_lock__channel:{app:*", "~redisson_lock__channel:{app:*",
+                      "&rlock_lock__channel:{app:*", "&redisson_lock__channel:{app:*", "+@connection",
+                      "+set", "+get", "+del", "+exists", "+pttl", "+pexpire", "+publish",
+                      "+subscribe", "+unsubscribe", "+evalsha", "+eval", "+hexists", "+hincrby",
+                      "+incr"});
+    ASSERT_EQ(r->type, REDIS_REPLY_STATUS) << rlock::detail::reply_text(r.get());
+
+    EXPECT_EQ(code_of([&] { rlock::client c("redis://wrong@127.0.0.1:" + std::to_string(s.port())); }),
+              rlock::errc::auth_failed);
+    EXPECT_EQ(code_of([&] { rlock::client c("redis://127.0.0.1:" + std::to_string(s.port())); }),
+              rlock::errc::auth_failed);
+
+    rlock::client c("redis://locker:pw@127.0.0.1:" + std::to_string(s.port()));
+    rlock::mutex m(c, "app:orders");
+    rlock::reentrant_lock l(c, "app:stock");
+    m.lock();
+    l.lock();
+    // A waiter on another thread: its wake-up comes through the subscriber, which AUTHs too.
+    bool waiter_got_it = false;
+    std::thread waiter([&] {
+        waiter_got_it = m.try_lock_for(3s);
+        if (waiter_got_it) m.unlock();
+    });
+    std::this_thread::sleep_for(200ms);
+    m.unlock();
+    l.unlock();
+    waiter.join();
+    EXPECT_TRUE(waiter_got_it);
+    EXPECT_EQ(rlock::detail::command(admin.get(), {"EXISTS", "app:stock"})->integer, 0);
+}
+
+TEST(client_connect, unix_socket_and_db_are_honoured) {
+    redis_server s;
+    rlock::client c("unix://" + s.socket_path() + "?db=5");
+    EXPECT_EQ(c.server(), s.socket_path());
+    rlock::mutex m(c, "in-db-5");
+    m.lock();
+    EXPECT_EQ(s.integer({"EXISTS", "in-db-5"}), 0);  // not in db 0
+    rlock::detail::context_ptr raw(redisConnect("127.0.0.1", s.port()));
+    rlock::detail::command(raw.get(), {"SELECT", "5"});
+    auto r = rlock::detail::command(raw.get(), {"EXISTS", "in-db-5"});
+    EXPECT_EQ(r->integer, 1);
+    m.unlock();
+}
+
+TEST(client_lifetime, destruction_leaves_held_locks_to_expire_and_stops_renewing) {
+    redis_server s;
+    {
+        rlock::client_options o = s.options();
+        o.lock_watchdog_timeout = 600ms;
+        rlock::client c(o);
+        rlock::reentrant_lock l(c, "left-held");
+        l.lock();
+    }  // destroyed while held
+    EXPECT_EQ(s.integer({"EXISTS", "left-held"}), 1) << "destruction must not release";
+    EXPECT_TRUE(eventually([&] { return s.integer({"EXISTS", "left-held"}) == 0; }, 3s))
+        << "renewal went on after the client was destroyed";
+}
+
+TEST(client_lifetime, destroying_the_client_inside_on_lock_lost_is_safe) {
+    redis_server s;
+    std::unique_ptr<rlock::client> c;
+    std::atomic<bool> destroyed{false};
+    rlock::client_options o = s.options();
+    o.lock_watchdog_timeout = 300ms;
+    o.on_lock_lost = [&](std::string_view, const rlock::error&) {
+        c.reset();  // on the watchdog thread: must not join itself
+        destroyed = true;
+    };
+    c = std::make_unique<rlock::client>(o);
+    {
+        rlock::mutex m(*c, "doomed");
+        m.lock();
+        s.cmd({"DEL", "doomed"});
+        ASSERT_TRUE(eventually([&] { return destroyed.load(); }));
+    }
+    EXPECT_EQ(c, nullptr);
+}
+
+TEST(client_lifetime, a_destroyed_server_makes_lock_calls_fail_with_a_clear_error) {
+    auto s = std::make_unique<redis_server>();
+    rlock::client_options o = s->options();
+    o.connect_timeout = 200ms;
+    o.command_timeout = 200ms;
+    rlock::client c(o);
+    rlock::mutex m(c, "gone");
+    const std::string where = c.server();
+    s.reset();
+    try {
+        m.lock();
+        FAIL() << "locked on a dead server";
+    } catch (const rlock::error& e) {
+        EXPECT_TRUE(e.code() == rlock::errc::connection_failed || e.code() == rlock::errc::timeout)
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("gone"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace

@@ -1,0 +1,212 @@
+// What each lock kind leaves in Redis (the compatibility contract with redis-py and Redisson),
+// and what is particular to each kind: reentry, would_deadlock, wrong types.
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <future>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "rlock/rlock.hpp"
+#include "support/helpers.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using rlock_test::steady;
+using rlock_test::redis_server;
+
+namespace {
+
+redis_server& server() {
+    static redis_server s;
+    return s;
+}
+
+std::string name() { return rlock_test::test_lock_name(); }
+
+/// A raw subscriber: SUBSCRIBE on its own connection, then read one message.
+class raw_subscriber {
+public:
+    explicit raw_subscriber(const std::string& channel)
+        : c_(redisConnect("127.0.0.1", server().port())) {
+        rlock::detail::reply_ptr r = rlock::detail::command(c_.get(), {"SUBSCRIBE", channel});
+        EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY);
+        timeval tv{5, 0};
+        redisSetTimeout(c_.get(), tv);
+    }
+    /// The payload of the next message, or "" after 5 s.
+    std::string next() {
+        void* raw = nullptr;
+        if (redisGetReply(c_.get(), &raw) != REDIS_OK) return "";
+        rlock::detail::reply_ptr r(static_cast<redisReply*>(raw));
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) return "";
+        return std::string(rlock::detail::reply_text(r->element[2]));
+    }
+
+private:
+    rlock::detail::context_ptr c_;
+};
+
+TEST(mutex_layout, the_key_holds_a_128_bit_token_with_a_px_expiry) {
+    rlock::client c(server().options());
+    rlock::mutex m(c, name());
+    m.lock();
+    const std::string token = server().text({"GET", name()});
+    EXPECT_TRUE(std::regex_match(token, std::regex("[0-9a-f]{32}"))) << token;
+    const long long pttl = server().integer({"PTTL", name()});
+    EXPECT_GT(pttl, 25000);
+    EXPECT_LE(pttl, 30000);
+    m.unlock();
+    m.lock();
+    EXPECT_NE(server().text({"GET", name()}), token) << "a token must not be reused";
+    m.unlock();
+}
+
+TEST(mutex_layout, unlock_publishes_0_on_the_rlock_channel) {
+    rlock::client c(server().options());
+    rlock::mutex m(c, name());
+    raw_subscriber sub("rlock_lock__channel:{" + name() + "}");
+    m.lock();
+    m.unlock();
+    EXPECT_EQ(sub.next(), "0");
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+}
+
+TEST(mutex_layout, a_redis_py_style_holder_excludes_and_its_expiry_frees) {
+    // redis-py's Lock: SET name <token> NX PX, no publish on expiry.
+    server().cmd({"SET", name(), "foreign-token", "PX", "400"});
+    rlock::client c(server().options());
+    rlock::mutex m(c, name());
+    EXPECT_FALSE(m.try_lock());
+    const auto start = steady::now();
+    ASSERT_TRUE(m.try_lock_for(5s));  // woken by the TTL, not by a message
+    EXPECT_LT(steady::now() - start, 2s);
+    m.unlock();
+}
+
+TEST(mutex, locking_it_again_on_the_holding_thread_is_would_deadlock_not_a_hang) {
+    rlock::client c(server().options());
+    rlock::mutex m(c, name());
+    m.lock();
+    for (int i = 0; i < 2; ++i) {
+        try {
+            if (i == 0) {
+                m.lock();
+            } else {
+                (void)m.try_lock_for(10s);
+            }
+            FAIL() << "re-locking a held mutex did not throw";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.code(), rlock::errc::would_deadlock);
+            EXPECT_NE(std::string(e.what()).find(name()), std::string::npos);
+        }
+    }
+    // A second object with the same name on the same client is the same lock.
+    rlock::mutex twin(c, name());
+    EXPECT_THROW(twin.lock(), rlock::error);
+    m.unlock();
+    EXPECT_FALSE(m.is_locked());
+}
+
+TEST(reentrant_layout, the_hash_has_one_holder_field_with_the_reentry_count) {
+    rlock::client c(server().options());
+    rlock::reentrant_lock l(c, name());
+    l.lock();
+    auto all = server().cmd({"HGETALL", name()});
+    ASSERT_EQ(all->type, REDIS_REPLY_ARRAY);
+    ASSERT_EQ(all->elements, 2u);
+    const std::string field(rlock::detail::reply_text(all->element[0]));
+    EXPECT_TRUE(std::regex_match(field, std::regex(c.id() + ":[0-9]+"))) << field;
+    EXPECT_TRUE(std::regex_match(c.id(),
+                                 std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")));
+    EXPECT_EQ(rlock::detail::reply_text(all->element[1]), "1");
+    l.lock();
+    EXPECT_EQ(server().text({"HGET", name(), field}), "2");
+    l.unlock();
+    EXPECT_EQ(server().text({"HGET", name(), field}), "1");
+    EXPECT_TRUE(l.is_held_by_current_thread());
+    EXPECT_GT(server().integer({"PTTL", name()}), 0);
+    raw_subscriber sub("redisson_lock__channel:{" + name() + "}");
+    l.unlock();
+    EXPECT_EQ(sub.next(), "0");
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+    EXPECT_THROW(l.unlock(), rlock::error);
+}
+
+TEST(reentrant_layout, each_thread_is_its_own_holder) {
+    rlock::client c(server().options());
+    rlock::reentrant_lock l(c, name());
+    l.lock();
+    const std::string mine = server().text({"HKEYS", name()});
+    std::string theirs;
+    std::thread([&] {
+        EXPECT_FALSE(l.try_lock());
+        ASSERT_TRUE(l.try_lock_for(5s));
+        theirs = rlock::detail::reply_text(server().cmd({"HKEYS", name()})->element[0]);
+        l.unlock();
+    }).detach();
+    std::this_thread::sleep_for(200ms);
+    l.unlock();
+    ASSERT_TRUE(rlock_test::eventually([&] { return !theirs.empty(); }));
+    EXPECT_NE(mine, theirs);
+}
+
+TEST(reentrant_layout, a_redisson_holder_excludes_and_its_unlock_message_wakes_us) {
+    // What Redisson leaves for a held RLock: hash {"<uuid>:<thread>": 1} with a 30 s lease.
+    server().cmd({"HSET", name(), "6f1c0e5a-0000-4000-8000-000000000001:1", "1"});
+    server().cmd({"PEXPIRE", name(), "30000"});
+    rlock::client c(server().options());
+    rlock::reentrant_lock l(c, name());
+    EXPECT_FALSE(l.try_lock());
+    std::promise<steady::time_point> got;
+    std::thread waiter([&] {
+        l.lock();
+        got.set_value(steady::now());
+        l.unlock();
+    });
+    std::this_thread::sleep_for(300ms);
+    // Redisson's unlock: delete, publish 0.
+    const auto released = steady::now();
+    server().cmd({"DEL", name()});
+    server().cmd({"PUBLISH", "redisson_lock__channel:{" + name() + "}", "0"});
+    auto f = got.get_future();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    EXPECT_LT(f.get() - released, 1s);
+    waiter.join();
+}
+
+TEST(reentrant_lock, a_key_of_another_type_is_a_clear_wrong_type_error) {
+    server().cmd({"SET", name(), "not a hash"});
+    rlock::client c(server().options());
+    rlock::reentrant_lock l(c, name());
+    try {
+        l.lock();
+        FAIL() << "locking a string key did not throw";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.code(), rlock::errc::wrong_type);
+        const std::string what = e.what();
+        EXPECT_NE(what.find(name()), std::string::npos) << what;
+        EXPECT_NE(what.find(c.server()), std::string::npos) << what;
+        EXPECT_NE(what.find("WRONGTYPE"), std::string::npos) << what;
+    }
+    EXPECT_EQ(server().text({"GET", name()}), "not a hash");
+}
+
+TEST(reentrant_lock, a_lost_hold_cannot_be_re_entered) {
+    rlock::client c(server().options());
+    rlock::reentrant_lock l(c, name());
+    l.lock();
+    server().cmd({"DEL", name()});
+    try {
+        l.lock();
+        FAIL() << "re-entry of a lost hold did not throw";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.code(), rlock::errc::lock_lost);
+    }
+    EXPECT_TRUE(l.lost());
+    EXPECT_NO_THROW(l.unlock());
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0) << "re-entry re-created a lost lock";
+}
+
+}  // namespace

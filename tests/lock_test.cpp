@@ -1,0 +1,332 @@
+// The contract both rlock::mutex and rlock::reentrant_lock keep, tested on each against a real
+// redis-server: standard guards, waiting and wake-ups, leases, the watchdog, lost holds,
+// recovery from SCRIPT FLUSH and restarts, fencing, and mutual exclusion across processes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "rlock/rlock.hpp"
+#include "support/helpers.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using rlock_test::steady;
+using rlock_test::eventually;
+using rlock_test::redis_server;
+
+namespace {
+
+template <class Lock>
+class lock_test : public ::testing::Test {
+protected:
+    static redis_server& server() {
+        static redis_server s;
+        return s;
+    }
+    rlock::client_options options(std::chrono::milliseconds watchdog = 30s) {
+        rlock::client_options o = server().options();
+        o.lock_watchdog_timeout = watchdog;
+        o.on_lock_lost = lost.handler();
+        return o;
+    }
+    std::string name() const { return rlock_test::test_lock_name(); }
+
+    rlock_test::lost_log lost;
+};
+
+struct kind_names {
+    template <class T>
+    static std::string GetName(int) {
+        return std::is_same_v<T, rlock::mutex> ? "mutex" : "reentrant_lock";
+    }
+};
+
+using lock_kinds = ::testing::Types<rlock::mutex, rlock::reentrant_lock>;
+TYPED_TEST_SUITE(lock_test, lock_kinds, kind_names);
+
+TYPED_TEST(lock_test, works_with_the_standard_guards) {
+    rlock::client c(this->options());
+    TypeParam a(c, this->name() + "a"), b(c, this->name() + "b");
+    {
+        std::lock_guard<TypeParam> guard(a);
+        EXPECT_TRUE(a.is_locked());
+        EXPECT_TRUE(a.is_held_by_current_thread());
+    }
+    EXPECT_FALSE(a.is_locked());
+    {
+        std::unique_lock<TypeParam> u(a, 1s);  // try_lock_for
+        EXPECT_TRUE(u.owns_lock());
+        u.unlock();
+        EXPECT_TRUE(u.try_lock_until(std::chrono::system_clock::now() + 1s));
+    }
+    {
+        std::scoped_lock both(a, b);
+        EXPECT_TRUE(a.is_locked());
+        EXPECT_TRUE(b.is_locked());
+    }
+    EXPECT_FALSE(a.is_locked());
+    EXPECT_FALSE(b.is_locked());
+}
+
+TYPED_TEST(lock_test, another_client_is_refused_until_unlock) {
+    rlock::client holder(this->options()), other(this->options());
+    TypeParam mine(holder, this->name()), theirs(other, this->name());
+    mine.lock();
+    EXPECT_FALSE(theirs.try_lock());
+    const auto start = steady::now();
+    EXPECT_FALSE(theirs.try_lock_for(200ms));
+    EXPECT_GE(steady::now() - start, 200ms);
+    mine.unlock();
+    EXPECT_TRUE(theirs.try_lock());
+    theirs.unlock();
+}
+
+TYPED_TEST(lock_test, another_thread_of_the_same_client_is_refused) {
+    rlock::client c(this->options());
+    TypeParam lock(c, this->name());
+    lock.lock();
+    bool other_got_it = true;
+    std::thread([&] { other_got_it = lock.try_lock(); }).join();
+    EXPECT_FALSE(other_got_it);
+    lock.unlock();
+}
+
+TYPED_TEST(lock_test, unlock_by_a_thread_that_never_held_it_throws_not_owner) {
+    rlock::client c(this->options());
+    TypeParam lock(c, this->name());
+    try {
+        lock.unlock();
+        FAIL() << "unlock without a hold did not throw";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.code(), rlock::errc::not_owner);
+        EXPECT_NE(std::string(e.what()).find(this->name()), std::string::npos) << e.what();
+    }
+    lock.lock();
+    std::thread([&] { EXPECT_THROW(lock.unlock(), rlock::error); }).join();
+    EXPECT_TRUE(lock.is_held_by_current_thread());
+    lock.unlock();
+}
+
+TYPED_TEST(lock_test, a_blocked_waiter_wakes_at_once_when_the_holder_unlocks) {
+    rlock::client holder(this->options()), other(this->options());
+    TypeParam mine(holder, this->name()), theirs(other, this->name());
+    mine.lock(30s);  // the waiter must not wait this lease out
+    std::promise<steady::time_point> acquired;
+    std::thread waiter([&] {
+        theirs.lock();
+        acquired.set_value(steady::now());
+        theirs.unlock();
+    });
+    std::this_thread::sleep_for(300ms);  // let it subscribe and block
+    const auto released = steady::now();
+    mine.unlock();
+    auto got = acquired.get_future();
+    ASSERT_EQ(got.wait_for(5s), std::future_status::ready);
+    const auto delay = got.get() - released;
+    waiter.join();
+    EXPECT_LT(delay, 500ms) << "waited "
+                            << std::chrono::duration_cast<std::chrono::milliseconds>(delay).count()
+                            << " ms after the unlock";
+}
+
+TYPED_TEST(lock_test, a_leased_hold_expires_after_its_lease_and_is_not_renewed) {
+    rlock::client holder(this->options(300ms)), other(this->options());
+    TypeParam mine(holder, this->name()), theirs(other, this->name());
+    mine.lock(700ms);
+    EXPECT_LE(mine.remaining_lease(), 700ms);
+    const auto start = steady::now();
+    ASSERT_TRUE(theirs.try_lock_for(5s));
+    const auto waited = steady::now() - start;
+    EXPECT_GE(waited, 400ms);  // it was held, not handed over early
+    EXPECT_LT(waited, 2s);     // and the watchdog (300 ms ticks) did not keep it alive
+    EXPECT_TRUE(mine.lost());
+    EXPECT_NO_THROW(mine.unlock());
+    EXPECT_TRUE(theirs.is_held_by_current_thread());  // the old holder's unlock left it alone
+    EXPECT_EQ(this->lost.calls, 0);  // a lease running out as asked is no loss to report
+    theirs.unlock();
+}
+
+TYPED_TEST(lock_test, a_watched_hold_stays_exclusive_past_its_lease_until_unlock) {
+    rlock::client holder(this->options(600ms)), other(this->options(600ms));
+    TypeParam mine(holder, this->name()), theirs(other, this->name());
+    mine.lock();
+    const auto end = steady::now() + 3s;
+    int refusals = 0;
+    while (steady::now() < end) {
+        ASSERT_FALSE(theirs.try_lock()) << "a second holder got in while watched";
+        ++refusals;
+        std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_GE(refusals, 10);
+    EXPECT_FALSE(mine.lost());
+    EXPECT_GT(mine.remaining_lease(), 0ms);
+    mine.unlock();
+    EXPECT_FALSE(theirs.is_locked());
+    EXPECT_TRUE(theirs.try_lock());
+    theirs.unlock();
+    EXPECT_EQ(this->lost.calls, 0);
+}
+
+TYPED_TEST(lock_test, a_deleted_key_is_reported_lost_once_and_unlock_does_not_throw) {
+    rlock::client c(this->options(300ms));
+    TypeParam lock(c, this->name());
+    lock.lock();
+    EXPECT_FALSE(lock.lost());
+    this->server().cmd({"DEL", this->name()});
+    ASSERT_TRUE(eventually([&] { return this->lost.calls.load() > 0; }));
+    EXPECT_TRUE(lock.lost());
+    EXPECT_EQ(this->lost.code, static_cast<int>(rlock::errc::lock_lost));
+    {
+        std::lock_guard<std::mutex> g(this->lost.mu);
+        EXPECT_EQ(this->lost.last_lock, this->name());
+        EXPECT_NE(this->lost.last_message.find(c.server()), std::string::npos);
+    }
+    EXPECT_EQ(this->server().integer({"EXISTS", this->name()}), 0) << "renewal re-created it";
+    EXPECT_NO_THROW(lock.unlock());
+    std::this_thread::sleep_for(400ms);
+    EXPECT_EQ(this->lost.calls, 1);
+    EXPECT_FALSE(lock.lost());  // no hold any more
+}
+
+TYPED_TEST(lock_test, a_server_paused_past_the_lease_makes_the_hold_lost) {
+    rlock::client_options o = this->options(400ms);
+    o.command_timeout = 100ms;
+    rlock::client c(o);
+    TypeParam lock(c, this->name());
+    lock.lock();
+    this->server().pause();
+    const bool lost_in_time = eventually([&] { return lock.lost(); }, 2s);
+    this->server().resume();
+    EXPECT_TRUE(lost_in_time);
+    ASSERT_TRUE(eventually([&] { return this->lost.calls.load() > 0; }));
+    EXPECT_NO_THROW(lock.unlock());
+    EXPECT_EQ(this->lost.calls, 1);
+    EXPECT_TRUE(lock.try_lock_for(2s));  // the client recovered
+    lock.unlock();
+}
+
+TYPED_TEST(lock_test, script_flush_is_recovered_invisibly) {
+    rlock::client c(this->options(300ms));
+    TypeParam lock(c, this->name(), rlock::lock_options{true});
+    lock.lock();
+    lock.unlock();
+    this->server().cmd({"SCRIPT", "FLUSH"});
+    lock.lock();  // acquire (fenced: a script) after the flush
+    this->server().cmd({"SCRIPT", "FLUSH"});
+    std::this_thread::sleep_for(500ms);  // renewals after the flush
+    EXPECT_FALSE(lock.lost());
+    this->server().cmd({"SCRIPT", "FLUSH"});
+    lock.unlock();  // release after the flush
+    EXPECT_FALSE(lock.is_locked());
+    EXPECT_EQ(this->lost.calls, 0);
+}
+
+TYPED_TEST(lock_test, a_server_restart_while_held_is_reported_and_the_client_recovers) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.lock_watchdog_timeout = 300ms;
+    o.on_lock_lost = this->lost.handler();
+    rlock::client c(o);
+    TypeParam lock(c, this->name());
+    lock.lock();
+    own.restart();  // empty: the hold is gone
+    ASSERT_TRUE(eventually([&] { return this->lost.calls.load() > 0; }));
+    EXPECT_TRUE(lock.lost());
+    EXPECT_NO_THROW(lock.unlock());
+    EXPECT_TRUE(lock.try_lock_for(2s));
+    EXPECT_EQ(own.integer({"EXISTS", this->name()}), 1);
+    lock.unlock();
+    EXPECT_EQ(this->lost.calls, 1);
+}
+
+TYPED_TEST(lock_test, fencing_tokens_strictly_increase_across_clients) {
+    rlock::client one(this->options()), two(this->options());
+    const rlock::lock_options fenced{true};
+    TypeParam a(one, this->name(), fenced), b(two, this->name(), fenced);
+    std::uint64_t last = 0;
+    for (int i = 0; i < 5; ++i) {
+        TypeParam& l = i % 2 ? b : a;
+        l.lock();
+        const std::uint64_t token = l.fencing_token();
+        EXPECT_GT(token, last);
+        last = token;
+        l.unlock();
+    }
+    EXPECT_EQ(std::to_string(last),
+              this->server().text({"GET", "redisson_lock_token:{" + this->name() + "}"}));
+    TypeParam plain(one, this->name() + "plain");
+    plain.lock();
+    EXPECT_THROW((void)plain.fencing_token(), rlock::error);
+    plain.unlock();
+    EXPECT_EQ(this->server().integer({"EXISTS", "redisson_lock_token:{" + this->name() + "plain}"}), 0);
+}
+
+TYPED_TEST(lock_test, queries_report_the_state_in_redis) {
+    rlock::client c(this->options()), other(this->options());
+    TypeParam lock(c, this->name()), theirs(other, this->name());
+    EXPECT_FALSE(lock.is_locked());
+    EXPECT_EQ(lock.remaining_lease(), 0ms);
+    EXPECT_FALSE(lock.is_held_by_current_thread());
+    EXPECT_FALSE(lock.lost());
+    lock.lock(10s);
+    EXPECT_TRUE(theirs.is_locked());
+    EXPECT_FALSE(theirs.is_held_by_current_thread());
+    const auto left = theirs.remaining_lease();
+    EXPECT_GT(left, 5s);
+    EXPECT_LE(left, 10s);
+    // force_unlock frees it for everyone and wakes waiters; the old holder is not disturbed.
+    std::promise<void> got;
+    std::thread waiter([&] {
+        rlock::client third(this->options());
+        TypeParam l(third, this->name());
+        l.lock();
+        got.set_value();
+        l.unlock();
+    });
+    std::this_thread::sleep_for(200ms);
+    EXPECT_TRUE(theirs.force_unlock());
+    EXPECT_EQ(got.get_future().wait_for(5s), std::future_status::ready);
+    waiter.join();
+    EXPECT_NO_THROW(lock.unlock());
+    EXPECT_FALSE(theirs.force_unlock());
+}
+
+TYPED_TEST(lock_test, bad_input_is_refused_before_anything_is_sent) {
+    rlock::client c(this->options());
+    try {
+        TypeParam unnamed(c, "");
+        FAIL() << "an empty name was accepted";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.code(), rlock::errc::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find(c.server()), std::string::npos) << e.what();
+    }
+    TypeParam lock(c, this->name());
+    EXPECT_THROW(lock.lock(0ms), rlock::error);
+    EXPECT_THROW((void)lock.try_lock_for(1s, -5ms), rlock::error);
+    EXPECT_EQ(this->server().integer({"EXISTS", this->name()}), 0);
+}
+
+TYPED_TEST(lock_test, excludes_across_four_processes_of_two_threads) {
+    const std::string kind = std::is_same_v<TypeParam, rlock::mutex> ? "mutex" : "reentrant";
+    const std::string counter = this->name() + ":counter";
+    constexpr int processes = 4, threads = 2, iterations = 40;
+    std::vector<pid_t> pids;
+    for (int p = 0; p < processes; ++p) {
+        pids.push_back(rlock_test::spawn({RLOCK_TEST_WORKER, std::to_string(this->server().port()),
+                                          kind, this->name(), std::to_string(threads),
+                                          std::to_string(iterations), counter}));
+        ASSERT_GT(pids.back(), 0);
+    }
+    for (pid_t pid : pids) EXPECT_EQ(rlock_test::wait_exit(pid), 0);
+    EXPECT_EQ(this->server().text({"GET", counter}),
+              std::to_string(processes * threads * iterations));
+    EXPECT_EQ(this->server().integer({"EXISTS", this->name()}), 0);
+}
+
+}  // namespace

@@ -1,0 +1,78 @@
+// Small helpers shared by the test files.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rlock/rlock.hpp"
+
+extern char** environ;
+
+namespace rlock_test {
+
+using steady = std::chrono::steady_clock;
+
+/// Polls `done` (a test may poll; the library may not) until true or `limit` passes.
+template <class F>
+bool eventually(F done, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+    const auto end = steady::now() + limit;
+    while (steady::now() < end) {
+        if (done()) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return done();
+}
+
+/// A lock name unique to the running test (and type parameter).
+inline std::string test_lock_name(const char* suffix = "") {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string n = std::string(info->test_suite_name()) + "." + info->name();
+    return n + suffix;
+}
+
+/// Counts on_lock_lost calls; keeps the last reason.
+struct lost_log {
+    std::atomic<int> calls{0};
+    std::atomic<int> code{0};
+    std::string last_lock;
+    std::string last_message;
+    std::mutex mu;
+
+    rlock::lock_lost_handler handler() {
+        return [this](std::string_view lock, const rlock::error& why) {
+            {
+                std::lock_guard<std::mutex> g(mu);
+                last_lock = std::string(lock);
+                last_message = why.what();
+            }
+            code = static_cast<int>(why.value());
+            ++calls;
+        };
+    }
+};
+
+/// Starts `path args...` as a child process; returns its pid.
+inline pid_t spawn(const std::vector<std::string>& argv_in) {
+    std::vector<char*> argv;
+    std::vector<std::string> copy = argv_in;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+    return pid;
+}
+
+inline int wait_exit(pid_t pid) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace rlock_test

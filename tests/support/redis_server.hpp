@@ -1,0 +1,187 @@
+// Test support: real redis-server processes on free loopback ports, in temporary directories,
+// started and stopped by the tests themselves. Never port 6379, never a server started by hand.
+#pragma once
+
+#include <arpa/inet.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "rlock/detail/hiredis.hpp"
+#include "rlock/options.hpp"
+
+namespace rlock_test {
+
+namespace fs = std::filesystem;
+
+inline std::string redis_server_binary() {
+    if (const char* p = std::getenv("RLOCK_REDIS_SERVER")) return p;
+    return "redis-server";
+}
+
+/// A loopback port nobody listens on right now (the kernel picks it; never 6379).
+inline int free_port() {
+    for (;;) {
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = 0;
+        ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+        socklen_t len = sizeof a;
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+        ::close(fd);
+        const int port = ntohs(a.sin_port);
+        if (port != 6379) return port;
+    }
+}
+
+/// One redis-server child process. Dies with the test process (PR_SET_PDEATHSIG).
+class redis_server {
+public:
+    explicit redis_server(std::vector<std::string> extra = {}) : extra_(std::move(extra)) {
+        char tmpl[] = "/tmp/rlock-test-XXXXXX";
+        if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+        dir_ = tmpl;
+        for (int tries = 0; tries < 5; ++tries) {
+            port_ = free_port();
+            if (launch()) return;
+        }
+        throw std::runtime_error("could not start redis-server (is it installed?) log: " + log());
+    }
+    redis_server(const redis_server&) = delete;
+    redis_server& operator=(const redis_server&) = delete;
+    ~redis_server() {
+        kill_now();
+        std::error_code ec;
+        fs::remove_all(dir_, ec);
+    }
+
+    int port() const { return port_; }
+    std::string uri() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+    std::string socket_path() const { return dir_ + "/redis.sock"; }
+    rlock::client_options options() const {
+        rlock::client_options o;
+        o.host = "127.0.0.1";
+        o.port = port_;
+        return o;
+    }
+
+    /// Stops the server at once without saving (its data is gone, as after a crash).
+    void kill_now() {
+        if (pid_ <= 0) return;
+        ::kill(pid_, SIGCONT);
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+        pid_ = -1;
+    }
+    /// Starts it again on the same port, empty.
+    void restart() {
+        kill_now();
+        for (int tries = 0; tries < 50; ++tries) {
+            if (launch()) return;
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        throw std::runtime_error("could not restart redis-server: " + log());
+    }
+    void pause() { ::kill(pid_, SIGSTOP); }
+    void resume() { ::kill(pid_, SIGCONT); }
+
+    /// A raw command on a fresh connection, for assertions and fault injection.
+    rlock::detail::reply_ptr cmd(std::initializer_list<std::string_view> parts) const {
+        rlock::detail::context_ptr c(redisConnect("127.0.0.1", port_));
+        if (!c || c->err) throw std::runtime_error("test cannot connect to redis");
+        rlock::detail::reply_ptr r = rlock::detail::command(c.get(), parts);
+        if (!r) throw std::runtime_error("test command failed");
+        return r;
+    }
+    long long integer(std::initializer_list<std::string_view> parts) const {
+        auto r = cmd(parts);
+        if (r->type != REDIS_REPLY_INTEGER) throw std::runtime_error("not an integer reply");
+        return r->integer;
+    }
+    std::string text(std::initializer_list<std::string_view> parts) const {
+        auto r = cmd(parts);
+        return std::string(rlock::detail::reply_text(r.get()));
+    }
+
+    std::string log() const {
+        std::string out;
+        if (FILE* f = std::fopen((dir_ + "/redis.log").c_str(), "r")) {
+            char buf[512];
+            size_t n;
+            while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+            std::fclose(f);
+        }
+        return out;
+    }
+
+private:
+    bool launch() {
+        std::vector<std::string> args = {redis_server_binary(),
+                                         "--port", std::to_string(port_),
+                                         "--bind", "127.0.0.1",
+                                         "--unixsocket", socket_path(),
+                                         "--unixsocketperm", "700",
+                                         "--save", "",
+                                         "--appendonly", "no",
+                                         "--dir", dir_,
+                                         "--daemonize", "no",
+                                         "--protected-mode", "no",
+                                         "--enable-debug-command", "local",
+                                         "--logfile", dir_ + "/redis.log"};
+        args.insert(args.end(), extra_.begin(), extra_.end());
+        const pid_t parent = ::getpid();
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (::getppid() != parent) ::_exit(1);
+            std::vector<char*> argv;
+            for (auto& a : args) argv.push_back(a.data());
+            argv.push_back(nullptr);
+            ::execvp(argv[0], argv.data());
+            ::_exit(127);
+        }
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (std::chrono::steady_clock::now() < deadline) {
+            int status = 0;
+            if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+                pid_ = -1;
+                return false;  // exited: port taken, or no binary
+            }
+            rlock::detail::context_ptr c(redisConnect("127.0.0.1", port_));
+            if (c && !c->err) {
+                rlock::detail::reply_ptr r = rlock::detail::command(c.get(), {"PING"});
+                // PONG, or NOAUTH from a server with requirepass: either way it is serving.
+                if (r && (r->type == REDIS_REPLY_STATUS ||
+                          rlock::detail::reply_is_error(r.get(), "NOAUTH"))) {
+                    return true;
+                }
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        kill_now();
+        return false;
+    }
+
+    std::vector<std::string> extra_;
+    std::string dir_;
+    int port_ = 0;
+    pid_t pid_ = -1;
+};
+
+}  // namespace rlock_test
