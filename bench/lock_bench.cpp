@@ -1,0 +1,128 @@
+// Uncontended lock+unlock cost of each lock kind, as a ratio to a hand-written floor measured
+// in the same run against the same local redis-server (started here on a free port).
+//
+//   ping        one PING round trip
+//   floor       hand-written hiredis: SET key token NX PX 30000, then EVALSHA compare-and-delete
+//   mutex       rlock::mutex lock() + unlock()          (target: <= 1.10 x floor)
+//   reentrant   rlock::reentrant_lock lock() + unlock() (target: <= 1.20 x floor)
+//
+// The cases run interleaved, in rounds (RLOCK_BENCH_ROUNDS, default 5), so that a noisy machine
+// slows all of them alike; the summary reports each case's median over the rounds and its
+// ratio to the floor's median.
+//
+//   build/.../bench/rlock_bench [google benchmark flags]
+#include <benchmark/benchmark.h>
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rlock/rlock.hpp"
+#include "support/redis_server.hpp"
+
+namespace {
+
+rlock_test::redis_server* server = nullptr;
+
+constexpr const char* compare_and_delete =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
+
+rlock::detail::context_ptr raw_connection() {
+    rlock::detail::context_ptr c(redisConnect("127.0.0.1", server->port()));
+    if (!c || c->err) {
+        std::fprintf(stderr, "bench: cannot connect\n");
+        std::exit(1);
+    }
+    return c;
+}
+
+void bm_ping(benchmark::State& state) {
+    auto c = raw_connection();
+    for (auto _ : state) {
+        rlock::detail::reply_ptr r = rlock::detail::command(c.get(), {"PING"});
+        benchmark::DoNotOptimize(r.get());
+    }
+}
+
+void bm_floor(benchmark::State& state) {
+    auto c = raw_connection();
+    const std::string sha(
+        rlock::detail::reply_text(rlock::detail::command(c.get(), {"SCRIPT", "LOAD", compare_and_delete}).get()));
+    const std::string token = "0123456789abcdef0123456789abcdef";
+    for (auto _ : state) {
+        rlock::detail::reply_ptr set =
+            rlock::detail::command(c.get(), {"SET", "bench:floor", token, "NX", "PX", "30000"});
+        rlock::detail::reply_ptr del =
+            rlock::detail::command(c.get(), {"EVALSHA", sha, "1", "bench:floor", token});
+        if (!set || set->type != REDIS_REPLY_STATUS || !del || del->integer != 1) {
+            state.SkipWithError("floor cycle failed");
+            break;
+        }
+    }
+}
+
+template <class Lock>
+void bm_lock(benchmark::State& state) {
+    rlock::client c(server->options());
+    Lock lock(c, std::string("bench:") + (std::is_same_v<Lock, rlock::mutex> ? "mutex" : "reentrant"));
+    for (auto _ : state) {
+        lock.lock();
+        lock.unlock();
+    }
+}
+
+/// Prints what Google Benchmark prints, and keeps each case's time per iteration.
+class collecting_reporter : public benchmark::ConsoleReporter {
+public:
+    std::map<std::string, std::vector<double>> seconds;  // case -> per-iteration time per round
+
+    void ReportRuns(const std::vector<Run>& runs) override {
+        for (const Run& run : runs) {
+            if (run.run_type != Run::RT_Iteration || run.iterations == 0 || run.error_occurred) continue;
+            std::string name = run.benchmark_name();
+            name = name.substr(0, name.find("/round"));
+            seconds[name].push_back(run.real_accumulated_time / static_cast<double>(run.iterations));
+        }
+        ConsoleReporter::ReportRuns(runs);
+    }
+};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);
+    rlock_test::redis_server s;
+    server = &s;
+    const int rounds = std::getenv("RLOCK_BENCH_ROUNDS") ? std::atoi(std::getenv("RLOCK_BENCH_ROUNDS")) : 5;
+    for (int r = 1; r <= rounds; ++r) {
+        const std::string suffix = "/round:" + std::to_string(r);
+        benchmark::RegisterBenchmark(("ping" + suffix).c_str(), bm_ping)->Unit(benchmark::kMicrosecond)->MinTime(0.3);
+        benchmark::RegisterBenchmark(("floor" + suffix).c_str(), bm_floor)->Unit(benchmark::kMicrosecond)->MinTime(0.3);
+        benchmark::RegisterBenchmark(("mutex" + suffix).c_str(), bm_lock<rlock::mutex>)->Unit(benchmark::kMicrosecond)->MinTime(0.3);
+        benchmark::RegisterBenchmark(("reentrant" + suffix).c_str(), bm_lock<rlock::reentrant_lock>)->Unit(benchmark::kMicrosecond)->MinTime(0.3);
+    }
+    collecting_reporter reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    benchmark::Shutdown();
+
+    const double floor = median(reporter.seconds["floor"]);
+    std::printf("\nmedian of %d interleaved rounds (lock+unlock, uncontended, loopback):\n", rounds);
+    std::printf("%-10s %10s %8s %8s\n", "case", "us/op", "x floor", "target");
+    const std::pair<const char*, double> cases[] = {{"ping", 0}, {"floor", 0}, {"mutex", 1.10}, {"reentrant", 1.20}};
+    for (const auto& [name, target] : cases) {
+        const double t = median(reporter.seconds[name]);
+        if (t == 0) continue;
+        std::printf("%-10s %10.1f %8.3f %8s\n", name, t * 1e6, floor > 0 ? t / floor : 0,
+                    target > 0 ? (t / floor <= target ? "met" : "MISSED") : "");
+    }
+    return 0;
+}

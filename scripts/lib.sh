@@ -1,0 +1,59 @@
+# Shared by scripts/test and scripts/demo: install what is missing, configure and build.
+# Sourced, not run.
+
+rlock_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+# Installs the Debian/Ubuntu packages rlock needs to build, test and benchmark, when missing.
+ensure_deps() {
+    local missing=()
+    command -v cmake >/dev/null || missing+=(cmake)
+    command -v g++ >/dev/null || missing+=(g++)
+    command -v make >/dev/null || command -v ninja >/dev/null || missing+=(make)
+    command -v pkg-config >/dev/null || missing+=(pkg-config)
+    command -v redis-server >/dev/null || missing+=(redis-server)
+    { command -v pkg-config >/dev/null && pkg-config --exists hiredis; } || missing+=(libhiredis-dev)
+    [ -e /usr/include/gtest/gtest.h ] || [ -e /usr/local/include/gtest/gtest.h ] || missing+=(googletest libgtest-dev)
+    [ -e /usr/include/benchmark/benchmark.h ] || [ -e /usr/local/include/benchmark/benchmark.h ] || missing+=(libbenchmark-dev)
+    if [ ${#missing[@]} -eq 0 ]; then
+        return 0
+    fi
+    say "installing: ${missing[*]}"
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null || { say "need root (or sudo) to apt-get install ${missing[*]}"; return 1; }
+        sudo=(sudo)
+    fi
+    command -v apt-get >/dev/null || { say "no apt-get: install ${missing[*]} by hand"; return 1; }
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+generator_args() {
+    if command -v ninja >/dev/null; then echo "-G Ninja"; fi
+}
+
+# configure_and_build <build dir> <sanitizers or ""> [extra cmake args...]
+configure_and_build() {
+    local dir=$1 sanitize=$2
+    shift 2
+    # shellcheck disable=SC2046
+    cmake -S "$rlock_root" -B "$dir" $(generator_args) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DRLOCK_SANITIZE="$sanitize" "$@" >/dev/null
+    cmake --build "$dir" --parallel "$(nproc 2>/dev/null || echo 2)"
+}
+
+# A loopback TCP port nothing listens on (never 6379).
+free_port() {
+    local port
+    for _ in $(seq 1 100); do
+        port=$(( (RANDOM % 30000) + 20000 ))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "$port"
+            return 0
+        fi
+    done
+    return 1
+}
