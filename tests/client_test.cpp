@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "rlock/rlock.hpp"
 #include "support/helpers.hpp"
@@ -210,6 +213,65 @@ TEST(client_lifetime, a_destroyed_server_makes_lock_calls_fail_with_a_clear_erro
         EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("gone"), std::string::npos) << e.what();
     }
+}
+
+}  // namespace
+
+namespace {
+
+long long evalsha_calls(redis_server& s) {
+    const std::string info = s.text({"INFO", "commandstats"});
+    const auto at = info.find("cmdstat_evalsha:calls=");
+    if (at == std::string::npos) return 0;
+    return std::atoll(info.c_str() + at + std::string("cmdstat_evalsha:calls=").size());
+}
+
+TEST(client_watchdog, renews_a_thousand_holds_with_ten_script_calls_per_tick) {
+    redis_server s;
+    rlock::client_options o = s.options();
+    o.lock_watchdog_timeout = 3s;  // a tick every second
+    rlock_test::lost_log lost;
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    std::vector<std::unique_ptr<rlock::mutex>> locks;
+    for (int i = 0; i < 1000; ++i) {
+        locks.push_back(std::make_unique<rlock::mutex>(c, "many:" + std::to_string(i)));
+        locks.back()->lock();
+    }
+    s.cmd({"CONFIG", "RESETSTAT"});
+    std::this_thread::sleep_for(3500ms);  // three ticks at least, past the first lease
+    const long long calls = evalsha_calls(s);
+    EXPECT_GE(calls, 30);
+    EXPECT_LE(calls, 40);  // 10 per tick (100 holds per call), 3 or 4 ticks
+    EXPECT_EQ(lost.calls, 0) << lost.last_message;
+    for (auto& l : locks) {
+        ASSERT_FALSE(l->lost());
+        ASSERT_GT(s.integer({"PTTL", l->name()}), 0);
+    }
+    for (auto& l : locks) l->unlock();
+    EXPECT_EQ(s.integer({"DBSIZE"}), 0);
+}
+
+TEST(client_watchdog, no_renewal_reaches_redis_after_unlock_returns) {
+    // A renewal in flight when a reentrant hold is unlocked, and the same thread (same holder
+    // id) takes a short lease right after, would stretch that lease to the watchdog timeout.
+    redis_server s;
+    rlock::client_options o = s.options();
+    o.lock_watchdog_timeout = 300ms;  // ticks every 100 ms
+    rlock::client c(o);
+    rlock::reentrant_lock l(c, "churn");
+    const auto end = std::chrono::steady_clock::now() + 2s;
+    int rounds = 0;
+    while (std::chrono::steady_clock::now() < end) {
+        l.lock();     // watched: in the next tick's batch
+        l.unlock();   // must wait out a batch that carries it
+        l.lock(60ms);  // leased: must keep its 60 ms
+        const long long pttl = s.integer({"PTTL", "churn"});
+        l.unlock();
+        ASSERT_LE(pttl, 60) << "a renewal outlived unlock, round " << rounds;
+        ++rounds;
+    }
+    EXPECT_GT(rounds, 100);
 }
 
 }  // namespace

@@ -140,15 +140,18 @@ TEST(reentrant_layout, each_thread_is_its_own_holder) {
     l.lock();
     const std::string mine = server().text({"HKEYS", name()});
     std::string theirs;
-    std::thread([&] {
-        EXPECT_FALSE(l.try_lock());
-        ASSERT_TRUE(l.try_lock_for(5s));
+    bool refused_while_held = false;
+    std::thread other([&] {
+        refused_while_held = !l.try_lock();
+        if (!l.try_lock_for(5s)) return;
         theirs = rlock::detail::reply_text(server().cmd({"HKEYS", name()})->element[0]);
         l.unlock();
-    }).detach();
+    });
     std::this_thread::sleep_for(200ms);
     l.unlock();
-    ASSERT_TRUE(rlock_test::eventually([&] { return !theirs.empty(); }));
+    other.join();
+    EXPECT_TRUE(refused_while_held);
+    ASSERT_FALSE(theirs.empty());
     EXPECT_NE(mine, theirs);
 }
 

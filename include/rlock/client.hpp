@@ -125,6 +125,7 @@ public:
             const std::string lease = std::to_string(ep.options.lock_watchdog_timeout.count());
             std::vector<script_call> calls;
             std::vector<std::size_t> first;  // index of each call's first hold
+            calls.reserve(holds.size() / renew_batch + 4);
             for (std::size_t i = 0; i < holds.size();) {
                 std::size_t j = i;
                 while (j < holds.size() && j - i < renew_batch && holds[j]->kind == holds[i]->kind) ++j;
@@ -133,11 +134,11 @@ public:
                 for (std::size_t k = i; k < j; ++k) call.push(holds[k]->name);
                 call.push(lease);
                 for (std::size_t k = i; k < j; ++k) call.push(holds[k]->value);
-                call.use_body(false);
                 first.push_back(i);
                 i = j;
             }
             for (script_call& call : calls) {
+                call.use_body(false);
                 if (redisAppendCommandArgv(conn.get(), call.argc(), call.argv.data(),
                                            call.lens.data()) != REDIS_OK) {
                     throw make_error(conn.get(), nullptr, "", ep.name);
@@ -170,16 +171,15 @@ public:
             failure = e;
             if (conn && conn->err) conn.reset();
         }
-        for (const auto& h : reg.renewed(holds, ok, gone, sent)) {
-            const auto i = static_cast<std::size_t>(
-                std::find(holds.begin(), holds.end(), h) - holds.begin());
+        for (const std::size_t i : reg.renewed(holds, ok, gone, sent)) {
+            const hold& h = *holds[i];
             if (gone[i]) {
-                tell(h->name, error(errc::lock_lost, h->name, ep.name,
-                                    "the watchdog found the hold gone: the key expired, was "
-                                    "deleted or belongs to another holder now"));
+                tell(h.name, error(errc::lock_lost, h.name, ep.name,
+                                   "the watchdog found the hold gone: the key expired, was "
+                                   "deleted or belongs to another holder now"));
             } else {
-                tell(h->name,
-                     error(errc::lock_lost, h->name, ep.name,
+                tell(h.name,
+                     error(errc::lock_lost, h.name, ep.name,
                            std::string("the lease ran out before the watchdog could renew it: ") +
                                (failure ? failure->what() : "no reply")));
             }

@@ -72,6 +72,7 @@ public:
     }
 
     int port() const { return port_; }
+    pid_t pid() const { return pid_; }
     std::string uri() const { return "redis://127.0.0.1:" + std::to_string(port_); }
     std::string socket_path() const { return dir_ + "/redis.sock"; }
     rlock::client_options options() const {

@@ -104,11 +104,11 @@ public:
     }
 
     /// Ends a renewal batch: ok[i] says whether holds[i] was renewed; a hold that was not is
-    /// lost when Redis said so (`gone`) or when its lease ran out. Returns the holds whose owner
-    /// must be told now.
-    std::vector<hold_ptr> renewed(const std::vector<hold_ptr>& holds, const std::vector<char>& ok,
-                                  const std::vector<char>& gone, clock::time_point sent) {
-        std::vector<hold_ptr> tell;
+    /// lost when Redis said so (`gone`) or when its lease ran out. Returns the indexes of the
+    /// holds whose owner must be told now.
+    std::vector<std::size_t> renewed(const std::vector<hold_ptr>& holds, const std::vector<char>& ok,
+                                     const std::vector<char>& gone, clock::time_point sent) {
+        std::vector<std::size_t> tell;
         {
             std::lock_guard<std::mutex> g(mu_);
             const auto now = clock::now();
@@ -119,7 +119,7 @@ public:
                 if (ok[i]) {
                     h.expires = sent + h.lease;
                 } else if ((gone[i] || now >= h.expires) && mark_lost_locked(h)) {
-                    tell.push_back(holds[i]);
+                    tell.push_back(i);
                 }
             }
         }
