@@ -112,7 +112,12 @@ public:
     /// One watchdog tick: renews every watched hold, in batches of `renew_batch` holds per
     /// script call, all calls pipelined on the watchdog's connection. Public for tests/benches.
     void renew_all(context_ptr& conn) {
-        std::vector<registry::hold_ptr> holds = reg.take_watched();
+        std::vector<registry::hold_ptr> expired;
+        std::vector<registry::hold_ptr> holds = reg.take_watched(expired);
+        for (const auto& h : expired) {
+            tell(h->name, error(errc::lock_lost, h->name, ep.name,
+                                "the lease ran out before the watchdog could renew it"));
+        }
         if (holds.empty()) return;
         // Group by kind (one script per kind); stable so that batches are deterministic.
         std::stable_sort(holds.begin(), holds.end(),

@@ -71,10 +71,14 @@ public:
         quiet_.wait(g, [&] { return !h->in_flight; });
     }
 
-    /// True when the hold is known lost, or its lease has run out by this client's clock.
-    bool is_lost(const hold& h) const {
+    /// True when the hold is known lost, or its lease has run out by this client's clock. The
+    /// verdict is final: it is latched, so a renewal answered later does not take it back (the
+    /// owner may already have acted on it), and the watchdog tells on_lock_lost at its next
+    /// tick if no one has yet.
+    bool is_lost(hold& h) const {
         std::lock_guard<std::mutex> g(mu_);
-        return h.lost || clock::now() >= h.expires;
+        if (!h.lost && clock::now() >= h.expires) h.lost = true;
+        return h.lost;
     }
 
     template <class F>
@@ -90,21 +94,29 @@ public:
     }
 
     /// The watched holds still in force, each flagged in_flight until renewed() is called.
-    std::vector<hold_ptr> take_watched() {
+    /// Holds whose lease has already run out by this client's clock are lost for good (lost()
+    /// has been saying so): they are not renewed, even if Redis still has them, and go to
+    /// `expired` when their owner has not been told yet.
+    std::vector<hold_ptr> take_watched(std::vector<hold_ptr>& expired) {
         std::vector<hold_ptr> out;
         std::lock_guard<std::mutex> g(mu_);
+        const auto now = clock::now();
         out.reserve(holds_.size());
         for (auto& [k, h] : holds_) {
-            if (h->watched && !h->lost && !h->released) {
-                h->in_flight = true;
-                out.push_back(h);
+            if (!h->watched || h->released || (h->lost && h->told)) continue;
+            if (h->lost || now >= h->expires) {
+                if (mark_lost_locked(*h)) expired.push_back(h);
+                continue;
             }
+            h->in_flight = true;
+            out.push_back(h);
         }
         return out;
     }
 
     /// Ends a renewal batch: ok[i] says whether holds[i] was renewed; a hold that was not is
-    /// lost when Redis said so (`gone`) or when its lease ran out. Returns the indexes of the
+    /// lost when Redis said so (`gone`) or when its lease ran out. A renewal sent after the
+    /// lease had run out does not bring a hold back (lost() stays true). Returns the indexes of the
     /// holds whose owner must be told now.
     std::vector<std::size_t> renewed(const std::vector<hold_ptr>& holds, const std::vector<char>& ok,
                                      const std::vector<char>& gone, clock::time_point sent) {
@@ -116,9 +128,9 @@ public:
                 hold& h = *holds[i];
                 h.in_flight = false;
                 if (h.released) continue;
-                if (ok[i]) {
+                if (ok[i] && !h.lost && sent < h.expires) {
                     h.expires = sent + h.lease;
-                } else if ((gone[i] || now >= h.expires) && mark_lost_locked(h)) {
+                } else if ((gone[i] || ok[i] || now >= h.expires) && mark_lost_locked(h)) {
                     tell.push_back(i);
                 }
             }
