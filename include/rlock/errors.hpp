@@ -90,7 +90,7 @@ private:
         if (!server.empty()) {
             m.append(" on ").append(server);
         }
-        m.append(": ").append(cause);
+        m.append(lock.empty() && server.empty() ? " " : ": ").append(cause);
         return m;
     }
 };

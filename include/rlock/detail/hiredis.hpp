@@ -146,17 +146,17 @@ inline context_ptr connect(const endpoint& ep) {
     if (!o.password.empty()) {
         reply_ptr r = o.username.empty() ? command(c.get(), {"AUTH", o.password})
                                          : command(c.get(), {"AUTH", o.username, o.password});
-        if (!r || r->type == REDIS_REPLY_ERROR) {
-            error e = make_error(c.get(), r.get(), "", ep.name);
-            throw error(r ? errc::auth_failed : e.value(), e.what());
+        if (!r) throw make_error(c.get(), nullptr, "", ep.name);
+        if (r->type == REDIS_REPLY_ERROR) {
+            throw error(errc::auth_failed, "", ep.name, std::string("AUTH: ") += reply_text(r.get()));
         }
     }
     if (o.db != 0) {
         const std::string db = std::to_string(o.db);
         reply_ptr r = command(c.get(), {"SELECT", db});
-        if (!r || r->type == REDIS_REPLY_ERROR) {
-            error e = make_error(c.get(), r.get(), "", ep.name);
-            throw error(r ? errc::auth_failed : e.value(), e.what());
+        if (!r) throw make_error(c.get(), nullptr, "", ep.name);
+        if (r->type == REDIS_REPLY_ERROR) {
+            throw error(errc::auth_failed, "", ep.name, "SELECT " + db + ": " += reply_text(r.get()));
         }
     }
     return c;
