@@ -275,3 +275,25 @@ TEST(client_watchdog, no_renewal_reaches_redis_after_unlock_returns) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(client_errors, messages_name_the_server_and_the_cause_once) {
+    redis_server s({"--requirepass", "pw"});
+    try {
+        rlock::client c("redis://wrong@127.0.0.1:" + std::to_string(s.port()));
+        FAIL() << "wrong password accepted";
+    } catch (const rlock::error& e) {
+        const std::string what = e.what();
+        EXPECT_EQ(what.rfind("rlock: on 127.0.0.1:" + std::to_string(s.port()) + ": AUTH: ", 0), 0u)
+            << what;
+        EXPECT_EQ(what.find("WRONGPASS"), what.rfind("WRONGPASS")) << "cause repeated: " << what;
+    }
+    try {
+        (void)rlock::client_options::from_uri("http://x");
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(std::string(e.what()).find("rlock::"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace

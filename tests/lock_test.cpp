@@ -40,14 +40,25 @@ protected:
     rlock_test::lost_log lost;
 };
 
+// The name the worker process and the test output use for each kind.
+template <class T>
+std::string kind_name() {
+    if constexpr (std::is_same_v<T, rlock::mutex>) return "mutex";
+    if constexpr (std::is_same_v<T, rlock::reentrant_lock>) return "reentrant";
+    if constexpr (std::is_same_v<T, rlock::fair_lock>) return "fair";
+    return "rw";  // read_write_lock: the write side
+}
+
 struct kind_names {
     template <class T>
     static std::string GetName(int) {
-        return std::is_same_v<T, rlock::mutex> ? "mutex" : "reentrant_lock";
+        return kind_name<T>();
     }
 };
 
-using lock_kinds = ::testing::Types<rlock::mutex, rlock::reentrant_lock>;
+// read_write_lock's exclusive side keeps the same contract as the other locks.
+using lock_kinds =
+    ::testing::Types<rlock::mutex, rlock::reentrant_lock, rlock::fair_lock, rlock::read_write_lock>;
 TYPED_TEST_SUITE(lock_test, lock_kinds, kind_names);
 
 TYPED_TEST(lock_test, works_with_the_standard_guards) {
@@ -313,7 +324,7 @@ TYPED_TEST(lock_test, bad_input_is_refused_before_anything_is_sent) {
 }
 
 TYPED_TEST(lock_test, excludes_across_four_processes_of_two_threads) {
-    const std::string kind = std::is_same_v<TypeParam, rlock::mutex> ? "mutex" : "reentrant";
+    const std::string kind = kind_name<TypeParam>();
     const std::string counter = this->name() + ":counter";
     constexpr int processes = 4, threads = 2, iterations = 40;
     std::vector<pid_t> pids;

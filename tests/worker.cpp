@@ -1,9 +1,15 @@
-// A separate OS process for the mutual-exclusion tests:
-//   rlock_test_worker <port> <mutex|reentrant> <lock name> <threads> <iterations> <counter key>
-// Each thread loops: lock, GET the counter, SET it to value + 1 (not atomic on purpose), unlock.
-// Exits 0 when every iteration ran, 1 on any error (printed).
+// A separate OS process for the multi-process tests.
+//
+//   rlock_test_worker <port> <mutex|reentrant|fair|rw> <lock> <threads> <iterations> <counter>
+//       Each thread loops: lock, GET the counter, SET it to value + 1 (not atomic on purpose),
+//       unlock. (rw: the write side.) Exits 0 when every iteration ran, 1 on any error.
+//   rlock_test_worker <port> fair-order <lock> <id> <wait timeout ms>
+//       Waits for the fair lock, RPUSHes <id> to "<lock>:order", holds 50 ms, unlocks.
+//   rlock_test_worker <port> rw-read-hang <lock> <watchdog ms>
+//       Takes the read side (watched), SETs "<lock>:ready", then sleeps until killed.
 #include <hiredis/hiredis.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -15,56 +21,97 @@
 
 namespace {
 
+rlock::detail::context_ptr raw(int port) {
+    rlock::detail::context_ptr c(redisConnect("127.0.0.1", port));
+    if (!c || c->err) throw std::runtime_error("worker: no raw connection");
+    return c;
+}
+
 template <class Lock>
-void work(rlock::client& c, int port, const std::string& name, int iterations,
-          const std::string& counter) {
+void count(rlock::client& c, int port, const std::string& name, int iterations,
+           const std::string& counter) {
     Lock lock(c, name);
-    rlock::detail::context_ptr raw(redisConnect("127.0.0.1", port));
-    if (!raw || raw->err) throw std::runtime_error("worker: no raw connection");
+    auto redis = raw(port);
     for (int i = 0; i < iterations; ++i) {
         std::lock_guard<Lock> guard(lock);
-        auto got = rlock::detail::command(raw.get(), {"GET", counter});
+        auto got = rlock::detail::command(redis.get(), {"GET", counter});
         const long long value = got->type == REDIS_REPLY_STRING ? std::atoll(got->str) : 0;
         std::this_thread::yield();  // widen the window a lost update would need
         const std::string next = std::to_string(value + 1);
-        rlock::detail::command(raw.get(), {"SET", counter, next});
+        rlock::detail::command(redis.get(), {"SET", counter, next});
     }
+}
+
+int counting(int port, const std::string& kind, const std::string& name, int threads,
+             int iterations, const std::string& counter) {
+    rlock::client_options o;
+    o.port = port;
+    rlock::client c(o);
+    std::vector<std::thread> pool;
+    int failures = 0;
+    std::mutex failures_mu;
+    for (int t = 0; t < threads; ++t) {
+        pool.emplace_back([&] {
+            try {
+                if (kind == "mutex") {
+                    count<rlock::mutex>(c, port, name, iterations, counter);
+                } else if (kind == "reentrant") {
+                    count<rlock::reentrant_lock>(c, port, name, iterations, counter);
+                } else if (kind == "fair") {
+                    count<rlock::fair_lock>(c, port, name, iterations, counter);
+                } else {
+                    count<rlock::read_write_lock>(c, port, name, iterations, counter);
+                }
+            } catch (const std::exception& e) {
+                std::lock_guard<std::mutex> g(failures_mu);
+                std::fprintf(stderr, "worker thread failed: %s\n", e.what());
+                ++failures;
+            }
+        });
+    }
+    for (auto& t : pool) t.join();
+    return failures == 0 ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 7) {
-        std::fprintf(stderr, "usage: %s port kind name threads iterations counter\n", argv[0]);
+    if (argc < 4) {
+        std::fprintf(stderr, "usage: see the comment at the top of worker.cpp\n");
         return 2;
     }
     const int port = std::atoi(argv[1]);
-    const std::string kind = argv[2], name = argv[3], counter = argv[6];
-    const int threads = std::atoi(argv[4]), iterations = std::atoi(argv[5]);
+    const std::string mode = argv[2], name = argv[3];
     try {
-        rlock::client_options o;
-        o.port = port;
-        rlock::client c(o);
-        std::vector<std::thread> pool;
-        int failures = 0;
-        std::mutex failures_mu;
-        for (int t = 0; t < threads; ++t) {
-            pool.emplace_back([&] {
-                try {
-                    if (kind == "mutex") {
-                        work<rlock::mutex>(c, port, name, iterations, counter);
-                    } else {
-                        work<rlock::reentrant_lock>(c, port, name, iterations, counter);
-                    }
-                } catch (const std::exception& e) {
-                    std::lock_guard<std::mutex> g(failures_mu);
-                    std::fprintf(stderr, "worker thread failed: %s\n", e.what());
-                    ++failures;
-                }
-            });
+        if (mode == "fair-order" && argc == 6) {
+            rlock::client_options o;
+            o.port = port;
+            rlock::client c(o);
+            rlock::lock_options lo;
+            lo.fair_lock_wait_timeout = std::chrono::milliseconds(std::atoi(argv[5]));
+            rlock::fair_lock lock(c, name, lo);
+            lock.lock();
+            rlock::detail::command(raw(port).get(), {"RPUSH", name + ":order", argv[4]});
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            lock.unlock();
+            return 0;
         }
-        for (auto& t : pool) t.join();
-        return failures == 0 ? 0 : 1;
+        if (mode == "rw-read-hang" && argc == 5) {
+            rlock::client_options o;
+            o.port = port;
+            o.lock_watchdog_timeout = std::chrono::milliseconds(std::atoi(argv[4]));
+            rlock::client c(o);
+            rlock::read_write_lock lock(c, name);
+            lock.lock_shared();
+            rlock::detail::command(raw(port).get(), {"SET", name + ":ready", "1"});
+            std::this_thread::sleep_for(std::chrono::seconds(60));
+            return 3;  // should have been killed
+        }
+        if (argc == 7) {
+            return counting(port, mode, name, std::atoi(argv[4]), std::atoi(argv[5]), argv[6]);
+        }
+        std::fprintf(stderr, "worker: bad arguments\n");
+        return 2;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "worker failed: %s\n", e.what());
         return 1;

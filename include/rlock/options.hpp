@@ -57,6 +57,11 @@ struct lock_options {
     /// remembers the value (`fencing_token()`): tokens strictly increase across all clients.
     /// Opt-in because that counter key never expires.
     bool fencing = false;
+
+    /// fair_lock only: how long a queued waiter may go without renewing its place before the
+    /// others evict it (a waiter that died). Live waiters renew it every third of this while
+    /// they wait. Redisson's default: 5 minutes.
+    std::chrono::milliseconds fair_lock_wait_timeout{300000};
 };
 
 }  // namespace rlock

@@ -3,7 +3,9 @@
 
 #include "rlock/client.hpp"
 #include "rlock/errors.hpp"
+#include "rlock/fair_lock.hpp"
 #include "rlock/mutex.hpp"
 #include "rlock/options.hpp"
+#include "rlock/read_write_lock.hpp"
 #include "rlock/reentrant_lock.hpp"
 #include "rlock/version.hpp"

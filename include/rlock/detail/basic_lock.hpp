@@ -23,9 +23,22 @@ namespace rlock::detail {
 
 /// The keys and channel of one lock.
 struct lock_keys {
-    std::string name;     // the lock key itself
-    std::string channel;  // where unlocks are published
-    std::string fencing;  // redisson_lock_token:{name}
+    std::string name;      // the lock key itself
+    std::string channel;   // where unlocks are published (fair_lock: the prefix of each waiter's)
+    std::string fencing;   // redisson_lock_token:{name}
+    std::string queue;     // redisson_lock_queue:{name}     (fair_lock)
+    std::string timeouts;  // redisson_lock_timeout:{name}   (fair_lock)
+};
+
+/// What one acquire attempt asks for.
+struct attempt_spec {
+    std::string_view value;  // token or holder id (read_write_lock's write side: "<holder>:write")
+    std::string_view lease;  // ms, decimal
+    bool fencing = false;    // INCR the fencing counter on success
+    bool want_ttl = false;   // the caller will wait: report the holder's TTL when refused
+    bool reentry = false;    // this thread holds it already: must not create a hold that is gone
+    bool may_queue = false;  // fair_lock: join the queue when refused
+    std::string_view wait_timeout;  // fair_lock: ms a queued waiter may go silent before eviction
 };
 
 /// What one acquire attempt said.
@@ -48,6 +61,35 @@ return 0
 )lua");
     return s;
 }
+
+/// Kind hooks with their usual meaning; a Kind derives from this and hides what it changes.
+struct kind_defaults {
+    /// Called before a fresh (not re-entrant) acquisition; may throw (read_write_lock: a reader
+    /// asking for the write side).
+    static void check_acquire(const registry&, std::string_view /*name*/, std::uint64_t /*thread*/,
+                              std::string_view /*server*/) {}
+    /// The channel this waiter listens on.
+    static std::string wait_channel(const lock_keys& k, std::string_view /*value*/) {
+        return k.channel;
+    }
+    /// Undoes what a refused attempt left behind when the waiter gives up (fair_lock's queue).
+    static void abandon(redisContext*, const lock_keys&, std::string_view /*value*/,
+                        std::string_view /*server*/) {}
+    static constexpr bool abandons = false;
+    /// Longest single wait: a queued fair waiter must refresh its place (0: no limit).
+    static std::chrono::milliseconds heartbeat(const lock_options&) {
+        return std::chrono::milliseconds(0);
+    }
+    /// Deletes the lock whoever holds it and wakes its waiters; true when it was held.
+    static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
+        script_call call(force_unlock_script(), {k.name, k.channel}, {});
+        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server) == 1;
+    }
+    /// The value stored for this thread's hold.
+    static std::string value_for(client_core& core, std::uint64_t thread, bool reentrant) {
+        return reentrant ? core.holder_id(thread) : random_token();
+    }
+};
 
 template <class Duration>
 std::chrono::milliseconds lease_ms(const Duration& lease, std::string_view lock, std::string_view server) {
@@ -93,6 +135,8 @@ public:
         }
         keys_.channel = std::string(Kind::channel_prefix) + "{" + name + "}";
         keys_.fencing = "redisson_lock_token:{" + name + "}";
+        keys_.queue = "redisson_lock_queue:{" + name + "}";
+        keys_.timeouts = "redisson_lock_timeout:{" + name + "}";
         keys_.name = std::move(name);
     }
     basic_lock(const basic_lock&) = delete;
@@ -218,10 +262,8 @@ public:
     /// Deletes the lock whoever holds it and wakes its waiters. Holders on this client find
     /// their holds lost at the next renewal. True when the lock was held.
     bool force_unlock() {
-        return core_->pool.run(name(), true, [&](redisContext* c) {
-            script_call call(force_unlock_script(), {keys_.name, keys_.channel}, {});
-            return reply_integer(run_script(c, call, name(), server()).get(), name(), server()) == 1;
-        });
+        return core_->pool.run(name(), true,
+                               [&](redisContext* c) { return Kind::force_unlock(c, keys_, server()); });
     }
 
     /// The fencing token of the calling thread's current hold: the value of
@@ -252,15 +294,29 @@ private:
         if (registry::hold_ptr h = reg.find(&Kind::info, name(), thread)) {
             return reenter(*h, lease);
         }
+        Kind::check_acquire(reg, name(), thread, server());
         const bool watched = lease.count() == 0;
         if (watched) lease = watchdog;
-        std::string value = Kind::reentrant ? core_->holder_id(thread) : random_token();
+        std::string value = Kind::value_for(*core_, thread, Kind::reentrant);
+        const bool may_wait = !bounded || clock::now() < deadline;
 
         auto sent = clock::now();
-        acquire_result r = attempt(value, lease, /*want_ttl=*/false, /*fresh=*/true);
+        acquire_result r = attempt(value, lease, /*want_ttl=*/false, /*fresh=*/true, may_wait);
         if (!r.acquired) {
-            if (bounded && clock::now() >= deadline) return false;
-            subscriber::subscription sub(*core_->sub, keys_.channel);
+            if (bounded && clock::now() >= deadline) {
+                if (may_wait) give_up(value);  // it may have queued
+                return false;
+            }
+            // Whatever ends this wait without the lock (timeout, error) leaves no trace behind.
+            struct leaver {
+                basic_lock* self;
+                const std::string& value;
+                bool armed = true;
+                ~leaver() {
+                    if (armed) self->give_up(value);
+                }
+            } leave{this, value};
+            subscriber::subscription sub(*core_->sub, Kind::wait_channel(keys_, value));
             bool active = sub.wait_active(std::min(deadline_or_max(bounded, deadline),
                                                    clock::now() + core_->ep.options.command_timeout));
             // Used only when no message can be relied on: the subscription is not confirmed
@@ -268,10 +324,11 @@ private:
             // expiry). Then waits grow from 10 ms to 1 s; with a subscription and a TTL the wait
             // is exactly "until the message or the TTL".
             std::chrono::milliseconds fallback(10);
+            const std::chrono::milliseconds heartbeat = Kind::heartbeat(options_);
             for (;;) {
                 const std::uint64_t seen = sub.generation();
                 sent = clock::now();
-                r = attempt(value, lease, /*want_ttl=*/true, /*fresh=*/true);
+                r = attempt(value, lease, /*want_ttl=*/true, /*fresh=*/true, true);
                 if (r.acquired) break;
                 const auto now = clock::now();
                 if (bounded && now >= deadline) return false;
@@ -287,8 +344,12 @@ private:
                     until = std::min(until, now + fallback);
                     fallback = std::min(fallback * 2, std::chrono::milliseconds(1000));
                 }
+                // A queued fair waiter renews its place in the queue with each attempt: this
+                // bound is its heartbeat, not a poll for the lock.
+                if (heartbeat.count() > 0) until = std::min(until, now + heartbeat);
                 sub.wait(seen, until);
             }
+            leave.armed = false;
         }
         auto h = std::make_shared<hold>();
         h->kind = &Kind::info;
@@ -324,7 +385,7 @@ private:
             const bool watched = reg.with([&] { return h.watched; }) || lease.count() == 0;
             if (watched) lease = core_->ep.options.lock_watchdog_timeout;
             const auto sent = clock::now();
-            acquire_result r = attempt(h.value, lease, false, /*fresh=*/false);
+            acquire_result r = attempt(h.value, lease, false, /*fresh=*/false, false);
             if (!r.acquired) {
                 if (reg.claim_report(h)) {
                     core_->tell(name(), error(errc::lock_lost, name(), server(),
@@ -348,13 +409,21 @@ private:
     // or timed out, so the command may have run), a release with the same value undoes it and
     // the attempt is made once more on a new connection: nothing of ours outlives a failure.
     acquire_result attempt(const std::string& value, std::chrono::milliseconds lease, bool want_ttl,
-                           bool fresh) {
+                           bool fresh, bool may_queue) {
         const std::string lease_text = std::to_string(lease.count());
+        const std::string wait_text = std::to_string(options_.fair_lock_wait_timeout.count());
+        attempt_spec spec;
+        spec.value = value;
+        spec.lease = lease_text;
+        spec.fencing = options_.fencing;
+        spec.want_ttl = want_ttl;
+        spec.reentry = !fresh;
+        spec.may_queue = may_queue;
+        spec.wait_timeout = wait_text;
         for (int round = 0;; ++round) {
             try {
                 return core_->pool.run(name(), false, [&](redisContext* c) {
-                    return Kind::acquire(c, keys_, value, lease_text, options_.fencing, want_ttl,
-                                         /*reentry=*/!fresh, server());
+                    return Kind::acquire(c, keys_, spec, server());
                 });
             } catch (const error& e) {
                 const bool ambiguous =
@@ -367,6 +436,22 @@ private:
                 }
                 if (round > 0) throw;
             }
+        }
+    }
+
+    // A waiter that gives up leaves nothing behind (fair_lock: its queue entry). Best effort:
+    // what it cannot reach is evicted after fair_lock_wait_timeout.
+    void give_up(const std::string& value) noexcept {
+        if constexpr (Kind::abandons) {
+            try {
+                core_->pool.run(name(), true, [&](redisContext* c) {
+                    Kind::abandon(c, keys_, value, server());
+                    return 0;
+                });
+            } catch (...) {
+            }
+        } else {
+            (void)value;
         }
     }
 

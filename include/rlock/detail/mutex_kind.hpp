@@ -10,7 +10,7 @@
 
 namespace rlock::detail {
 
-struct mutex_kind {
+struct mutex_kind : kind_defaults {
     static constexpr bool reentrant = false;
     static constexpr std::string_view channel_prefix = "rlock_lock__channel:";
 
@@ -62,11 +62,11 @@ return out
 
     static inline const kind_info info{"mutex", &renew_script};
 
-    static acquire_result acquire(redisContext* c, const lock_keys& k, std::string_view token,
-                                  std::string_view lease, bool fencing, bool want_ttl,
-                                  bool /*reentry: never, not reentrant*/, std::string_view server) {
+    static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
+                                  std::string_view server) {
+        const std::string_view token = a.value, lease = a.lease;
         acquire_result out;
-        if (fencing) {
+        if (a.fencing) {
             script_call call(acquire_fenced_script(), {k.name, k.fencing}, {token, lease});
             reply_ptr r = run_script(c, call, k.name, server);
             parse_pair(r.get(), out, k.name, server);
@@ -75,7 +75,7 @@ return out
         // SET NX PX, and when the caller will wait, PTTL in the same round trip.
         const char* set[6] = {"SET", k.name.data(), token.data(), "NX", "PX", lease.data()};
         const std::size_t set_len[6] = {3, k.name.size(), token.size(), 2, 2, lease.size()};
-        if (!want_ttl) {
+        if (!a.want_ttl) {
             reply_ptr r = command_argv(c, 6, set, set_len);
             if (!r || r->type == REDIS_REPLY_ERROR) throw make_error(c, r.get(), k.name, server);
             out.acquired = r->type == REDIS_REPLY_STATUS;

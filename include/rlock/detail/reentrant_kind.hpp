@@ -11,7 +11,7 @@
 
 namespace rlock::detail {
 
-struct reentrant_kind {
+struct reentrant_kind : kind_defaults {
     static constexpr bool reentrant = true;
     static constexpr std::string_view channel_prefix = "redisson_lock__channel:";
 
@@ -81,16 +81,20 @@ return out
 
     static inline const kind_info info{"reentrant_lock", &renew_script};
 
-    static acquire_result acquire(redisContext* c, const lock_keys& k, std::string_view holder,
-                                  std::string_view lease, bool fencing, bool /*want_ttl*/,
-                                  bool reentry, std::string_view server) {
+    static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
+                                  std::string_view server) {
         script_call call(acquire_script(), {k.name, k.fencing},
-                         {lease, holder, fencing ? "1" : "0", reentry ? "1" : "0"});
-        reply_ptr r = run_script(c, call, k.name, server);
+                         {a.lease, a.value, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
+        return parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
+    }
+
+    /// Reads {1, count, token} / {0, ttl}, the reply of every hash-lock acquire script.
+    static acquire_result parse_acquire(const redisReply* r, std::string_view lock,
+                                        std::string_view server) {
         acquire_result out;
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
             r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
-            throw error(errc::protocol_error, k.name, server, "unexpected reply from the acquire script");
+            throw error(errc::protocol_error, lock, server, "unexpected reply from the acquire script");
         }
         out.acquired = r->element[0]->integer == 1;
         if (!out.acquired) {

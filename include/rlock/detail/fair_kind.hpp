@@ -1,0 +1,214 @@
+// The fair-lock protocol: Redisson's RFairLock layout, so rlock and Redisson waiters share one
+// queue. Keys: the lock hash `name` (as reentrant_lock), the FIFO `redisson_lock_queue:{name}`
+// (list of holder ids) and `redisson_lock_timeout:{name}` (zset holder id -> deadline, epoch
+// ms). A release publishes `0` on the queue head's own channel
+// `redisson_lock__channel:{name}:<holder id>`, so exactly the next waiter wakes.
+//
+// Where rlock differs from Redisson, on purpose (each is a reported Redisson failure):
+//   - a deadline is a heartbeat: "now + fair_lock_wait_timeout", renewed by the waiter on every
+//     attempt (it attempts at least every third of that). Redisson chains each waiter's
+//     deadline to the one before it, so they drift into the future and a dead head blocks
+//     everyone. Here a waiter that stops renewing (died) is evicted by the next script that
+//     runs, wherever it stands in the queue, and a live one never is;
+//   - "now" is the server's TIME, one clock for every client (Redisson passes each client's
+//     wall clock);
+//   - a waiter that gives up leaves both keys at once and wakes the new head if the lock is
+//     free (Redisson can leave a failed tryLock queued);
+//   - the wait a refused waiter is told is never negative: the holder's TTL, or the time until
+//     the head's deadline when the lock is free for an earlier waiter;
+//   - queue entries without a deadline are dropped instead of compared (no "attempt to compare
+//     nil with number"), and both queue keys carry a TTL of twice the wait timeout, so they
+//     vanish even if every waiter dies.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <string_view>
+
+#include "rlock/detail/basic_lock.hpp"
+#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/reentrant_kind.hpp"
+#include "rlock/detail/registry.hpp"
+
+namespace rlock::detail {
+
+/// Lua helpers shared by the fair-lock scripts (prepended to their bodies).
+inline constexpr std::string_view fair_lua_helpers = R"lua(
+local function now_ms()
+    local t = redis.call('time')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function evict(queue, deadlines, now)
+    local head = redis.call('lindex', queue, 0)
+    for _, w in ipairs(redis.call('zrangebyscore', deadlines, '-inf', now)) do
+        redis.call('zrem', deadlines, w)
+        redis.call('lrem', queue, 0, w)
+    end
+    for _, w in ipairs(redis.call('lrange', queue, 0, -1)) do
+        if not redis.call('zscore', deadlines, w) then redis.call('lrem', queue, 0, w) end
+    end
+    return redis.call('lindex', queue, 0) ~= head
+end
+local function wake_head(queue, prefix)
+    local head = redis.call('lindex', queue, 0)
+    if head then redis.call('publish', prefix .. ':' .. head, '0') end
+end
+)lua";
+
+inline std::string with_fair_helpers(std::string_view body) {
+    return std::string(fair_lua_helpers) + std::string(body);
+}
+
+struct fair_kind : kind_defaults {
+    static constexpr bool reentrant = true;
+    static constexpr bool abandons = true;
+    static constexpr std::string_view channel_prefix = "redisson_lock__channel:";
+
+    /// Acquire, re-enter, or queue.
+    /// KEYS[1] lock hash, KEYS[2] queue, KEYS[3] deadlines, KEYS[4] fencing counter,
+    /// KEYS[5] channel prefix; ARGV[1] lease ms, ARGV[2] holder id, ARGV[3] wait timeout ms,
+    /// ARGV[4] '1' fencing, ARGV[5] '1' re-entry, ARGV[6] '1' join the queue when refused.
+    /// Free lock + (empty queue or this holder at its head) -> taken. Refused -> queued (or its
+    /// deadline renewed). Returns {1, count, token} / {0, ms to wait (>= 1, or -1: no expiry)}.
+    static const script& acquire_script() {
+        static const std::string body = with_fair_helpers(R"lua(
+local now = now_ms()
+local head_changed = evict(KEYS[2], KEYS[3], now)
+local function token()
+    if ARGV[4] == '1' then return redis.call('incr', KEYS[4]) end
+    return 0
+end
+if redis.call('exists', KEYS[1]) == 0 then
+    if ARGV[5] == '1' then return {0, -2} end
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head == false or head == ARGV[2] then
+        if head then redis.call('lpop', KEYS[2]) end
+        redis.call('zrem', KEYS[3], ARGV[2])
+        redis.call('hincrby', KEYS[1], ARGV[2], 1)
+        redis.call('pexpire', KEYS[1], ARGV[1])
+        return {1, 1, token()}
+    end
+    if head_changed then wake_head(KEYS[2], KEYS[5]) end
+elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+        redis.call('pexpire', KEYS[1], ARGV[1])
+    end
+    return {1, n, token()}
+elseif ARGV[5] == '1' then
+    return {0, -2}
+end
+if ARGV[6] == '1' then
+    local wait = tonumber(ARGV[3])
+    if redis.call('zadd', KEYS[3], now + wait, ARGV[2]) == 1 then
+        redis.call('rpush', KEYS[2], ARGV[2])
+    end
+    redis.call('pexpire', KEYS[2], 2 * wait)
+    redis.call('pexpire', KEYS[3], 2 * wait)
+end
+local ttl = redis.call('pttl', KEYS[1])
+if ttl == -2 then
+    local head = redis.call('lindex', KEYS[2], 0)
+    local due = head and tonumber(redis.call('zscore', KEYS[3], head))
+    ttl = due and (due - now) or 0
+end
+if ttl ~= -1 and ttl < 1 then ttl = 1 end
+return {0, ttl}
+)lua");
+        static const script s(body);
+        return s;
+    }
+
+    /// Leave one level; the last deletes the hash, evicts dead waiters and wakes the queue head
+    /// on its own channel. KEYS[1] hash, KEYS[2] queue, KEYS[3] deadlines, KEYS[4] channel
+    /// prefix; ARGV[1] holder id. Returns -1 not held, n > 0 levels left, 0 released.
+    static const script& release_script() {
+        static const std::string body = with_fair_helpers(R"lua(
+if redis.pcall('hexists', KEYS[1], ARGV[1]) ~= 1 then return -1 end
+local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+if n > 0 then return n end
+redis.call('del', KEYS[1])
+evict(KEYS[2], KEYS[3], now_ms())
+wake_head(KEYS[2], KEYS[4])
+return 0
+)lua");
+        static const script s(body);
+        return s;
+    }
+
+    /// A waiter gives up: out of the queue and the deadlines at once; if that (or an eviction)
+    /// changed the head while the lock is free, the new head is woken. Same KEYS/ARGV as the
+    /// release. Returns 0.
+    static const script& leave_script() {
+        static const std::string body = with_fair_helpers(R"lua(
+local was_head = redis.call('lindex', KEYS[2], 0) == ARGV[1]
+redis.call('zrem', KEYS[3], ARGV[1])
+redis.call('lrem', KEYS[2], 0, ARGV[1])
+local changed = evict(KEYS[2], KEYS[3], now_ms())
+if (was_head or changed) and redis.call('exists', KEYS[1]) == 0 then
+    wake_head(KEYS[2], KEYS[4])
+end
+return 0
+)lua");
+        static const script s(body);
+        return s;
+    }
+
+    /// Deletes the lock whoever holds it and wakes the queue head. Same KEYS as the release.
+    static const script& force_unlock_script() {
+        static const std::string body = with_fair_helpers(R"lua(
+local held = redis.call('del', KEYS[1])
+evict(KEYS[2], KEYS[3], now_ms())
+wake_head(KEYS[2], KEYS[4])
+return held
+)lua");
+        static const script s(body);
+        return s;
+    }
+
+    static inline const kind_info info{"fair_lock", &reentrant_kind::renew_script};
+
+    static std::string wait_channel(const lock_keys& k, std::string_view holder) {
+        std::string c = k.channel;
+        c += ':';
+        c += holder;
+        return c;
+    }
+
+    static std::chrono::milliseconds heartbeat(const lock_options& o) {
+        return std::max(std::chrono::milliseconds(1), o.fair_lock_wait_timeout / 3);
+    }
+
+    static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
+                                  std::string_view server) {
+        script_call call(acquire_script(), {k.name, k.queue, k.timeouts, k.fencing, k.channel},
+                         {a.lease, a.value, a.wait_timeout, a.fencing ? "1" : "0",
+                          a.reentry ? "1" : "0", a.may_queue ? "1" : "0"});
+        return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
+    }
+
+    static long long release(redisContext* c, const lock_keys& k, std::string_view holder,
+                             std::string_view server) {
+        script_call call(release_script(), {k.name, k.queue, k.timeouts, k.channel}, {holder});
+        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server);
+    }
+
+    static void abandon(redisContext* c, const lock_keys& k, std::string_view holder,
+                        std::string_view server) {
+        script_call call(leave_script(), {k.name, k.queue, k.timeouts, k.channel}, {holder});
+        run_script(c, call, k.name, server);
+    }
+
+    static bool held(redisContext* c, const lock_keys& k, std::string_view holder,
+                     std::string_view server) {
+        return reentrant_kind::held(c, k, holder, server);
+    }
+
+    static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
+        script_call call(force_unlock_script(), {k.name, k.queue, k.timeouts, k.channel}, {});
+        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server) == 1;
+    }
+};
+
+}  // namespace rlock::detail

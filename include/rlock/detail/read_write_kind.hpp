@@ -1,0 +1,311 @@
+// The read-write protocol: Redisson's RReadWriteLock layout, so rlock and Redisson exclude each
+// other. Key = the lock name, a hash:
+//     mode                      -> "read" | "write"
+//     <holder id>               -> read reentry count        (one field per reading thread)
+//     <holder id>:write         -> write reentry count       (the writing thread)
+// and for every read hold n of a holder a key `{name}:<holder id>:rwlock_timeout:<n>` with that
+// hold's own PEXPIRE. Unlocks publish on `redisson_rwlock:{name}`: `0` when the last reader
+// leaves, `1` when the writer leaves (also when it leaves while keeping read holds: a
+// downgrade, after which waiting readers may enter).
+//
+// Where rlock differs from Redisson, on purpose:
+//   - read renewal renews only the renewing holder's own hold keys (Redisson renews every
+//     reader's, so one live reader keeps a crashed reader's share alive for ever);
+//   - a writer's acquire drops reader fields whose hold keys have all expired (dead readers),
+//     so a dead reader blocks writers for at most its own lease;
+//   - a completed downgrade publishes `1` (Redisson's waiting readers wait out the TTL).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "rlock/detail/basic_lock.hpp"
+#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/reentrant_kind.hpp"
+#include "rlock/detail/registry.hpp"
+
+namespace rlock::detail {
+
+/// Lua helpers shared by the read-write scripts (prepended to their bodies).
+/// live_readers(hash) drops the reader fields none of whose hold keys is alive any more, and
+/// returns how many readers are alive and the longest remaining hold (ms).
+inline constexpr std::string_view rw_lua_helpers = R"lua(
+local function hold_key(hash, holder, n)
+    return '{' .. hash .. '}:' .. holder .. ':rwlock_timeout:' .. n
+end
+local function live_readers(hash)
+    local alive, longest = 0, 0
+    for _, field in ipairs(redis.call('hkeys', hash)) do
+        if field ~= 'mode' and string.sub(field, -6) ~= ':write' then
+            local count = tonumber(redis.call('hget', hash, field)) or 0
+            local live = false
+            for i = 1, count do
+                local t = redis.call('pttl', hold_key(hash, field, i))
+                if t == -1 or t > 0 then
+                    live = true
+                    if t > longest then longest = t end
+                end
+            end
+            if live then
+                alive = alive + 1
+            else
+                redis.call('hdel', hash, field)
+            end
+        end
+    end
+    return alive, longest
+end
+local function fencing_token(counter, wanted)
+    if wanted == '1' then return redis.call('incr', counter) end
+    return 0
+end
+)lua";
+
+inline std::string with_rw_helpers(std::string_view body) {
+    return std::string(rw_lua_helpers) + std::string(body);
+}
+
+struct rw_read_kind : kind_defaults {
+    static constexpr bool reentrant = true;
+    static constexpr std::string_view channel_prefix = "redisson_rwlock:";
+
+    /// Take or re-enter a read hold.
+    /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name};
+    /// ARGV[1] lease ms, ARGV[2] holder id, ARGV[3] "<holder id>:write", ARGV[4] '1' fencing,
+    /// ARGV[5] '1' re-entry (must find the holder's field).
+    /// Allowed when the lock is free, in read mode, or in write mode held by this very holder
+    /// (the first step of a downgrade). Each hold n gets its own key hold_key(name, holder, n)
+    /// with PEXPIRE lease; the hash's TTL becomes the longer of its TTL and the lease.
+    /// Returns {1, reentry count, fencing token or 0} / {0, PTTL} (-2: a re-entry found nothing).
+    static const script& acquire_script() {
+        static const std::string body = with_rw_helpers(R"lua(
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+    if ARGV[5] == '1' then return {0, -2} end
+    redis.call('hset', KEYS[1], 'mode', 'read')
+elseif not (mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1)) then
+    if ARGV[5] == '1' then return {0, -2} end
+    return {0, redis.call('pttl', KEYS[1])}
+elseif ARGV[5] == '1' and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return {0, -2}
+end
+local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+redis.call('set', hold_key(KEYS[1], ARGV[2], n), 1, 'PX', ARGV[1])
+if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+end
+return {1, n, fencing_token(KEYS[2], ARGV[4])}
+)lua");
+        static const script s(body);
+        return s;
+    }
+
+    /// Leave one read level. KEYS[1] lock hash, KEYS[2] channel; ARGV[1] holder id.
+    /// Deletes the hold's own key. When the holder's last level goes and no live reader (nor
+    /// writer) remains, deletes the hash and publishes `0`; otherwise the hash lives on for the
+    /// longest remaining reader hold. Returns -1 not held, n > 0 levels left, 0 released.
+    static const script& release_script() {
+        static const std::string body = with_rw_helpers(R"lua(
+local mode = redis.pcall('hget', KEYS[1], 'mode')
+if (mode ~= 'read' and mode ~= 'write') or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+    return -1
+end
+local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+redis.call('del', hold_key(KEYS[1], ARGV[1], n + 1))
+if n > 0 then return n end
+redis.call('hdel', KEYS[1], ARGV[1])
+if mode == 'write' then return 0 end
+local alive, longest = live_readers(KEYS[1])
+if alive > 0 then
+    if longest > 0 then redis.call('pexpire', KEYS[1], longest) end
+    return 0
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], '0')
+return 0
+)lua");
+        static const script s(body);
+        return s;
+    }
+
+    /// Batch renewal of read holds, each renewing only its own hold keys (never another
+    /// reader's, never re-creating one): KEYS[i] lock hashes; ARGV[1] lease ms, ARGV[i+1] holder
+    /// id. A holder whose field or any of whose hold keys is gone is reported 0 (lost).
+    static const script& renew_script() {
+        static const std::string body = with_rw_helpers(R"lua(
+local out = {}
+for i = 1, #KEYS do
+    local holder = ARGV[i + 1]
+    local count = tonumber(redis.pcall('hget', KEYS[i], holder))
+    local ok = 0
+    if count then
+        ok = 1
+        for n = 1, count do
+            if redis.call('exists', hold_key(KEYS[i], holder, n)) == 0 then ok = 0 end
+        end
+        if ok == 1 then
+            for n = 1, count do
+                redis.call('pexpire', hold_key(KEYS[i], holder, n), ARGV[1])
+            end
+            if redis.call('pttl', KEYS[i]) < tonumber(ARGV[1]) then
+                redis.call('pexpire', KEYS[i], ARGV[1])
+            end
+        end
+    end
+    out[i] = ok
+end
+return out
+)lua");
+        static const script s(body);
+        return s;
+    }
+
+    /// Deletes the whole lock (every reader's hold keys too) and publishes `1`.
+    /// KEYS[1] lock hash, KEYS[2] channel. Returns 1 when it was held.
+    static const script& force_unlock_script() {
+        static const std::string body = with_rw_helpers(R"lua(
+if redis.call('exists', KEYS[1]) == 0 then return 0 end
+for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+    if field ~= 'mode' and string.sub(field, -6) ~= ':write' then
+        local count = tonumber(redis.call('hget', KEYS[1], field)) or 0
+        for n = 1, count do redis.call('del', hold_key(KEYS[1], field, n)) end
+    end
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], '1')
+return 1
+)lua");
+        static const script s(body);
+        return s;
+    }
+
+    static inline const kind_info info{"read_write_lock.read", &renew_script};
+
+    static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
+                                  std::string_view server) {
+        const std::string write_field = std::string(a.value) + ":write";
+        script_call call(acquire_script(), {k.name, k.fencing},
+                         {a.lease, a.value, write_field, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
+        return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
+    }
+
+    static long long release(redisContext* c, const lock_keys& k, std::string_view holder,
+                             std::string_view server) {
+        script_call call(release_script(), {k.name, k.channel}, {holder});
+        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server);
+    }
+
+    static bool held(redisContext* c, const lock_keys& k, std::string_view holder,
+                     std::string_view server) {
+        return reentrant_kind::held(c, k, holder, server);
+    }
+
+    static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
+        script_call call(force_unlock_script(), {k.name, k.channel}, {});
+        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server) == 1;
+    }
+};
+
+struct rw_write_kind : kind_defaults {
+    static constexpr bool reentrant = true;
+    static constexpr std::string_view channel_prefix = "redisson_rwlock:";
+
+    /// Take or re-enter the write hold.
+    /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name};
+    /// ARGV[1] lease ms, ARGV[2] "<holder id>:write", ARGV[3] '1' fencing, ARGV[4] '1' re-entry.
+    /// In read mode, readers whose hold keys have all expired are dropped first; the write
+    /// side is free once no live reader is left. Returns {1, count, token} / {0, PTTL}.
+    static const script& acquire_script() {
+        static const std::string body = with_rw_helpers(R"lua(
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == 'read' and ARGV[4] ~= '1' then
+    local alive = live_readers(KEYS[1])
+    if alive == 0 then
+        redis.call('del', KEYS[1])
+        mode = false
+    end
+end
+if mode == false then
+    if ARGV[4] == '1' then return {0, -2} end
+    redis.call('hset', KEYS[1], 'mode', 'write')
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, 1, fencing_token(KEYS[2], ARGV[3])}
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+        redis.call('pexpire', KEYS[1], ARGV[1])
+    end
+    return {1, n, fencing_token(KEYS[2], ARGV[3])}
+end
+if ARGV[4] == '1' then return {0, -2} end
+return {0, redis.call('pttl', KEYS[1])}
+)lua");
+        static const script s(body);
+        return s;
+    }
+
+    /// Leave one write level. KEYS[1] lock hash, KEYS[2] channel; ARGV[1] "<holder id>:write".
+    /// The last level deletes the hash, or, when the holder still has read holds (a
+    /// downgrade), switches mode to read; either way it publishes `1` to wake every waiter.
+    /// Returns -1 not held, n > 0 levels left, 0 released.
+    static const script& release_script() {
+        static const script s(R"lua(
+if redis.pcall('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+    return -1
+end
+local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+if n > 0 then return n end
+redis.call('hdel', KEYS[1], ARGV[1])
+if redis.call('hlen', KEYS[1]) <= 1 then
+    redis.call('del', KEYS[1])
+else
+    redis.call('hset', KEYS[1], 'mode', 'read')
+end
+redis.call('publish', KEYS[2], '1')
+return 0
+)lua");
+        return s;
+    }
+
+    static inline const kind_info info{"read_write_lock.write", &reentrant_kind::renew_script};
+
+    static std::string value_for(client_core& core, std::uint64_t thread, bool) {
+        return core.holder_id(thread) + ":write";
+    }
+
+    /// A thread with a read hold asking for the write side would wait for itself for ever.
+    static void check_acquire(const registry& reg, std::string_view name, std::uint64_t thread,
+                              std::string_view server) {
+        if (reg.find(&rw_read_kind::info, name, thread)) {
+            throw error(errc::would_deadlock, name, server,
+                        "this thread holds the read side; it cannot wait for the write side "
+                        "(release the read hold first)");
+        }
+    }
+
+    static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
+                                  std::string_view server) {
+        script_call call(acquire_script(), {k.name, k.fencing},
+                         {a.lease, a.value, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
+        return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
+    }
+
+    static long long release(redisContext* c, const lock_keys& k, std::string_view field,
+                             std::string_view server) {
+        script_call call(release_script(), {k.name, k.channel}, {field});
+        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server);
+    }
+
+    static bool held(redisContext* c, const lock_keys& k, std::string_view field,
+                     std::string_view server) {
+        return reentrant_kind::held(c, k, field, server);
+    }
+
+    static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
+        return rw_read_kind::force_unlock(c, k, server);
+    }
+};
+
+}  // namespace rlock::detail

@@ -1,0 +1,404 @@
+// read_write_lock and fair_lock: what is particular to each (the common contract of their
+// exclusive side is in lock_test.cpp), their layout in Redis, and the failure modes Redisson's
+// versions are known for.
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+#include <signal.h>
+
+#include <future>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rlock/rlock.hpp"
+#include "support/helpers.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using rlock_test::eventually;
+using rlock_test::redis_server;
+using rlock_test::steady;
+
+namespace {
+
+redis_server& server() {
+    static redis_server s;
+    return s;
+}
+
+std::string name() { return rlock_test::test_lock_name(); }
+
+std::string hold_key(const std::string& lock, const std::string& holder, int n) {
+    return "{" + lock + "}:" + holder + ":rwlock_timeout:" + std::to_string(n);
+}
+
+/// The holder id of the calling thread on `c`, read back from the hash it just wrote.
+std::string only_field_except_mode(const std::string& lock) {
+    auto r = server().cmd({"HKEYS", lock});
+    for (std::size_t i = 0; i < r->elements; ++i) {
+        std::string f(rlock::detail::reply_text(r->element[i]));
+        if (f != "mode") return f;
+    }
+    return "";
+}
+
+class raw_subscriber {
+public:
+    explicit raw_subscriber(const std::string& channel)
+        : c_(redisConnect("127.0.0.1", server().port())) {
+        rlock::detail::command(c_.get(), {"SUBSCRIBE", channel});
+        timeval tv{5, 0};
+        redisSetTimeout(c_.get(), tv);
+    }
+    std::string next() {
+        void* raw = nullptr;
+        if (redisGetReply(c_.get(), &raw) != REDIS_OK) return "";
+        rlock::detail::reply_ptr r(static_cast<redisReply*>(raw));
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) return "";
+        return std::string(rlock::detail::reply_text(r->element[2]));
+    }
+
+private:
+    rlock::detail::context_ptr c_;
+};
+
+// ---- read_write_lock ---------------------------------------------------------------------
+
+TEST(read_write_layout, each_read_hold_has_its_own_expiring_key) {
+    rlock::client c(server().options());
+    rlock::read_write_lock rw(c, name());
+    rw.lock_shared();
+    rw.lock_shared();
+    EXPECT_EQ(server().text({"HGET", name(), "mode"}), "read");
+    const std::string holder = only_field_except_mode(name());
+    EXPECT_EQ(holder.rfind(c.id() + ":", 0), 0u) << holder;
+    EXPECT_EQ(server().text({"HGET", name(), holder}), "2");
+    for (int n = 1; n <= 2; ++n) {
+        const long long pttl = server().integer({"PTTL", hold_key(name(), holder, n)});
+        EXPECT_GT(pttl, 0);
+        EXPECT_LE(pttl, 30000);
+    }
+    rw.unlock_shared();
+    EXPECT_EQ(server().integer({"EXISTS", hold_key(name(), holder, 2)}), 0);
+    EXPECT_EQ(server().text({"HGET", name(), holder}), "1");
+    raw_subscriber sub("redisson_rwlock:{" + name() + "}");
+    rw.unlock_shared();
+    EXPECT_EQ(sub.next(), "0");
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+    EXPECT_EQ(server().integer({"EXISTS", hold_key(name(), holder, 1)}), 0);
+}
+
+TEST(read_write_layout, the_write_hold_is_a_write_field_and_its_unlock_publishes_1) {
+    rlock::client c(server().options());
+    rlock::read_write_lock rw(c, name());
+    rw.lock();
+    EXPECT_EQ(server().text({"HGET", name(), "mode"}), "write");
+    const std::string field = only_field_except_mode(name());
+    EXPECT_EQ(field.substr(field.size() - 6), ":write");
+    EXPECT_EQ(server().text({"HGET", name(), field}), "1");
+    rw.lock();  // reentrant
+    EXPECT_EQ(server().text({"HGET", name(), field}), "2");
+    rw.unlock();
+    raw_subscriber sub("redisson_rwlock:{" + name() + "}");
+    rw.unlock();
+    EXPECT_EQ(sub.next(), "1");
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+}
+
+TEST(read_write_lock, readers_share_and_a_writer_waits_for_all_of_them) {
+    rlock::client a(server().options()), b(server().options()), w(server().options());
+    rlock::read_write_lock ra(a, name()), rb(b, name()), rw(w, name());
+    std::shared_lock<rlock::read_write_lock> first(ra);
+    ASSERT_TRUE(rb.try_lock_shared()) << "a second reader was refused";
+    EXPECT_FALSE(rw.try_lock());
+    std::promise<steady::time_point> wrote;
+    std::thread writer([&] {
+        rw.lock();
+        wrote.set_value(steady::now());
+        rw.unlock();
+    });
+    std::this_thread::sleep_for(200ms);
+    first.unlock();
+    auto got = wrote.get_future();
+    EXPECT_EQ(got.wait_for(300ms), std::future_status::timeout) << "writer got in past a reader";
+    const auto last_reader_left = steady::now();
+    rb.unlock_shared();
+    ASSERT_EQ(got.wait_for(5s), std::future_status::ready);
+    EXPECT_LT(got.get() - last_reader_left, 500ms);
+    writer.join();
+}
+
+TEST(read_write_lock, a_writer_excludes_readers_and_wakes_them_on_unlock) {
+    rlock::client a(server().options()), b(server().options());
+    rlock::read_write_lock writer(a, name()), reader(b, name());
+    writer.lock();
+    EXPECT_FALSE(reader.try_lock_shared());
+    std::promise<steady::time_point> read;
+    std::thread t([&] {
+        reader.lock_shared();
+        read.set_value(steady::now());
+        reader.unlock_shared();
+    });
+    std::this_thread::sleep_for(200ms);
+    const auto released = steady::now();
+    writer.unlock();
+    auto f = read.get_future();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    EXPECT_LT(f.get() - released, 500ms);
+    t.join();
+}
+
+TEST(read_write_lock, a_downgrade_keeps_the_read_side_and_wakes_waiting_readers) {
+    rlock::client a(server().options()), b(server().options());
+    rlock::read_write_lock rw(a, name()), other(b, name());
+    rw.lock();
+    rw.lock_shared();  // the writer may read
+    std::promise<steady::time_point> read;
+    std::thread waiting_reader([&] {
+        other.lock_shared();
+        read.set_value(steady::now());
+        other.unlock_shared();
+    });
+    std::this_thread::sleep_for(200ms);
+    const auto downgraded = steady::now();
+    rw.unlock();  // downgrade complete: mode read, this thread still reads
+    EXPECT_EQ(server().text({"HGET", name(), "mode"}), "read");
+    auto f = read.get_future();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    EXPECT_LT(f.get() - downgraded, 500ms) << "a waiting reader waited out the TTL";
+    waiting_reader.join();
+    EXPECT_FALSE(other.try_lock()) << "a writer got in while the downgraded reader reads";
+    EXPECT_TRUE(rw.is_held_shared_by_current_thread());
+    rw.unlock_shared();
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+}
+
+TEST(read_write_lock, a_reader_asking_for_the_write_side_is_would_deadlock_at_once) {
+    rlock::client c(server().options());
+    rlock::read_write_lock rw(c, name());
+    rw.lock_shared();
+    const auto start = steady::now();
+    try {
+        rw.lock();
+        FAIL() << "a reader got the write side";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.code(), rlock::errc::would_deadlock);
+    }
+    EXPECT_LT(steady::now() - start, 100ms);
+    EXPECT_EQ(server().text({"HGET", name(), "mode"}), "read");
+    rw.unlock_shared();
+}
+
+TEST(read_write_lock, a_killed_reader_blocks_a_writer_no_longer_than_its_own_lease) {
+    // The dead reader's lease is 1 s. A live reader renews its own hold all along (Redisson's
+    // renewal would keep the dead one's alive too).
+    pid_t dead = rlock_test::spawn({RLOCK_TEST_WORKER, std::to_string(server().port()),
+                                    "rw-read-hang", name(), "1000"});
+    ASSERT_GT(dead, 0);
+    ASSERT_TRUE(eventually([&] { return server().integer({"EXISTS", name() + ":ready"}) == 1; }));
+    rlock::client_options live_options = server().options();
+    live_options.lock_watchdog_timeout = 600ms;
+    rlock::client live(live_options), w(server().options());
+    rlock::read_write_lock live_reader(live, name()), writer(w, name());
+    live_reader.lock_shared();
+    ::kill(dead, SIGKILL);
+    rlock_test::wait_exit(dead);
+    std::this_thread::sleep_for(2500ms);  // the dead reader's lease is over; the live one renewed
+    EXPECT_FALSE(live_reader.lost_shared());
+    EXPECT_FALSE(writer.try_lock()) << "the live reader must still exclude the writer";
+    std::promise<steady::time_point> wrote;
+    std::thread t([&] {
+        writer.lock();
+        wrote.set_value(steady::now());
+        writer.unlock();
+    });
+    std::this_thread::sleep_for(200ms);
+    const auto released = steady::now();
+    live_reader.unlock_shared();
+    auto f = wrote.get_future();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    EXPECT_LT(f.get() - released, 500ms) << "the dead reader's share outlived its lease";
+    t.join();
+}
+
+TEST(read_write_lock, a_killed_lone_reader_frees_the_lock_after_its_lease) {
+    pid_t dead = rlock_test::spawn({RLOCK_TEST_WORKER, std::to_string(server().port()),
+                                    "rw-read-hang", name(), "1000"});
+    ASSERT_TRUE(eventually([&] { return server().integer({"EXISTS", name() + ":ready"}) == 1; }));
+    ::kill(dead, SIGKILL);
+    rlock_test::wait_exit(dead);
+    const auto killed = steady::now();
+    rlock::client w(server().options());
+    rlock::read_write_lock writer(w, name());
+    ASSERT_TRUE(writer.try_lock_for(5s));
+    EXPECT_LT(steady::now() - killed, 1000ms + 700ms);
+    writer.unlock();
+}
+
+// ---- fair_lock -------------------------------------------------------------------------
+
+std::string queue_of(const std::string& n) { return "redisson_lock_queue:{" + n + "}"; }
+std::string timeouts_of(const std::string& n) { return "redisson_lock_timeout:{" + n + "}"; }
+
+void expect_no_fair_keys(const std::string& n) {
+    EXPECT_EQ(server().integer({"EXISTS", n, queue_of(n), timeouts_of(n)}), 0)
+        << "fair-lock keys left behind";
+}
+
+TEST(fair_lock_layout, a_waiter_is_queued_with_a_deadline_and_the_release_wakes_it) {
+    rlock::client holder(server().options()), waiter(server().options());
+    rlock::fair_lock mine(holder, name()), theirs(waiter, name());
+    mine.lock();
+    std::promise<steady::time_point> got;
+    std::thread t([&] {
+        theirs.lock();
+        got.set_value(steady::now());
+        theirs.unlock();
+    });
+    ASSERT_TRUE(eventually([&] { return server().integer({"LLEN", queue_of(name())}) == 1; }));
+    const std::string queued = server().text({"LINDEX", queue_of(name()), "0"});
+    EXPECT_EQ(queued.rfind(waiter.id() + ":", 0), 0u) << queued;
+    auto now = server().cmd({"TIME"});
+    const long long now_ms = std::atoll(now->element[0]->str) * 1000;
+    const long long deadline = std::atoll(server().text({"ZSCORE", timeouts_of(name()), queued}).c_str());
+    EXPECT_GT(deadline, now_ms + 250000);  // now + 5 min, renewed while it waits
+    EXPECT_LE(deadline, now_ms + 301000);
+    raw_subscriber sub("redisson_lock__channel:{" + name() + "}:" + queued);
+    const auto released = steady::now();
+    mine.unlock();
+    EXPECT_EQ(sub.next(), "0");
+    auto f = got.get_future();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    EXPECT_LT(f.get() - released, 500ms);
+    t.join();
+    expect_no_fair_keys(name());
+}
+
+TEST(fair_lock, processes_get_the_lock_in_the_order_they_queued) {
+    rlock::client c(server().options());
+    rlock::fair_lock lock(c, name());
+    lock.lock();
+    std::vector<pid_t> pids;
+    for (int i = 0; i < 4; ++i) {
+        pids.push_back(rlock_test::spawn({RLOCK_TEST_WORKER, std::to_string(server().port()),
+                                          "fair-order", name(), std::to_string(i), "300000"}));
+        ASSERT_TRUE(eventually([&] { return server().integer({"LLEN", queue_of(name())}) == i + 1; }))
+            << "worker " << i << " did not queue";
+    }
+    lock.unlock();
+    for (pid_t p : pids) EXPECT_EQ(rlock_test::wait_exit(p), 0);
+    auto order = server().cmd({"LRANGE", name() + ":order", "0", "-1"});
+    ASSERT_EQ(order->elements, 4u);
+    for (std::size_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(rlock::detail::reply_text(order->element[i]), std::to_string(i));
+    }
+    expect_no_fair_keys(name());
+}
+
+TEST(fair_lock, a_waiter_that_times_out_leaves_the_queue_at_once) {
+    rlock::client a(server().options()), b(server().options());
+    rlock::fair_lock holder(a, name()), waiter(b, name());
+    holder.lock();
+    EXPECT_FALSE(waiter.try_lock_for(300ms));
+    EXPECT_EQ(server().integer({"EXISTS", queue_of(name()), timeouts_of(name())}), 0);
+    EXPECT_FALSE(waiter.try_lock());  // a plain try_lock never queues
+    EXPECT_EQ(server().integer({"EXISTS", queue_of(name())}), 0);
+    holder.unlock();
+    expect_no_fair_keys(name());
+}
+
+TEST(fair_lock, a_killed_waiter_in_the_middle_is_evicted_after_the_wait_timeout) {
+    rlock::lock_options lo;
+    lo.fair_lock_wait_timeout = 1000ms;
+    rlock::client c(server().options());
+    rlock::fair_lock lock(c, name(), lo);
+    lock.lock();
+    std::vector<pid_t> pids;
+    for (int i = 0; i < 3; ++i) {
+        pids.push_back(rlock_test::spawn({RLOCK_TEST_WORKER, std::to_string(server().port()),
+                                          "fair-order", name(), std::to_string(i), "1000"}));
+        ASSERT_TRUE(eventually([&] { return server().integer({"LLEN", queue_of(name())}) == i + 1; }));
+    }
+    ::kill(pids[1], SIGKILL);  // the middle one dies while queued
+    rlock_test::wait_exit(pids[1]);
+    const auto start = steady::now();
+    lock.unlock();
+    EXPECT_EQ(rlock_test::wait_exit(pids[0]), 0);
+    EXPECT_EQ(rlock_test::wait_exit(pids[2]), 0);
+    EXPECT_LT(steady::now() - start, 1000ms + 1500ms) << "the dead waiter stalled the queue";
+    auto order = server().cmd({"LRANGE", name() + ":order", "0", "-1"});
+    ASSERT_EQ(order->elements, 2u);
+    EXPECT_EQ(rlock::detail::reply_text(order->element[0]), "0");
+    EXPECT_EQ(rlock::detail::reply_text(order->element[1]), "2");
+    expect_no_fair_keys(name());
+}
+
+TEST(fair_lock, a_live_waiter_is_never_evicted_however_long_it_waits) {
+    rlock::lock_options lo;
+    lo.fair_lock_wait_timeout = 300ms;  // much shorter than the wait below
+    rlock::client a(server().options()), b(server().options()), c(server().options());
+    rlock::fair_lock holder(a, name(), lo), first(b, name(), lo), second(c, name(), lo);
+    holder.lock();
+    std::vector<int> order;
+    std::mutex order_mu;
+    std::thread t1([&] {
+        first.lock();
+        std::lock_guard<std::mutex> g(order_mu);
+        order.push_back(1);
+        first.unlock();
+    });
+    ASSERT_TRUE(eventually([&] { return server().integer({"LLEN", queue_of(name())}) == 1; }));
+    std::thread t2([&] {
+        second.lock();
+        std::lock_guard<std::mutex> g(order_mu);
+        order.push_back(2);
+        second.unlock();
+    });
+    ASSERT_TRUE(eventually([&] { return server().integer({"LLEN", queue_of(name())}) == 2; }));
+    std::this_thread::sleep_for(1500ms);  // five wait timeouts
+    EXPECT_EQ(server().integer({"LLEN", queue_of(name())}), 2) << "a live waiter was evicted";
+    holder.unlock();
+    t1.join();
+    t2.join();
+    EXPECT_EQ(order, (std::vector<int>{1, 2}));
+    expect_no_fair_keys(name());
+}
+
+TEST(fair_lock, a_newcomer_does_not_overtake_a_queued_waiter) {
+    // A live (Redisson-style) waiter queued while the lock is free: a newcomer must queue
+    // behind it, not take the lock.
+    auto now = server().cmd({"TIME"});
+    const long long now_ms = std::atoll(now->element[0]->str) * 1000;
+    server().cmd({"RPUSH", queue_of(name()), "ghost:1"});
+    server().cmd({"ZADD", timeouts_of(name()), std::to_string(now_ms + 60000), "ghost:1"});
+    rlock::client c(server().options());
+    rlock::fair_lock lock(c, name());
+    EXPECT_FALSE(lock.try_lock());
+    EXPECT_FALSE(lock.try_lock_for(300ms));
+    EXPECT_EQ(server().integer({"LLEN", queue_of(name())}), 1) << "the newcomer stayed queued";
+    // Once the ghost's deadline has passed it is evicted and the lock is free for the newcomer.
+    server().cmd({"ZADD", timeouts_of(name()), std::to_string(now_ms - 1), "ghost:1"});
+    EXPECT_TRUE(lock.try_lock());
+    lock.unlock();
+    expect_no_fair_keys(name());
+}
+
+TEST(fair_lock, an_expired_head_or_an_out_of_sync_queue_never_hangs_lock_or_errors) {
+    // Redisson failure modes: a dead head whose deadline passed with the lock free (Redisson's
+    // enqueue path then returns a negative TTL and lock() waits for ever), and a queue entry
+    // with no deadline ("attempt to compare nil with number").
+    auto now = server().cmd({"TIME"});
+    const long long now_ms = std::atoll(now->element[0]->str) * 1000;
+    server().cmd({"RPUSH", queue_of(name()), "dead:1", "orphan:2"});
+    server().cmd({"ZADD", timeouts_of(name()), std::to_string(now_ms - 5000), "dead:1"});
+    rlock::client c(server().options());
+    rlock::fair_lock lock(c, name());
+    const auto start = steady::now();
+    ASSERT_TRUE(lock.try_lock_for(3s));
+    EXPECT_LT(steady::now() - start, 500ms);
+    lock.unlock();
+    expect_no_fair_keys(name());
+}
+
+}  // namespace
