@@ -3,13 +3,18 @@
 //   rlock_test_worker <port> <mutex|reentrant|fair|rw> <lock> <threads> <iterations> <counter>
 //       Each thread loops: lock, GET the counter, SET it to value + 1 (not atomic on purpose),
 //       unlock. (rw: the write side.) Exits 0 when every iteration ran, 1 on any error.
+//   rlock_test_worker <port> red <lock> <threads> <iterations> <counter> <port,port,...>
+//       As above with a red_lock over the first port and the listed ones (counter on the first).
 //   rlock_test_worker <port> fair-order <lock> <id> <wait timeout ms>
 //       Waits for the fair lock, RPUSHes <id> to "<lock>:order", holds 50 ms, unlocks.
 //   rlock_test_worker <port> rw-read-hang <lock> <watchdog ms>
 //       Takes the read side (watched), SETs "<lock>:ready", then sleeps until killed.
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -106,6 +111,43 @@ int main(int argc, char** argv) {
             rlock::detail::command(raw(port).get(), {"SET", name + ":ready", "1"});
             std::this_thread::sleep_for(std::chrono::seconds(60));
             return 3;  // should have been killed
+        }
+        if (mode == "red" && argc == 8) {
+            std::vector<std::unique_ptr<rlock::client>> clients;
+            std::vector<rlock::client*> nodes;
+            std::string ports = std::to_string(port) + "," + argv[7];
+            for (std::size_t at = 0; at < ports.size();) {
+                const std::size_t comma = std::min(ports.find(',', at), ports.size());
+                rlock::client_options o;
+                o.port = std::atoi(ports.substr(at, comma - at).c_str());
+                clients.push_back(std::make_unique<rlock::client>(o));
+                nodes.push_back(clients.back().get());
+                at = comma + 1;
+            }
+            rlock::red_lock lock(nodes, name);
+            auto redis = raw(port);
+            const int threads = std::atoi(argv[4]), iterations = std::atoi(argv[5]);
+            std::vector<std::thread> pool;
+            std::atomic<int> failures{0};
+            for (int t = 0; t < threads; ++t) {
+                pool.emplace_back([&] {
+                    try {
+                        auto mine = raw(port);
+                        for (int i = 0; i < iterations; ++i) {
+                            std::lock_guard<rlock::red_lock> guard(lock);
+                            auto got = rlock::detail::command(mine.get(), {"GET", argv[6]});
+                            const long long v = got->type == REDIS_REPLY_STRING ? std::atoll(got->str) : 0;
+                            std::this_thread::yield();
+                            rlock::detail::command(mine.get(), {"SET", argv[6], std::to_string(v + 1)});
+                        }
+                    } catch (const std::exception& e) {
+                        std::fprintf(stderr, "red worker thread failed: %s\n", e.what());
+                        ++failures;
+                    }
+                });
+            }
+            for (auto& t : pool) t.join();
+            return failures == 0 ? 0 : 1;
         }
         if (argc == 7) {
             return counting(port, mode, name, std::atoi(argv[4]), std::atoi(argv[5]), argv[6]);

@@ -109,13 +109,31 @@ public:
         }
     }
 
+    /// Tells the owner of a lost hold: on_lock_lost for a plain hold; for a member of a group
+    /// (a red_lock node) the group decides, and tells its owner once.
+    void tell_hold(const hold& h, const error& reason) const noexcept {
+        if (!h.group) {
+            tell(h.name, reason);
+            return;
+        }
+        if (h.group->part_lost() && h.group->tell) {
+            try {
+                h.group->tell(h.group->name,
+                              error(errc::lock_lost, h.group->name, "",
+                                    "too few nodes still hold it; the last loss: " +
+                                        std::string(reason.what())));
+            } catch (...) {
+            }
+        }
+    }
+
     /// One watchdog tick: renews every watched hold, in batches of `renew_batch` holds per
     /// script call, all calls pipelined on the watchdog's connection. Public for tests/benches.
     void renew_all(context_ptr& conn) {
         std::vector<registry::hold_ptr> expired;
         std::vector<registry::hold_ptr> holds = reg.take_watched(expired);
         for (const auto& h : expired) {
-            tell(h->name, error(errc::lock_lost, h->name, ep.name,
+            tell_hold(*h, error(errc::lock_lost, h->name, ep.name,
                                 "the lease ran out before the watchdog could renew it"));
         }
         if (holds.empty()) return;
@@ -179,11 +197,11 @@ public:
         for (const std::size_t i : reg.renewed(holds, ok, gone, sent)) {
             const hold& h = *holds[i];
             if (gone[i]) {
-                tell(h.name, error(errc::lock_lost, h.name, ep.name,
+                tell_hold(h, error(errc::lock_lost, h.name, ep.name,
                                    "the watchdog found the hold gone: the key expired, was "
                                    "deleted or belongs to another holder now"));
             } else {
-                tell(h.name,
+                tell_hold(h,
                      error(errc::lock_lost, h.name, ep.name,
                            std::string("the lease ran out before the watchdog could renew it: ") +
                                (failure ? failure->what() : "no reply")));

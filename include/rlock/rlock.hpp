@@ -7,5 +7,6 @@
 #include "rlock/mutex.hpp"
 #include "rlock/options.hpp"
 #include "rlock/read_write_lock.hpp"
+#include "rlock/red_lock.hpp"
 #include "rlock/reentrant_lock.hpp"
 #include "rlock/version.hpp"

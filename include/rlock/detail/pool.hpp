@@ -28,6 +28,12 @@ public:
             if (ctx_) pool_->give_back(std::move(ctx_));
         }
         redisContext* get() const noexcept { return ctx_.get(); }
+        /// Closes the connection instead of pooling it: a reply may still be on its way.
+        void discard() noexcept {
+            if (!ctx_) return;
+            ctx_.reset();
+            pool_->forget();
+        }
 
     private:
         pool* pool_;
@@ -94,6 +100,14 @@ public:
     const endpoint& ep() const noexcept { return ep_; }
 
 private:
+    void forget() noexcept {
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            --open_;
+        }
+        cv_.notify_one();
+    }
+
     void give_back(context_ptr c) {
         {
             std::lock_guard<std::mutex> g(mu_);

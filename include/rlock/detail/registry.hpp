@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -24,6 +25,21 @@ struct kind_info {
     const script& (*renew)();     // batch renewal; KEYS = lock keys, ARGV = lease, values...
 };
 
+/// Holds that stand or fall together (the nodes of a red_lock): the owner is told once, when
+/// more than `tolerance` of them are lost. Set on each member hold.
+struct hold_group {
+    std::string name;
+    int tolerance = 0;
+    std::atomic<int> lost_parts{0};
+    std::atomic<bool> told{false};
+    lock_lost_handler tell;  // the owner's on_lock_lost (may be empty)
+
+    /// Counts one member lost; true when this loss is the one that loses the group.
+    bool part_lost() noexcept {
+        return lost_parts.fetch_add(1) + 1 > tolerance && !told.exchange(true);
+    }
+};
+
 /// One thread's hold on one lock.
 struct hold {
     using clock = std::chrono::steady_clock;
@@ -35,6 +51,7 @@ struct hold {
     std::chrono::milliseconds lease{0};
     bool watched = false;
     std::uint64_t fencing = 0;
+    std::shared_ptr<hold_group> group;  // set for the parts of a red_lock
 
     // Guarded by registry::mu_.
     std::size_t count = 1;      // reentry depth

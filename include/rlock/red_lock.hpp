@@ -1,0 +1,333 @@
+// rlock::red_lock — the Redlock algorithm over N independent Redis masters.
+//
+//     rlock::client a("redis://10.0.0.1"), b("redis://10.0.0.2"), c("redis://10.0.0.3");
+//     rlock::red_lock lock({&a, &b, &c}, "reports");
+//     std::lock_guard<rlock::red_lock> guard(lock);
+//
+// The same random token is SET NX PX on every node (the rlock::mutex layout, so a red_lock and
+// a mutex on one of the nodes exclude each other there). The lock is held when a majority
+// (N/2 + 1) accepted and the validity left — lease - elapsed - drift, drift = lease *
+// clock_drift_factor + 2 ms, measured on steady_clock — is still positive. remaining_lease()
+// reports that validity.
+//
+// Acquisition is parallel: the request is written to every node first and the replies are read
+// together (poll), so a round costs about the slowest node, not the sum; each node has its own
+// timeout (node_timeout_fraction of the lease, at least 10 ms), so a dead node costs that once,
+// and a round ends as soon as a majority for or against is certain. A failed round releases on
+// every node, including those that refused or did not answer (a reply may have been lost), then
+// waits a random delay up to retry_delay (cut short by an unlock message from the first node)
+// while the wait allows.
+//
+// A watched red_lock is renewed by each node's own client watchdog (batched with that client's
+// other holds); it stays held while more than half of the nodes keep it, and its owner is told
+// once (the first client's on_lock_lost) when too few do.
+//
+// Errors: a round in which fewer than a majority of nodes could even be asked or answered ends
+// lock() with `errc::quorum_not_reached`, and try_lock_for / try_lock_until with the same error
+// when their wait runs out that way; the message lists each node: accepted, refused, or failed
+// and why. A lock simply held by someone else makes try_* return false.
+//
+// What Redlock does not promise — process pauses, clock jumps, restarts without fsync — is in
+// docs/guarantees.md; use fencing tokens (on a single node) where correctness depends on it.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "rlock/client.hpp"
+#include "rlock/detail/basic_lock.hpp"
+#include "rlock/detail/fan_out.hpp"
+#include "rlock/detail/mutex_kind.hpp"
+#include "rlock/errors.hpp"
+#include "rlock/options.hpp"
+
+namespace rlock {
+
+/// Options of a red_lock.
+struct red_lock_options {
+    double clock_drift_factor = 0.01;     ///< drift = lease * factor + 2 ms
+    double node_timeout_fraction = 0.05;  ///< per-node timeout, as a fraction of the lease
+    std::chrono::milliseconds retry_delay{50};  ///< longest random delay between rounds
+};
+
+namespace detail {
+inline const kind_info red_lock_info{"red_lock", &mutex_kind::renew_script};
+}  // namespace detail
+
+class red_lock {
+    using clock = std::chrono::steady_clock;
+
+public:
+    /// Names a lock over `nodes` (each a client of an independent master; any N >= 1, odd
+    /// recommended). Sends nothing. Throws `error` (invalid_argument) for no nodes, a null
+    /// client, the same client twice, an empty name or nonsense options.
+    red_lock(const std::vector<client*>& nodes, std::string name, red_lock_options options = {})
+        : name_(std::move(name)), options_(options) {
+        auto bad = [&](const std::string& why) { throw error(errc::invalid_argument, name_, "", why); };
+        if (name_.empty()) bad("lock name is empty");
+        if (nodes.empty()) bad("a red_lock needs at least one node");
+        if (!(options_.clock_drift_factor >= 0 && options_.clock_drift_factor < 1)) bad("clock_drift_factor must be in [0, 1)");
+        if (!(options_.node_timeout_fraction > 0 && options_.node_timeout_fraction < 1)) bad("node_timeout_fraction must be in (0, 1)");
+        for (client* c : nodes) {
+            if (!c) bad("a node is null");
+            detail::client_core* core = &detail::client_access::core(*c);
+            if (std::find(nodes_.begin(), nodes_.end(), core) != nodes_.end()) bad("the same client is given twice");
+            nodes_.push_back(core);
+        }
+        keys_.name = name_;
+        keys_.channel = "rlock_lock__channel:{" + name_ + "}";
+    }
+    red_lock(const red_lock&) = delete;
+    red_lock& operator=(const red_lock&) = delete;
+
+    std::size_t quorum() const noexcept { return nodes_.size() / 2 + 1; }
+    std::size_t size() const noexcept { return nodes_.size(); }
+    const std::string& name() const noexcept { return name_; }
+
+    /// Blocks until held (watched). Throws would_deadlock (this thread holds it), or
+    /// quorum_not_reached when a round could not reach a majority of nodes.
+    void lock() { acquire(false, {}, std::chrono::milliseconds(0)); }
+    template <class Rep, class Period>
+    void lock(const std::chrono::duration<Rep, Period>& lease) {
+        acquire(false, {}, detail::lease_ms(lease, name_, ""));
+    }
+    [[nodiscard]] bool try_lock() { return acquire(true, clock::now(), std::chrono::milliseconds(0)); }
+    template <class Rep, class Period>
+    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait) {
+        return acquire(true, detail::deadline_after(wait), std::chrono::milliseconds(0));
+    }
+    template <class Rep, class Period, class Rep2, class Period2>
+    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait,
+                                    const std::chrono::duration<Rep2, Period2>& lease) {
+        const auto l = detail::lease_ms(lease, name_, "");
+        return acquire(true, detail::deadline_after(wait), l);
+    }
+    template <class Clock, class Duration>
+    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+        return acquire(true, detail::to_steady(t), std::chrono::milliseconds(0));
+    }
+    template <class Clock, class Duration, class Rep, class Period>
+    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t,
+                                      const std::chrono::duration<Rep, Period>& lease) {
+        const auto l = detail::lease_ms(lease, name_, "");
+        return acquire(true, detail::to_steady(t), l);
+    }
+
+    /// Releases on every node in parallel (the renewals stop first); returns on how many nodes
+    /// our key was deleted. Throws not_owner only to a thread that does not hold it; never
+    /// throws for unreachable nodes.
+    std::size_t unlock() {
+        const std::uint64_t thread = detail::current_thread_number();
+        std::string token;
+        for (detail::client_core* n : nodes_) {
+            if (auto h = n->reg.find(&detail::red_lock_info, name_, thread)) {
+                token = h->value;
+                n->reg.remove(h);
+            }
+        }
+        if (token.empty()) {
+            throw error(errc::not_owner, name_, "", "unlock by a thread that does not hold the red_lock");
+        }
+        std::size_t released = 0;
+        for (const auto& r : release_all(token)) {
+            if (r.reply && r.reply->type == REDIS_REPLY_INTEGER && r.reply->integer == 0) ++released;
+        }
+        return released;
+    }
+
+    /// This thread's hold is lost: more than N - quorum of its node holds are gone, or the
+    /// validity left on a majority has run out by this client's clock. No round trip.
+    [[nodiscard]] bool lost() const {
+        const auto valid = validity_end();
+        return valid && clock::now() >= *valid;
+    }
+
+    /// The validity this thread's hold has left (zero when lost or not held).
+    [[nodiscard]] std::chrono::milliseconds remaining_lease() const {
+        const auto valid = validity_end();
+        if (!valid) return std::chrono::milliseconds(0);
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*valid - clock::now());
+        return std::max(left, std::chrono::milliseconds(0));
+    }
+
+    /// The calling thread holds it and its validity has not run out (no round trip).
+    [[nodiscard]] bool is_held_by_current_thread() const {
+        const auto valid = validity_end();
+        return valid && clock::now() < *valid;
+    }
+
+private:
+    std::chrono::milliseconds drift(std::chrono::milliseconds lease) const {
+        return std::chrono::milliseconds(static_cast<long long>(
+                   static_cast<double>(lease.count()) * options_.clock_drift_factor)) +
+               std::chrono::milliseconds(2);
+    }
+
+    std::chrono::milliseconds node_timeout(std::chrono::milliseconds lease) const {
+        return std::max(std::chrono::milliseconds(10),
+                        std::chrono::milliseconds(static_cast<long long>(
+                            static_cast<double>(lease.count()) * options_.node_timeout_fraction)));
+    }
+
+    // The end of this thread's validity: the quorum-th latest node expiry minus drift, over the
+    // node holds not lost. Empty when the thread holds nothing; the epoch when too few remain.
+    std::optional<clock::time_point> validity_end() const {
+        const std::uint64_t thread = detail::current_thread_number();
+        std::vector<clock::time_point> alive;
+        bool any = false;
+        std::chrono::milliseconds lease{0};
+        for (detail::client_core* n : nodes_) {
+            auto h = n->reg.find(&detail::red_lock_info, name_, thread);
+            if (!h) continue;
+            any = true;
+            lease = h->lease;
+            if (!n->reg.is_lost(*h)) alive.push_back(n->reg.with([&] { return h->expires; }));
+        }
+        if (!any) return std::nullopt;
+        if (alive.size() < quorum()) return clock::time_point{};
+        std::sort(alive.begin(), alive.end(), std::greater<>());
+        return alive[quorum() - 1] - drift(lease);
+    }
+
+    std::vector<detail::node_result> release_all(const std::string& token) {
+        return detail::fan_out(
+            nodes_, name_,
+            [&](std::size_t, detail::script_call& call) {
+                call = detail::script_call(detail::mutex_kind::release_script(), {keys_.name, keys_.channel},
+                                           {token});
+            },
+            node_timeout(std::chrono::milliseconds(
+                std::max<long long>(1000, nodes_.front()->ep.options.command_timeout.count()))));
+    }
+
+    std::string describe(const std::vector<detail::node_result>& results) const {
+        std::string m;
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            if (!m.empty()) m += "; ";
+            m += nodes_[i]->ep.name + " ";
+            const auto& r = results[i];
+            if (r.failure) {
+                m += "failed: ";
+                m += r.failure->what();
+            } else if (r.reply && r.reply->type == REDIS_REPLY_STATUS) {
+                m += "accepted";
+            } else if (r.reply && r.reply->type == REDIS_REPLY_ERROR) {
+                m += "failed: ";
+                m += detail::reply_text(r.reply.get());
+            } else {
+                m += "refused (held by another)";
+            }
+        }
+        return m;
+    }
+
+    bool acquire(bool bounded, clock::time_point deadline, std::chrono::milliseconds lease) {
+        const std::uint64_t thread = detail::current_thread_number();
+        for (detail::client_core* n : nodes_) {
+            if (n->reg.find(&detail::red_lock_info, name_, thread)) {
+                throw error(errc::would_deadlock, name_, n->ep.name,
+                            "this thread already holds the red_lock, which is not reentrant");
+            }
+        }
+        const bool watched = lease.count() == 0;
+        if (watched) lease = nodes_.front()->ep.options.lock_watchdog_timeout;
+        const std::string lease_text = std::to_string(lease.count());
+        const std::size_t need = quorum(), n = nodes_.size();
+        std::mt19937_64 rng(std::random_device{}());
+        std::optional<detail::subscriber::subscription> sub;
+        for (;;) {
+            const std::string token = detail::random_token();
+            const auto start = clock::now();
+            auto accepted = [](const detail::node_result& r) {
+                return r.reply && r.reply->type == REDIS_REPLY_STATUS;
+            };
+            auto results = detail::fan_out(
+                nodes_, name_,
+                [&](std::size_t, detail::script_call& call) {
+                    call = detail::script_call();
+                    for (std::string_view p : {std::string_view("SET"), std::string_view(name_),
+                                               std::string_view(token), std::string_view("NX"),
+                                               std::string_view("PX"), std::string_view(lease_text)}) {
+                        call.push(p);
+                    }
+                },
+                node_timeout(lease), [&](const std::vector<detail::node_result>& so_far) {
+                    std::size_t yes = 0, no = 0;
+                    for (const auto& r : so_far) {
+                        if (accepted(r)) {
+                            ++yes;
+                        } else if (r.reply || r.failure) {
+                            ++no;
+                        }
+                    }
+                    return yes >= need || no > n - need;
+                });
+            std::vector<std::size_t> got;
+            std::size_t failed = 0;
+            for (std::size_t i = 0; i < n; ++i) {
+                if (accepted(results[i])) got.push_back(i);
+                if (results[i].failure || (results[i].reply && results[i].reply->type == REDIS_REPLY_ERROR)) ++failed;
+            }
+            const auto validity = lease - std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start) - drift(lease);
+            if (got.size() >= need && validity.count() > 0) {
+                auto group = std::make_shared<detail::hold_group>();
+                group->name = name_;
+                group->tolerance = static_cast<int>(n - need);
+                group->tell = nodes_.front()->ep.options.on_lock_lost;
+                for (std::size_t i : got) {
+                    auto h = std::make_shared<detail::hold>();
+                    h->kind = &detail::red_lock_info;
+                    h->name = name_;
+                    h->value = token;
+                    h->thread = thread;
+                    h->lease = lease;
+                    h->watched = watched;
+                    h->expires = start + lease;
+                    h->group = group;
+                    // Nodes that did not accept count as lost from the start.
+                    nodes_[i]->reg.add(std::move(h));
+                }
+                group->lost_parts = static_cast<int>(n - got.size());
+                return true;
+            }
+            // Failed round: undo on every node, answered or not (a reply may have been lost).
+            release_all(token);
+            const std::string detail_text = describe(results);
+            const bool unreachable = n - failed < need;
+            if (unreachable && !bounded) {
+                throw error(errc::quorum_not_reached, name_, "",
+                            "fewer than " + std::to_string(need) + " of " + std::to_string(n) +
+                                " nodes could be asked: " + detail_text);
+            }
+            const auto now = clock::now();
+            if (bounded && now >= deadline) {
+                if (unreachable) {
+                    throw error(errc::quorum_not_reached, name_, "",
+                                "fewer than " + std::to_string(need) + " of " + std::to_string(n) +
+                                    " nodes could be asked: " + detail_text);
+                }
+                return false;
+            }
+            // Redlock's random delay between rounds (so competing clients do not retry in
+            // lockstep), cut short by an unlock message from the first node.
+            if (!sub) sub.emplace(*nodes_.front()->sub, keys_.channel);
+            const auto seen = sub->generation();
+            std::uniform_int_distribution<long long> pick(1, std::max<long long>(1, options_.retry_delay.count()));
+            auto until = now + std::chrono::milliseconds(pick(rng));
+            if (bounded) until = std::min(until, deadline);
+            sub->wait(seen, until);
+        }
+    }
+
+    std::vector<detail::client_core*> nodes_;
+    std::string name_;
+    red_lock_options options_;
+    detail::lock_keys keys_;
+};
+
+}  // namespace rlock

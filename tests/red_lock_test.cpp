@@ -1,0 +1,174 @@
+// red_lock over five real redis-servers: majority with nodes down, quorum errors, per-node
+// timeouts, clean-up of minority keys, renewal and loss, and exclusion across processes.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rlock/rlock.hpp"
+#include "support/helpers.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using rlock_test::eventually;
+using rlock_test::redis_server;
+using rlock_test::steady;
+
+namespace {
+
+class red_lock_test : public ::testing::Test {
+protected:
+    void SetUp() override {
+        for (int i = 0; i < 5; ++i) servers.push_back(std::make_unique<redis_server>());
+    }
+    std::vector<std::unique_ptr<rlock::client>> make_clients(std::chrono::milliseconds watchdog = 30s) {
+        std::vector<std::unique_ptr<rlock::client>> out;
+        for (auto& s : servers) {
+            rlock::client_options o = s->options();
+            o.lock_watchdog_timeout = watchdog;
+            o.command_timeout = 300ms;
+            o.connect_timeout = 300ms;
+            o.on_lock_lost = lost.handler();
+            out.push_back(std::make_unique<rlock::client>(o));
+        }
+        return out;
+    }
+    static std::vector<rlock::client*> raw(const std::vector<std::unique_ptr<rlock::client>>& cs) {
+        std::vector<rlock::client*> out;
+        for (auto& c : cs) out.push_back(c.get());
+        return out;
+    }
+    long long keys_named(const std::string& n, std::size_t from = 0) {
+        long long k = 0;
+        for (std::size_t i = from; i < servers.size(); ++i) k += servers[i]->integer({"EXISTS", n});
+        return k;
+    }
+    std::string name() const { return rlock_test::test_lock_name(); }
+
+    std::vector<std::unique_ptr<redis_server>> servers;
+    rlock_test::lost_log lost;
+};
+
+TEST_F(red_lock_test, holds_the_same_token_on_every_node_and_unlock_releases_all) {
+    auto clients = make_clients();
+    rlock::red_lock lock(raw(clients), name());
+    EXPECT_EQ(lock.quorum(), 3u);
+    lock.lock();
+    const std::string token = servers[0]->text({"GET", name()});
+    EXPECT_EQ(token.size(), 32u);
+    for (auto& s : servers) EXPECT_EQ(s->text({"GET", name()}), token);
+    EXPECT_TRUE(lock.is_held_by_current_thread());
+    EXPECT_GT(lock.remaining_lease(), 25s);
+    EXPECT_EQ(lock.unlock(), 5u);
+    EXPECT_EQ(keys_named(name()), 0);
+    EXPECT_THROW(lock.unlock(), rlock::error);
+}
+
+TEST_F(red_lock_test, two_nodes_down_of_five_still_lock_and_exclude) {
+    auto mine = make_clients(), theirs = make_clients();
+    servers[3]->kill_now();
+    servers[4]->kill_now();
+    rlock::red_lock a(raw(mine), name()), b(raw(theirs), name());
+    ASSERT_TRUE(a.try_lock_for(2s));
+    EXPECT_FALSE(b.try_lock_for(300ms)) << "a second holder with two nodes down";
+    EXPECT_EQ(a.unlock(), 3u);
+    EXPECT_TRUE(b.try_lock_for(2s));
+    b.unlock();
+}
+
+TEST_F(red_lock_test, three_nodes_down_is_quorum_not_reached_and_leaves_no_key) {
+    auto clients = make_clients();
+    for (int i = 2; i < 5; ++i) servers[i]->kill_now();
+    rlock::red_lock lock(raw(clients), name());
+    const auto start = steady::now();
+    try {
+        (void)lock.try_lock_for(500ms);
+        FAIL() << "locked with 2 of 5 nodes";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.code(), rlock::errc::quorum_not_reached);
+        const std::string what = e.what();
+        EXPECT_NE(what.find(clients[0]->server() + " accepted"), std::string::npos) << what;
+        EXPECT_NE(what.find(clients[4]->server() + " failed"), std::string::npos) << what;
+    }
+    EXPECT_LT(steady::now() - start, 3s);
+    EXPECT_EQ(servers[0]->integer({"EXISTS", name()}) + servers[1]->integer({"EXISTS", name()}), 0);
+    EXPECT_THROW(lock.lock(), rlock::error);  // lock() says so at once instead of spinning
+}
+
+TEST_F(red_lock_test, a_paused_node_costs_at_most_its_per_node_timeout) {
+    auto clients = make_clients();
+    rlock::red_lock lock(raw(clients), name());
+    lock.lock(2s);  // warm the connections; per-node timeout = 5% of 2 s = 100 ms
+    lock.unlock();
+    servers[2]->pause();
+    const auto start = steady::now();
+    const bool got = lock.try_lock_for(5s, 2s);
+    const auto took = steady::now() - start;
+    servers[2]->resume();
+    ASSERT_TRUE(got);
+    EXPECT_LT(took, 100ms + 400ms);
+    EXPECT_GE(lock.unlock(), 4u);  // the paused node may or may not have taken it late
+}
+
+TEST_F(red_lock_test, keys_a_failed_attempt_set_on_a_minority_are_cleaned_up) {
+    for (int i = 0; i < 3; ++i) servers[i]->cmd({"SET", name(), "someone-else", "PX", "30000"});
+    auto clients = make_clients();
+    rlock::red_lock lock(raw(clients), name());
+    EXPECT_FALSE(lock.try_lock_for(300ms));
+    EXPECT_EQ(keys_named(name(), 3), 0) << "our key stayed on the minority that accepted";
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(servers[i]->text({"GET", name()}), "someone-else");
+}
+
+TEST_F(red_lock_test, a_watched_red_lock_is_renewed_on_every_node_until_unlock) {
+    auto mine = make_clients(600ms), theirs = make_clients(600ms);
+    rlock::red_lock a(raw(mine), name()), b(raw(theirs), name());
+    a.lock();
+    const auto end = steady::now() + 2s;
+    while (steady::now() < end) {
+        ASSERT_FALSE(b.try_lock());
+        std::this_thread::sleep_for(200ms);
+    }
+    EXPECT_FALSE(a.lost());
+    EXPECT_GT(a.remaining_lease(), 0ms);
+    EXPECT_EQ(a.unlock(), 5u);
+    EXPECT_EQ(lost.calls, 0);
+}
+
+TEST_F(red_lock_test, losing_a_majority_of_nodes_is_reported_once_a_minority_is_not) {
+    auto clients = make_clients(300ms);
+    rlock::red_lock lock(raw(clients), name());
+    lock.lock();
+    servers[0]->cmd({"DEL", name()});
+    servers[1]->cmd({"DEL", name()});
+    std::this_thread::sleep_for(600ms);  // two renewals found two nodes gone: still held
+    EXPECT_FALSE(lock.lost());
+    EXPECT_EQ(lost.calls, 0);
+    servers[2]->cmd({"DEL", name()});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() > 0; }));
+    EXPECT_TRUE(lock.lost());
+    EXPECT_EQ(lost.code, static_cast<int>(rlock::errc::lock_lost));
+    EXPECT_NO_THROW(lock.unlock());
+    std::this_thread::sleep_for(400ms);
+    EXPECT_EQ(lost.calls, 1);
+}
+
+TEST_F(red_lock_test, excludes_across_three_processes_of_two_threads) {
+    std::string others;
+    for (std::size_t i = 1; i < servers.size(); ++i) {
+        if (!others.empty()) others += ",";
+        others += std::to_string(servers[i]->port());
+    }
+    const std::string counter = name() + ":counter";
+    std::vector<pid_t> pids;
+    for (int p = 0; p < 3; ++p) {
+        pids.push_back(rlock_test::spawn({RLOCK_TEST_WORKER, std::to_string(servers[0]->port()), "red",
+                                          name(), "2", "15", counter, others}));
+    }
+    for (pid_t p : pids) EXPECT_EQ(rlock_test::wait_exit(p), 0);
+    EXPECT_EQ(servers[0]->text({"GET", counter}), std::to_string(3 * 2 * 15));
+    EXPECT_EQ(keys_named(name()), 0);
+}
+
+}  // namespace
