@@ -326,6 +326,7 @@ TYPED_TEST(lock_test, bad_input_is_refused_before_anything_is_sent) {
 TYPED_TEST(lock_test, excludes_across_four_processes_of_two_threads) {
     const std::string kind = kind_name<TypeParam>();
     const std::string counter = this->name() + ":counter";
+    this->server().cmd({"DEL", counter});
     constexpr int processes = 4, threads = 2, iterations = 40;
     std::vector<pid_t> pids;
     for (int p = 0; p < processes; ++p) {

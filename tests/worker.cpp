@@ -5,6 +5,9 @@
 //       unlock. (rw: the write side.) Exits 0 when every iteration ran, 1 on any error.
 //   rlock_test_worker <port> red <lock> <threads> <iterations> <counter> <port,port,...>
 //       As above with a red_lock over the first port and the listed ones (counter on the first).
+//   rlock_test_worker <port> multi <lock A> <threads> <iterations> <counter> <lock B>
+//       As above with a multi_lock of two mutexes, A then B, each on its own client (so the
+//       part-by-part path runs); the test starts others with B then A.
 //   rlock_test_worker <port> fair-order <lock> <id> <wait timeout ms>
 //       Waits for the fair lock, RPUSHes <id> to "<lock>:order", holds 50 ms, unlocks.
 //   rlock_test_worker <port> rw-read-hang <lock> <watchdog ms>
@@ -111,6 +114,22 @@ int main(int argc, char** argv) {
             rlock::detail::command(raw(port).get(), {"SET", name + ":ready", "1"});
             std::this_thread::sleep_for(std::chrono::seconds(60));
             return 3;  // should have been killed
+        }
+        if (mode == "multi" && argc == 8) {
+            rlock::client_options o;
+            o.port = port;
+            rlock::client c1(o), c2(o);
+            rlock::mutex a(c1, name), b(c2, argv[7]);
+            rlock::multi_lock both{a, b};
+            auto redis = raw(port);
+            for (int i = 0; i < std::atoi(argv[5]); ++i) {
+                std::lock_guard<rlock::multi_lock> guard(both);
+                auto got = rlock::detail::command(redis.get(), {"GET", argv[6]});
+                const long long v = got->type == REDIS_REPLY_STRING ? std::atoll(got->str) : 0;
+                std::this_thread::yield();
+                rlock::detail::command(redis.get(), {"SET", argv[6], std::to_string(v + 1)});
+            }
+            return 0;
         }
         if (mode == "red" && argc == 8) {
             std::vector<std::unique_ptr<rlock::client>> clients;

@@ -112,15 +112,16 @@ public:
     /// Tells the owner of a lost hold: on_lock_lost for a plain hold; for a member of a group
     /// (a red_lock node) the group decides, and tells its owner once.
     void tell_hold(const hold& h, const error& reason) const noexcept {
-        if (!h.group) {
+        const std::shared_ptr<hold_group> group = reg.with([&] { return h.group; });
+        if (!group) {
             tell(h.name, reason);
             return;
         }
-        if (h.group->part_lost() && h.group->tell) {
+        if (group->part_lost() && group->tell) {
             try {
-                h.group->tell(h.group->name,
-                              error(errc::lock_lost, h.group->name, "",
-                                    "too few nodes still hold it; the last loss: " +
+                group->tell(group->name,
+                              error(errc::lock_lost, group->name, "",
+                                    "too few of its parts are still held; the last loss: " +
                                         std::string(reason.what())));
             } catch (...) {
             }

@@ -4,6 +4,7 @@
 #include "rlock/client.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/fair_lock.hpp"
+#include "rlock/multi_lock.hpp"
 #include "rlock/mutex.hpp"
 #include "rlock/options.hpp"
 #include "rlock/read_write_lock.hpp"

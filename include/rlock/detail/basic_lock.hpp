@@ -19,6 +19,10 @@
 #include "rlock/errors.hpp"
 #include "rlock/options.hpp"
 
+namespace rlock {
+class multi_lock;
+}  // namespace rlock
+
 namespace rlock::detail {
 
 /// The keys and channel of one lock.
@@ -205,7 +209,7 @@ public:
             left = release(h->value, /*may_retry=*/last);
         } catch (const error& e) {
             if (!last) --h->count;
-            if (reg.claim_report(*h)) core_->tell(name(), e);
+            if (reg.claim_report(*h)) core_->tell_hold(*h, e);
             return;
         }
         if (!last) --h->count;
@@ -215,7 +219,7 @@ public:
             const bool expected =
                 reg.with([&] { return !h->watched && clock::now() >= h->expires; });
             if (!expected && reg.claim_report(*h)) {
-                core_->tell(name(), error(errc::lock_lost, name(), server(),
+                core_->tell_hold(*h, error(errc::lock_lost, name(), server(),
                                           "at unlock the lock was no longer held by this "
                                           "thread (expired, deleted or taken over)"));
             }
@@ -286,6 +290,8 @@ protected:
     const std::string& server() const noexcept { return core_->ep.name; }
 
 private:
+    friend class rlock::multi_lock;  // takes several locks of one node in one script
+
     // lease == 0: watched.
     bool acquire(bool bounded, clock::time_point deadline, std::chrono::milliseconds lease) {
         registry& reg = core_->reg;
@@ -388,7 +394,7 @@ private:
             acquire_result r = attempt(h.value, lease, false, /*fresh=*/false, false);
             if (!r.acquired) {
                 if (reg.claim_report(h)) {
-                    core_->tell(name(), error(errc::lock_lost, name(), server(),
+                    core_->tell_hold(h, error(errc::lock_lost, name(), server(),
                                               "found the hold gone on re-entry"));
                 }
                 throw error(errc::lock_lost, name(), server(),

@@ -1,0 +1,411 @@
+// rlock::multi_lock — several locks held as one, all or nothing.
+//
+//     rlock::mutex a(redis, "account:1"), b(redis, "account:2");
+//     rlock::multi_lock both{a, b};
+//     std::lock_guard<rlock::multi_lock> guard(both);   // both, or (while waiting) neither
+//
+// Parts may be any rlock locks (mutex, reentrant_lock, fair_lock, read_write_lock's write side,
+// red_lock), on one client or several. TimedLockable, with the lease overloads.
+//
+// All or nothing: if a part cannot be had within the wait, every part already taken is released
+// before the call returns, and refused() names the part that refused.
+//
+// No deadlock: parts are taken in one canonical order (by server, then name), and the call
+// never waits for a part while holding another — as std::lock: it waits for the part that
+// refused on its own, then tries the others without waiting, and on a refusal releases all
+// and starts over from the refusing part. Two multi_locks naming the same locks in different
+// orders therefore both finish.
+//
+// One node, one round trip: when every part is a mutex or reentrant_lock of the same client
+// (and none uses fencing or is already held by this thread), acquire and release each run as
+// one atomic script on that node.
+//
+// Watched parts are renewed in their clients' watchdog batches; losing any part marks the
+// whole multi_lock lost (lost()) and tells the owner once (the first part's on_lock_lost).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "rlock/detail/basic_lock.hpp"
+#include "rlock/detail/fair_kind.hpp"
+#include "rlock/detail/mutex_kind.hpp"
+#include "rlock/detail/reentrant_kind.hpp"
+#include "rlock/errors.hpp"
+#include "rlock/mutex.hpp"
+#include "rlock/reentrant_lock.hpp"
+
+namespace rlock {
+
+namespace detail {
+
+/// Take every part or none. KEYS[i] lock keys; ARGV[1] lease ms, then per part i
+/// ARGV[2i] kind ('m' mutex: SET value PX, 'r' reentrant: HINCRBY field value) and ARGV[2i+1]
+/// its value (token or holder id). Returns {1} when all were taken, {0, i, PTTL} when part i
+/// is held (nothing is changed).
+inline const script& multi_acquire_script() {
+    static const script s(R"lua(
+for i = 1, #KEYS do
+    if redis.call('exists', KEYS[i]) == 1 then
+        return {0, i, redis.call('pttl', KEYS[i])}
+    end
+end
+for i = 1, #KEYS do
+    if ARGV[2 * i] == 'm' then
+        redis.call('set', KEYS[i], ARGV[2 * i + 1], 'PX', ARGV[1])
+    else
+        redis.call('hincrby', KEYS[i], ARGV[2 * i + 1], 1)
+        redis.call('pexpire', KEYS[i], ARGV[1])
+    end
+end
+return {1}
+)lua");
+    return s;
+}
+
+/// Release every part. KEYS[2i-1] lock key and KEYS[2i] its channel; ARGV[2i-1] kind ('m' or
+/// 'r'), ARGV[2i] value. Per part: 0 released (and `0` published), -1 not held by that value.
+inline const script& multi_release_script() {
+    static const script s(R"lua(
+local out = {}
+for i = 1, #KEYS / 2 do
+    local key, channel, value = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i]
+    out[i] = -1
+    if ARGV[2 * i - 1] == 'm' then
+        if redis.pcall('get', key) == value then
+            redis.call('del', key)
+            redis.call('publish', channel, '0')
+            out[i] = 0
+        end
+    elseif redis.pcall('hexists', key, value) == 1 then
+        if redis.call('hincrby', key, value, -1) <= 0 then
+            redis.call('del', key)
+            redis.call('publish', channel, '0')
+        end
+        out[i] = 0
+    end
+end
+return out
+)lua");
+    return s;
+}
+
+}  // namespace detail
+
+class multi_lock {
+    using clock = std::chrono::steady_clock;
+
+    struct part {
+        void* lock = nullptr;
+        std::string server, name;
+        bool (*try_until)(void*, clock::time_point, std::chrono::milliseconds) = nullptr;
+        void (*release)(void*) = nullptr;
+        bool (*is_lost)(void*) = nullptr;
+        // For the one-script path: set for mutex and reentrant_lock.
+        detail::client_core* core = nullptr;
+        const detail::lock_keys* keys = nullptr;
+        const detail::kind_info* kind = nullptr;
+        char code = 0;  // 'm' or 'r'
+        bool fencing = false;
+    };
+
+public:
+    /// Names the parts; sends nothing. Throws `error` (invalid_argument) when a lock is given
+    /// twice.
+    template <class... Locks>
+    multi_lock(Locks&... locks) {  // NOLINT(google-explicit-constructor): brace-init
+        static_assert(sizeof...(Locks) > 0, "a multi_lock needs at least one lock");
+        (parts_.push_back(make_part(locks)), ...);
+        std::sort(parts_.begin(), parts_.end(), [](const part& a, const part& b) {
+            return std::tie(a.server, a.name) < std::tie(b.server, b.name);
+        });
+        for (std::size_t i = 1; i < parts_.size(); ++i) {
+            if (parts_[i].server == parts_[i - 1].server && parts_[i].name == parts_[i - 1].name) {
+                throw error(errc::invalid_argument, parts_[i].name, parts_[i].server,
+                            "the same lock is given twice to one multi_lock");
+            }
+        }
+        one_node_ = std::all_of(parts_.begin(), parts_.end(), [&](const part& p) {
+            return p.code && !p.fencing && p.core == parts_.front().core;
+        });
+    }
+    multi_lock(const multi_lock&) = delete;
+    multi_lock& operator=(const multi_lock&) = delete;
+
+    void lock() { (void)acquire(clock::time_point::max(), std::chrono::milliseconds(0)); }
+    template <class Rep, class Period>
+    void lock(const std::chrono::duration<Rep, Period>& lease) {
+        (void)acquire(clock::time_point::max(), detail::lease_ms(lease, parts_.front().name, ""));
+    }
+    [[nodiscard]] bool try_lock() { return acquire(clock::now(), std::chrono::milliseconds(0)); }
+    template <class Rep, class Period>
+    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait) {
+        return acquire(detail::deadline_after(wait), std::chrono::milliseconds(0));
+    }
+    template <class Rep, class Period, class Rep2, class Period2>
+    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait,
+                                    const std::chrono::duration<Rep2, Period2>& lease) {
+        const auto l = detail::lease_ms(lease, parts_.front().name, "");
+        return acquire(detail::deadline_after(wait), l);
+    }
+    template <class Clock, class Duration>
+    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+        return acquire(detail::to_steady(t), std::chrono::milliseconds(0));
+    }
+    template <class Clock, class Duration, class Rep, class Period>
+    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t,
+                                      const std::chrono::duration<Rep, Period>& lease) {
+        const auto l = detail::lease_ms(lease, parts_.front().name, "");
+        return acquire(detail::to_steady(t), l);
+    }
+
+    /// Releases every part (on one node: one script). Throws not_owner only to a thread that
+    /// holds no part; runtime failures go to on_lock_lost, as for the parts.
+    void unlock() {
+        if (one_node_ && release_in_one_script()) return;
+        bool any = false;
+        for (auto it = parts_.rbegin(); it != parts_.rend(); ++it) {
+            try {
+                it->release(it->lock);
+                any = true;
+            } catch (const error& e) {
+                if (e.value() != errc::not_owner) throw;
+            }
+        }
+        if (!any) {
+            throw error(errc::not_owner, parts_.front().name, parts_.front().server,
+                        "unlock by a thread that holds no part of the multi_lock");
+        }
+    }
+
+    /// Some part of this thread's hold is lost (no round trip).
+    [[nodiscard]] bool lost() const {
+        return std::any_of(parts_.begin(), parts_.end(), [](const part& p) { return p.is_lost(p.lock); });
+    }
+
+    /// The part that refused the calling thread's last failed attempt, as "server/name";
+    /// empty when its last attempt succeeded.
+    [[nodiscard]] std::string refused() const {
+        std::lock_guard<std::mutex> g(mu_);
+        return refused_;
+    }
+
+    std::size_t size() const noexcept { return parts_.size(); }
+
+private:
+    template <class L>
+    static part make_part(L& l) {
+        part p;
+        p.lock = &l;
+        p.name = l.name();
+        p.try_until = [](void* o, clock::time_point t, std::chrono::milliseconds lease) {
+            L& x = *static_cast<L*>(o);
+            return lease.count() == 0 ? x.try_lock_until(t) : x.try_lock_until(t, lease);
+        };
+        p.release = [](void* o) { static_cast<L*>(o)->unlock(); };
+        p.is_lost = [](void* o) { return static_cast<L*>(o)->lost(); };
+        if constexpr (std::is_base_of_v<detail::basic_lock<detail::mutex_kind>, L> ||
+                      std::is_base_of_v<detail::basic_lock<detail::reentrant_kind>, L>) {
+            p.core = l.core_;
+            p.keys = &l.keys_;
+            p.fencing = l.options_.fencing;
+            p.server = l.core_->ep.name;
+            if constexpr (std::is_base_of_v<detail::basic_lock<detail::mutex_kind>, L>) {
+                p.kind = &detail::mutex_kind::info;
+                p.code = 'm';
+            } else {
+                p.kind = &detail::reentrant_kind::info;
+                p.code = 'r';
+            }
+        } else {
+            p.server = server_of(l);
+        }
+        return p;
+    }
+
+    template <class L>
+    static std::string server_of(L& l) {
+        if constexpr (std::is_base_of_v<detail::basic_lock<detail::fair_kind>, L>) {
+            return l.core_->ep.name;
+        } else {
+            return "";  // read_write_lock, red_lock: ordered by name
+        }
+    }
+
+    void set_refused(std::string what) {
+        std::lock_guard<std::mutex> g(mu_);
+        refused_ = std::move(what);
+    }
+
+    bool acquire(clock::time_point deadline, std::chrono::milliseconds lease) {
+        std::size_t first = 0;
+        if (one_node_) {
+            std::size_t refusing = 0;
+            if (acquire_in_one_script(lease, refusing)) {
+                set_refused("");
+                return true;
+            }
+            first = refusing;  // wait for that one first
+        }
+        for (;;) {
+            part& head = parts_[first];
+            if (!head.try_until(head.lock, deadline, lease)) {
+                set_refused(head.server + "/" + head.name);
+                return false;
+            }
+            std::size_t refusing = parts_.size();
+            std::vector<std::size_t> taken{first};
+            for (std::size_t i = 0; i < parts_.size(); ++i) {
+                if (i == first) continue;
+                bool ok = false;
+                try {
+                    ok = parts_[i].try_until(parts_[i].lock, clock::now(), lease);
+                } catch (...) {
+                    release(taken);
+                    throw;
+                }
+                if (!ok) {
+                    refusing = i;
+                    break;
+                }
+                taken.push_back(i);
+            }
+            if (refusing == parts_.size()) {
+                group_parts(lease);
+                set_refused("");
+                return true;
+            }
+            release(taken);  // never wait while holding a part
+            first = refusing;
+            if (clock::now() >= deadline) {
+                set_refused(parts_[refusing].server + "/" + parts_[refusing].name);
+                return false;
+            }
+        }
+    }
+
+    void release(const std::vector<std::size_t>& taken) noexcept {
+        for (std::size_t i : taken) {
+            try {
+                parts_[i].release(parts_[i].lock);
+            } catch (...) {
+            }
+        }
+    }
+
+    // Links the parts' holds so that the loss of any one is the loss of all, told once.
+    void group_parts(std::chrono::milliseconds) {
+        auto group = std::make_shared<detail::hold_group>();
+        group->name = parts_.front().name;
+        group->tolerance = 0;
+        const std::uint64_t thread = detail::current_thread_number();
+        for (part& p : parts_) {
+            if (!p.core) continue;
+            if (!group->tell) group->tell = p.core->ep.options.on_lock_lost;
+            if (auto h = p.core->reg.find(p.kind, p.name, thread)) {
+                p.core->reg.with([&] { h->group = group; });
+            }
+        }
+    }
+
+    bool acquire_in_one_script(std::chrono::milliseconds lease, std::size_t& refusing) {
+        detail::client_core& core = *parts_.front().core;
+        const std::uint64_t thread = detail::current_thread_number();
+        for (part& p : parts_) {
+            if (core.reg.find(p.kind, p.name, thread)) {
+                refusing = 0;
+                return false;  // a re-entry or would_deadlock: the parts decide, one by one
+            }
+        }
+        const bool watched = lease.count() == 0;
+        if (watched) lease = core.ep.options.lock_watchdog_timeout;
+        const std::string lease_text = std::to_string(lease.count());
+        const std::string token = detail::random_token(), holder = core.holder_id(thread);
+        detail::script_call call;
+        call.start(detail::multi_acquire_script(), parts_.size());
+        for (part& p : parts_) call.push(p.keys->name);
+        call.push(lease_text);
+        for (part& p : parts_) {
+            call.push(p.code == 'm' ? "m" : "r");
+            call.push(p.code == 'm' ? std::string_view(token) : std::string_view(holder));
+        }
+        const auto sent = clock::now();
+        detail::reply_ptr r = core.pool.run(parts_.front().name, false, [&](redisContext* c) {
+            return detail::run_script(c, call, parts_.front().name, core.ep.name);
+        });
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+            throw error(errc::protocol_error, parts_.front().name, core.ep.name,
+                        "unexpected reply from the multi-lock script");
+        }
+        if (r->element[0]->integer != 1) {
+            refusing = r->elements > 1 ? static_cast<std::size_t>(r->element[1]->integer - 1) : 0;
+            return false;
+        }
+        auto group = std::make_shared<detail::hold_group>();
+        group->name = parts_.front().name;
+        group->tell = core.ep.options.on_lock_lost;
+        for (part& p : parts_) {
+            auto h = std::make_shared<detail::hold>();
+            h->kind = p.kind;
+            h->name = p.name;
+            h->value = p.code == 'm' ? token : holder;
+            h->thread = thread;
+            h->lease = lease;
+            h->watched = watched;
+            h->expires = sent + lease;
+            h->group = group;
+            core.reg.add(std::move(h));
+        }
+        return true;
+    }
+
+    bool release_in_one_script() {
+        detail::client_core& core = *parts_.front().core;
+        const std::uint64_t thread = detail::current_thread_number();
+        std::vector<detail::registry::hold_ptr> holds;
+        for (part& p : parts_) {
+            auto h = core.reg.find(p.kind, p.name, thread);
+            if (!h || core.reg.with([&] { return h->count; }) != 1) return false;  // part by part
+            holds.push_back(std::move(h));
+        }
+        for (auto& h : holds) core.reg.remove(h);
+        detail::script_call call;
+        call.start(detail::multi_release_script(), 2 * parts_.size());
+        for (part& p : parts_) {
+            call.push(p.keys->name);
+            call.push(p.keys->channel);
+        }
+        for (std::size_t i = 0; i < parts_.size(); ++i) {
+            call.push(parts_[i].code == 'm' ? "m" : "r");
+            call.push(holds[i]->value);
+        }
+        try {
+            detail::reply_ptr r = core.pool.run(parts_.front().name, true, [&](redisContext* c) {
+                return detail::run_script(c, call, parts_.front().name, core.ep.name);
+            });
+            for (std::size_t i = 0; i < holds.size() && r && i < r->elements; ++i) {
+                const bool expected = core.reg.with(
+                    [&] { return !holds[i]->watched && clock::now() >= holds[i]->expires; });
+                if (r->element[i]->integer < 0 && !expected && core.reg.claim_report(*holds[i])) {
+                    core.tell_hold(*holds[i], error(errc::lock_lost, holds[i]->name, core.ep.name,
+                                                    "at unlock the part was no longer held"));
+                }
+            }
+        } catch (const error& e) {
+            if (core.reg.claim_report(*holds.front())) core.tell_hold(*holds.front(), e);
+        }
+        return true;
+    }
+
+    std::vector<part> parts_;
+    bool one_node_ = false;
+    mutable std::mutex mu_;
+    std::string refused_;
+};
+
+}  // namespace rlock

@@ -1,0 +1,120 @@
+// multi_lock: all or nothing, no deadlock between opposite orders, one script on one node,
+// and one loss told once.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rlock/rlock.hpp"
+#include "support/helpers.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using rlock_test::eventually;
+using rlock_test::redis_server;
+
+namespace {
+
+redis_server& server() {
+    static redis_server s;
+    return s;
+}
+
+std::string name(const char* part) { return rlock_test::test_lock_name(part); }
+
+long long calls_of(const std::string& command) {
+    const std::string info = server().text({"INFO", "commandstats"});
+    const std::string key = "cmdstat_" + command + ":calls=";
+    const auto at = info.find(key);
+    return at == std::string::npos ? 0 : std::atoll(info.c_str() + at + key.size());
+}
+
+TEST(multi_lock, takes_nothing_when_one_part_is_held_elsewhere_and_names_it) {
+    rlock::client c(server().options()), other(server().options());
+    rlock::mutex a(c, name(":a")), b(c, name(":b")), c3(c, name(":c"));
+    rlock::mutex b_elsewhere(other, name(":b"));
+    b_elsewhere.lock();
+    rlock::multi_lock all{a, b, c3};
+    EXPECT_FALSE(all.try_lock_for(300ms));
+    EXPECT_NE(all.refused().find(name(":b")), std::string::npos) << all.refused();
+    EXPECT_EQ(server().integer({"EXISTS", name(":a"), name(":c")}), 0) << "a part stayed taken";
+    b_elsewhere.unlock();
+    EXPECT_TRUE(all.try_lock_for(2s));
+    EXPECT_EQ(all.refused(), "");
+    EXPECT_EQ(server().integer({"EXISTS", name(":a"), name(":b"), name(":c")}), 3);
+    all.unlock();
+    EXPECT_EQ(server().integer({"EXISTS", name(":a"), name(":b"), name(":c")}), 0);
+}
+
+TEST(multi_lock, parts_of_one_node_are_taken_and_released_in_one_script_each) {
+    rlock::client c(server().options());
+    rlock::mutex a(c, name(":a")), b(c, name(":b"));
+    rlock::reentrant_lock r(c, name(":r"));
+    rlock::multi_lock all{a, b, r};
+    all.lock();  // the first use loads the scripts (NOSCRIPT, then EVAL)
+    all.unlock();
+    server().cmd({"CONFIG", "RESETSTAT"});
+    all.lock();
+    EXPECT_EQ(calls_of("evalsha"), 1);  // one round trip...
+    EXPECT_EQ(calls_of("set"), 2);      // ...inside which the two mutex parts were SET
+    EXPECT_EQ(server().integer({"EXISTS", name(":a"), name(":b"), name(":r")}), 3);
+    EXPECT_TRUE(r.is_held_by_current_thread());  // the parts know they are held
+    all.unlock();
+    EXPECT_EQ(calls_of("evalsha"), 2);
+    EXPECT_EQ(server().integer({"EXISTS", name(":a"), name(":b"), name(":r")}), 0);
+}
+
+TEST(multi_lock, opposite_orders_in_two_processes_never_deadlock) {
+    const std::string counter = name(":counter");
+    server().cmd({"DEL", counter});
+    std::vector<pid_t> pids;
+    for (int p = 0; p < 4; ++p) {
+        const bool flip = p % 2 == 1;
+        pids.push_back(rlock_test::spawn({RLOCK_TEST_WORKER, std::to_string(server().port()), "multi",
+                                          flip ? name(":y") : name(":x"), "1", "25", counter,
+                                          flip ? name(":x") : name(":y")}));
+    }
+    for (pid_t p : pids) EXPECT_EQ(rlock_test::wait_exit(p), 0);
+    EXPECT_EQ(server().text({"GET", counter}), "100");
+}
+
+TEST(multi_lock, losing_any_part_loses_the_whole_and_is_told_once) {
+    rlock_test::lost_log lost;
+    rlock::client_options o = server().options();
+    o.lock_watchdog_timeout = 300ms;
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    rlock::mutex a(c, name(":a")), b(c, name(":b"));
+    rlock::multi_lock both{a, b};
+    both.lock();
+    std::this_thread::sleep_for(500ms);  // renewed past its first lease
+    EXPECT_FALSE(both.lost());
+    server().cmd({"DEL", name(":b")});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() > 0; }));
+    EXPECT_TRUE(both.lost());
+    EXPECT_NO_THROW(both.unlock());
+    std::this_thread::sleep_for(400ms);
+    EXPECT_EQ(lost.calls, 1);
+    EXPECT_EQ(server().integer({"EXISTS", name(":a"), name(":b")}), 0);
+}
+
+TEST(multi_lock, mixes_kinds_and_clients) {
+    rlock::client c1(server().options()), c2(server().options());
+    rlock::mutex m(c1, name(":m"));
+    rlock::reentrant_lock r(c2, name(":r"));
+    rlock::fair_lock f(c1, name(":f"));
+    rlock::read_write_lock w(c2, name(":w"));
+    rlock::multi_lock all{m, r, f, w};
+    {
+        std::lock_guard<rlock::multi_lock> guard(all);
+        EXPECT_EQ(server().integer({"EXISTS", name(":m"), name(":r"), name(":f"), name(":w")}), 4);
+        EXPECT_EQ(server().text({"HGET", name(":w"), "mode"}), "write");
+    }
+    EXPECT_EQ(server().integer({"EXISTS", name(":m"), name(":r"), name(":f"), name(":w")}), 0);
+    EXPECT_THROW(all.unlock(), rlock::error);
+    EXPECT_THROW((rlock::multi_lock{m, m}), rlock::error);
+}
+
+}  // namespace
