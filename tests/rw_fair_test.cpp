@@ -236,6 +236,27 @@ TEST(read_write_lock, a_killed_lone_reader_frees_the_lock_after_its_lease) {
     writer.unlock();
 }
 
+TEST(read_write_lock, a_downgraded_read_hold_keeps_its_own_longer_lease) {
+    // The write side is watched (renewed every 100 ms to 300 ms); the read side has a 5 s
+    // lease. Neither renewal nor the downgrade may cut the lock's TTL below the read lease.
+    rlock::client_options o = server().options();
+    o.lock_watchdog_timeout = 300ms;
+    rlock::client c(o), other(server().options());
+    rlock::read_write_lock rw(c, name()), writer(other, name());
+    rw.lock();
+    rw.lock_shared(5s);
+    std::this_thread::sleep_for(350ms);  // several write renewals
+    EXPECT_GT(server().integer({"PTTL", name()}), 4000);
+    rw.unlock();  // downgrade
+    EXPECT_GT(server().integer({"PTTL", name()}), 4000);
+    std::this_thread::sleep_for(600ms);
+    EXPECT_FALSE(rw.lost_shared());
+    EXPECT_FALSE(writer.try_lock()) << "a writer got in under a live read hold";
+    rw.unlock_shared();
+    EXPECT_TRUE(writer.try_lock());
+    writer.unlock();
+}
+
 // ---- fair_lock -------------------------------------------------------------------------
 
 std::string queue_of(const std::string& n) { return "redisson_lock_queue:{" + n + "}"; }

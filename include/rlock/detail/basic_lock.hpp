@@ -86,8 +86,7 @@ struct kind_defaults {
     }
     /// Deletes the lock whoever holds it and wakes its waiters; true when it was held.
     static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
-        script_call call(force_unlock_script(), {k.name, k.channel}, {});
-        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server) == 1;
+        return eval_integer(c, force_unlock_script(), {k.name, k.channel}, {}, k.name, server) == 1;
     }
     /// The value stored for this thread's hold.
     static std::string value_for(client_core& core, std::uint64_t thread, bool reentrant) {
@@ -136,6 +135,10 @@ public:
         : core_(&client_access::core(c)), options_(options) {
         if (name.empty()) {
             throw error(errc::invalid_argument, "", core_->ep.name, "lock name is empty");
+        }
+        if (options_.fair_lock_wait_timeout.count() <= 0) {
+            throw error(errc::invalid_argument, name, core_->ep.name,
+                        "lock_options::fair_lock_wait_timeout must be positive");
         }
         keys_.channel = std::string(Kind::channel_prefix) + "{" + name + "}";
         keys_.fencing = "redisson_lock_token:{" + name + "}";

@@ -190,8 +190,7 @@ return held
 
     static long long release(redisContext* c, const lock_keys& k, std::string_view holder,
                              std::string_view server) {
-        script_call call(release_script(), {k.name, k.queue, k.timeouts, k.channel}, {holder});
-        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server);
+        return eval_integer(c, release_script(), {k.name, k.queue, k.timeouts, k.channel}, {holder}, k.name, server);
     }
 
     static void abandon(redisContext* c, const lock_keys& k, std::string_view holder,
@@ -206,8 +205,7 @@ return held
     }
 
     static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
-        script_call call(force_unlock_script(), {k.name, k.queue, k.timeouts, k.channel}, {});
-        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server) == 1;
+        return eval_integer(c, force_unlock_script(), {k.name, k.queue, k.timeouts, k.channel}, {}, k.name, server) == 1;
     }
 };
 

@@ -253,4 +253,13 @@ inline long long reply_integer(const redisReply* r, std::string_view lock, std::
     return r->integer;
 }
 
+/// Runs a script whose reply is one integer, and returns it.
+inline long long eval_integer(redisContext* c, const script& s,
+                              std::initializer_list<std::string_view> keys,
+                              std::initializer_list<std::string_view> args, std::string_view lock,
+                              std::string_view server) {
+    script_call call(s, keys, args);
+    return reply_integer(run_script(c, call, lock, server).get(), lock, server);
+}
+
 }  // namespace rlock::detail

@@ -101,8 +101,7 @@ return out
 
     static long long release(redisContext* c, const lock_keys& k, std::string_view token,
                              std::string_view server) {
-        script_call call(release_script(), {k.name, k.channel}, {token});
-        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server);
+        return eval_integer(c, release_script(), {k.name, k.channel}, {token}, k.name, server);
     }
 
     static bool held(redisContext* c, const lock_keys& k, std::string_view token,

@@ -191,8 +191,7 @@ return 1
 
     static long long release(redisContext* c, const lock_keys& k, std::string_view holder,
                              std::string_view server) {
-        script_call call(release_script(), {k.name, k.channel}, {holder});
-        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server);
+        return eval_integer(c, release_script(), {k.name, k.channel}, {holder}, k.name, server);
     }
 
     static bool held(redisContext* c, const lock_keys& k, std::string_view holder,
@@ -201,8 +200,7 @@ return 1
     }
 
     static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
-        script_call call(force_unlock_script(), {k.name, k.channel}, {});
-        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server) == 1;
+        return eval_integer(c, force_unlock_script(), {k.name, k.channel}, {}, k.name, server) == 1;
     }
 };
 
@@ -248,28 +246,53 @@ return {0, redis.call('pttl', KEYS[1])}
 
     /// Leave one write level. KEYS[1] lock hash, KEYS[2] channel; ARGV[1] "<holder id>:write".
     /// The last level deletes the hash, or, when the holder still has read holds (a
-    /// downgrade), switches mode to read; either way it publishes `1` to wake every waiter.
+    /// downgrade), switches mode to read and gives the hash the longest remaining read hold's
+    /// TTL; either way it publishes `1` to wake every waiter.
     /// Returns -1 not held, n > 0 levels left, 0 released.
     static const script& release_script() {
-        static const script s(R"lua(
+        static const std::string body = with_rw_helpers(R"lua(
 if redis.pcall('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
     return -1
 end
 local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
 if n > 0 then return n end
 redis.call('hdel', KEYS[1], ARGV[1])
-if redis.call('hlen', KEYS[1]) <= 1 then
+redis.call('hset', KEYS[1], 'mode', 'read')
+local alive, longest = live_readers(KEYS[1])
+if alive == 0 then
     redis.call('del', KEYS[1])
-else
-    redis.call('hset', KEYS[1], 'mode', 'read')
+elseif longest > 0 then
+    redis.call('pexpire', KEYS[1], longest)
 end
 redis.call('publish', KEYS[2], '1')
 return 0
 )lua");
+        static const script s(body);
         return s;
     }
 
-    static inline const kind_info info{"read_write_lock.write", &reentrant_kind::renew_script};
+    /// Batch renewal of write holds: KEYS[i] lock hashes; ARGV[1] lease ms, ARGV[i+1]
+    /// "<holder id>:write". The hash's TTL only ever grows here: the writer may also hold
+    /// longer-leased read holds (before a downgrade), whose lease the hash must keep.
+    static const script& renew_script() {
+        static const script s(R"lua(
+local out = {}
+for i = 1, #KEYS do
+    if redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1 then
+        if redis.call('pttl', KEYS[i]) < tonumber(ARGV[1]) then
+            redis.call('pexpire', KEYS[i], ARGV[1])
+        end
+        out[i] = 1
+    else
+        out[i] = 0
+    end
+end
+return out
+)lua");
+        return s;
+    }
+
+    static inline const kind_info info{"read_write_lock.write", &renew_script};
 
     static std::string value_for(client_core& core, std::uint64_t thread, bool) {
         return core.holder_id(thread) + ":write";
@@ -294,8 +317,7 @@ return 0
 
     static long long release(redisContext* c, const lock_keys& k, std::string_view field,
                              std::string_view server) {
-        script_call call(release_script(), {k.name, k.channel}, {field});
-        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server);
+        return eval_integer(c, release_script(), {k.name, k.channel}, {field}, k.name, server);
     }
 
     static bool held(redisContext* c, const lock_keys& k, std::string_view field,

@@ -110,8 +110,7 @@ return out
 
     static long long release(redisContext* c, const lock_keys& k, std::string_view holder,
                              std::string_view server) {
-        script_call call(release_script(), {k.name, k.channel}, {holder});
-        return reply_integer(run_script(c, call, k.name, server).get(), k.name, server);
+        return eval_integer(c, release_script(), {k.name, k.channel}, {holder}, k.name, server);
     }
 
     static bool held(redisContext* c, const lock_keys& k, std::string_view holder,
