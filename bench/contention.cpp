@@ -25,7 +25,7 @@
 // asked less than 0.3 ms before the release (its first attempts still in flight); and the
 // server's commands per acquisition (INFO commandstats, reset after the warm-up).
 //
-//   contention [--kind mutex|reentrant] [--workers 4] [--hold-ms 1] [--away-ms 1]
+//   contention [--kind mutex|reentrant|fair|rw-write] [--workers 4] [--hold-ms 1] [--away-ms 1]
 //              [--seconds 5] [--uri redis://127.0.0.1:PORT] [--name LOCK] [--observe] [--detail]
 //
 // Without --uri it starts its own redis-server on a free loopback port. Workers are this program
@@ -33,8 +33,8 @@
 // is ever inherited; they report through a pipe on fd 3 and wait for the start time on fd 4.
 //
 // More lock kinds: add one row to `kinds` below. run_worker<Lock> needs only a constructor
-// Lock(rlock::client&, std::string) and lock()/unlock() (for read_write_lock's write side, a
-// small adapter type whose lock()/unlock() call the write lock's).
+// Lock(rlock::client&, std::string) and lock()/unlock(); read_write_lock's lock()/unlock() are
+// its write side, so "rw-write" needs no adapter.
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <signal.h>
@@ -92,11 +92,12 @@ struct turn {
 };
 
 [[noreturn]] void usage(const char* why) {
-    std::fprintf(stderr,
-                 "contention: %s\nusage: contention [--kind mutex|reentrant] [--workers N] "
-                 "[--hold-ms MS] [--away-ms MS] [--seconds S] [--uri redis://127.0.0.1:PORT] "
-                 "[--name LOCK] [--observe] [--detail]\n",
-                 why);
+    std::fprintf(
+        stderr,
+        "contention: %s\nusage: contention [--kind mutex|reentrant|fair|rw-write] [--workers N] "
+        "[--hold-ms MS] [--away-ms MS] [--seconds S] [--uri redis://127.0.0.1:PORT] "
+        "[--name LOCK] [--observe] [--detail]\n",
+        why);
     std::exit(2);
 }
 
@@ -221,6 +222,8 @@ using worker_fn = int (*)(const options&);
 constexpr std::pair<std::string_view, worker_fn> kinds[] = {
     {"mutex", run_worker<rlock::mutex>},
     {"reentrant", run_worker<rlock::reentrant_lock>},
+    {"fair", run_worker<rlock::fair_lock>},
+    {"rw-write", run_worker<rlock::read_write_lock>},  // the write side: lock() / unlock()
 };
 
 worker_fn find_kind(std::string_view name) {

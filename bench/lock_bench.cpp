@@ -5,6 +5,8 @@
 //   floor       hand-written hiredis: SET key token NX PX 30000, then EVALSHA compare-and-delete
 //   mutex       rlock::mutex lock() + unlock()          (target: <= 1.10 x floor)
 //   reentrant   rlock::reentrant_lock lock() + unlock() (target: <= 1.20 x floor)
+//   read        rlock::read_write_lock lock_shared() + unlock_shared() (target: <= 1.25 x floor)
+//   write       rlock::read_write_lock lock() + unlock() (target: <= 1.25 x floor)
 //
 // The cases run interleaved, in rounds (RLOCK_BENCH_ROUNDS, default 9), so that a noisy machine
 // slows all of them alike. The summary reports each case's median time over the rounds and the
@@ -19,6 +21,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
@@ -78,6 +81,24 @@ void bm_lock(benchmark::State& state) {
     }
 }
 
+void bm_rw_read(benchmark::State& state) {
+    rlock::client c(server->options());
+    rlock::read_write_lock lock(c, "bench:rw-read");
+    for (auto _ : state) {
+        lock.lock_shared();
+        lock.unlock_shared();
+    }
+}
+
+void bm_rw_write(benchmark::State& state) {
+    rlock::client c(server->options());
+    rlock::read_write_lock lock(c, "bench:rw-write");
+    for (auto _ : state) {
+        lock.lock();
+        lock.unlock();
+    }
+}
+
 /// Prints what Google Benchmark prints, and keeps each case's time per iteration.
 class collecting_reporter : public benchmark::ConsoleReporter {
 public:
@@ -123,11 +144,14 @@ int main(int argc, char** argv) {
     const std::pair<const char*, case_fn> order[] = {{"ping", bm_ping},
                                                      {"floor", bm_floor},
                                                      {"mutex", bm_lock<rlock::mutex>},
-                                                     {"reentrant", bm_lock<rlock::reentrant_lock>}};
+                                                     {"reentrant", bm_lock<rlock::reentrant_lock>},
+                                                     {"read", bm_rw_read},
+                                                     {"write", bm_rw_write}};
+    constexpr int n_cases = static_cast<int>(std::size(order));
     for (int r = 1; r <= rounds; ++r) {
         const std::string suffix = "/round:" + std::to_string(r);
-        for (int i = 0; i < 4; ++i) {
-            const auto& [name, fn] = order[r % 2 ? i : 3 - i];
+        for (int i = 0; i < n_cases; ++i) {
+            const auto& [name, fn] = order[r % 2 ? i : n_cases - 1 - i];
             benchmark::RegisterBenchmark((name + suffix).c_str(), fn)
                 ->Unit(benchmark::kMicrosecond)
                 ->MinTime(0.3);
@@ -140,7 +164,9 @@ int main(int argc, char** argv) {
     const std::vector<double>& floors = reporter.seconds["floor"];
     std::printf("\n%d interleaved rounds (lock+unlock, uncontended, loopback):\n", rounds);
     std::printf("%-10s %12s %16s %8s\n", "case", "median us/op", "x floor (median)", "target");
-    const std::pair<const char*, double> cases[] = {{"ping", 0}, {"floor", 0}, {"mutex", 1.10}, {"reentrant", 1.20}};
+    const std::pair<const char*, double> cases[] = {{"ping", 0},     {"floor", 0},
+                                                    {"mutex", 1.10}, {"reentrant", 1.20},
+                                                    {"read", 1.25},  {"write", 1.25}};
     for (const auto& [name, target] : cases) {
         const std::vector<double>& times = reporter.seconds[name];
         if (times.empty() || times.size() != floors.size()) continue;
