@@ -7,6 +7,9 @@
 //   reentrant   rlock::reentrant_lock lock() + unlock() (target: <= 1.20 x floor)
 //   read        rlock::read_write_lock lock_shared() + unlock_shared() (target: <= 1.25 x floor)
 //   write       rlock::read_write_lock lock() + unlock() (target: <= 1.25 x floor)
+//   red5        rlock::red_lock over 5 local masters    (target: <= 1.5 x mutex: parallel fan-out)
+//   red5seq     hand-written: the same over 5 nodes one after another (the sequential recipe)
+//   multi5      rlock::multi_lock of 5 mutexes, one node (target: <= 1.3 x mutex: one script)
 //
 // The cases run interleaved, in rounds (RLOCK_BENCH_ROUNDS, default 9), so that a noisy machine
 // slows all of them alike. The summary reports each case's median time over the rounds and the
@@ -23,6 +26,7 @@
 #include <cstdlib>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,6 +103,52 @@ void bm_rw_write(benchmark::State& state) {
     }
 }
 
+std::vector<std::unique_ptr<rlock_test::redis_server>> extra_servers;  // red5's other 4 nodes
+
+void bm_red5(benchmark::State& state) {
+    std::vector<std::unique_ptr<rlock::client>> clients;
+    std::vector<rlock::client*> nodes;
+    clients.push_back(std::make_unique<rlock::client>(server->options()));
+    for (auto& s : extra_servers) clients.push_back(std::make_unique<rlock::client>(s->options()));
+    for (auto& c : clients) nodes.push_back(c.get());
+    rlock::red_lock lock(nodes, "bench:red5");
+    for (auto _ : state) {
+        lock.lock();
+        lock.unlock();
+    }
+}
+
+// The sequential recipe (redis-plus-plus's RedLock, without its random sleeps): SET NX PX on
+// each node in turn, then compare-and-delete on each in turn — the reference red5 must beat.
+void bm_red5_sequential(benchmark::State& state) {
+    std::vector<rlock::detail::context_ptr> nodes;
+    nodes.push_back(raw_connection());
+    for (auto& s : extra_servers) nodes.emplace_back(redisConnect("127.0.0.1", s->port()));
+    const std::string token = "0123456789abcdef0123456789abcdef";
+    for (auto _ : state) {
+        for (auto& c : nodes) {
+            rlock::detail::reply_ptr r =
+                rlock::detail::command(c.get(), {"SET", "bench:seq", token, "NX", "PX", "30000"});
+            benchmark::DoNotOptimize(r.get());
+        }
+        for (auto& c : nodes) {
+            rlock::detail::reply_ptr r =
+                rlock::detail::command(c.get(), {"EVAL", compare_and_delete, "1", "bench:seq", token});
+            benchmark::DoNotOptimize(r.get());
+        }
+    }
+}
+
+void bm_multi5(benchmark::State& state) {
+    rlock::client c(server->options());
+    rlock::mutex a(c, "bench:m1"), b(c, "bench:m2"), d(c, "bench:m3"), e(c, "bench:m4"), f(c, "bench:m5");
+    rlock::multi_lock all{a, b, d, e, f};
+    for (auto _ : state) {
+        all.lock();
+        all.unlock();
+    }
+}
+
 /// Prints what Google Benchmark prints, and keeps each case's time per iteration.
 class collecting_reporter : public benchmark::ConsoleReporter {
 public:
@@ -137,6 +187,15 @@ int main(int argc, char** argv) {
         sched_setaffinity(0, sizeof mine, &mine);
         sched_setaffinity(s.pid(), sizeof theirs, &theirs);
     }
+    for (int i = 0; i < 4; ++i) {
+        extra_servers.push_back(std::make_unique<rlock_test::redis_server>());
+        if (std::thread::hardware_concurrency() >= 2 && !std::getenv("RLOCK_BENCH_NO_PIN")) {
+            cpu_set_t theirs;
+            CPU_ZERO(&theirs);
+            CPU_SET(1, &theirs);
+            sched_setaffinity(extra_servers.back()->pid(), sizeof theirs, &theirs);
+        }
+    }
     const int rounds = std::getenv("RLOCK_BENCH_ROUNDS") ? std::atoi(std::getenv("RLOCK_BENCH_ROUNDS")) : 9;
     // ABBA order: odd rounds run the cases forwards, even rounds backwards, so that drift within
     // a round (CPU frequency, the other core's load) does not always fall on the same case.
@@ -146,7 +205,10 @@ int main(int argc, char** argv) {
                                                      {"mutex", bm_lock<rlock::mutex>},
                                                      {"reentrant", bm_lock<rlock::reentrant_lock>},
                                                      {"read", bm_rw_read},
-                                                     {"write", bm_rw_write}};
+                                                     {"write", bm_rw_write},
+                                                     {"red5", bm_red5},
+                                                     {"red5seq", bm_red5_sequential},
+                                                     {"multi5", bm_multi5}};
     constexpr int n_cases = static_cast<int>(std::size(order));
     for (int r = 1; r <= rounds; ++r) {
         const std::string suffix = "/round:" + std::to_string(r);
@@ -161,20 +223,26 @@ int main(int argc, char** argv) {
     benchmark::RunSpecifiedBenchmarks(&reporter);
     benchmark::Shutdown();
 
-    const std::vector<double>& floors = reporter.seconds["floor"];
     std::printf("\n%d interleaved rounds (lock+unlock, uncontended, loopback):\n", rounds);
-    std::printf("%-10s %12s %16s %8s\n", "case", "median us/op", "x floor (median)", "target");
-    const std::pair<const char*, double> cases[] = {{"ping", 0},     {"floor", 0},
-                                                    {"mutex", 1.10}, {"reentrant", 1.20},
-                                                    {"read", 1.25},  {"write", 1.25}};
-    for (const auto& [name, target] : cases) {
-        const std::vector<double>& times = reporter.seconds[name];
-        if (times.empty() || times.size() != floors.size()) continue;
+    std::printf("%-10s %12s %22s %8s\n", "case", "median us/op", "ratio (median)", "target");
+    struct row {
+        const char* name;
+        const char* baseline;  // each round's ratio is to this case in the same round
+        double target;
+    };
+    const row rows[] = {{"ping", "floor", 0},      {"floor", "floor", 0},   {"mutex", "floor", 1.10},
+                        {"reentrant", "floor", 1.20}, {"read", "floor", 1.25}, {"write", "floor", 1.25},
+                        {"red5", "mutex", 1.5},    {"red5seq", "mutex", 0},
+                        {"red5", "red5seq", 0},    {"multi5", "mutex", 1.3}};
+    for (const row& r : rows) {
+        const std::vector<double>& times = reporter.seconds[r.name];
+        const std::vector<double>& base = reporter.seconds[r.baseline];
+        if (times.empty() || times.size() != base.size()) continue;
         std::vector<double> ratios;
-        for (std::size_t r = 0; r < times.size(); ++r) ratios.push_back(times[r] / floors[r]);
+        for (std::size_t i = 0; i < times.size(); ++i) ratios.push_back(times[i] / base[i]);
         const double ratio = median(ratios);
-        std::printf("%-10s %12.1f %16.3f %8s\n", name, median(times) * 1e6, ratio,
-                    target > 0 ? (ratio <= target ? "met" : "MISSED") : "");
+        std::printf("%-10s %12.1f %13.3f x %-6s %8s\n", r.name, median(times) * 1e6, ratio, r.baseline,
+                    r.target > 0 ? (ratio <= r.target ? "met" : "MISSED") : "");
     }
     return 0;
 }
