@@ -20,6 +20,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -212,6 +213,10 @@ public:
 
     endpoint ep;
     std::string id;
+    /// Set once an acquire script has run on this client. Until then the mutex acquires by
+    /// script too (not a plain SET), so that a user who may not run scripts (an ACL without
+    /// EVALSHA) is refused at lock(), with nothing written, rather than at unlock().
+    std::atomic<bool> scripts_allowed{false};
     detail::pool pool;
     std::unique_ptr<subscriber> sub;
     registry reg;

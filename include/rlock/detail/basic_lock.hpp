@@ -43,6 +43,7 @@ struct attempt_spec {
     bool reentry = false;    // this thread holds it already: must not create a hold that is gone
     bool may_queue = false;  // fair_lock: join the queue when refused
     std::string_view wait_timeout;  // fair_lock: ms a queued waiter may go silent before eviction
+    bool scripted = false;   // mutex: acquire by script even without fencing (see client_core)
 };
 
 /// What one acquire attempt said.
@@ -94,10 +95,19 @@ struct kind_defaults {
     }
 };
 
+/// The longest lease rlock accepts: 100 years. Longer ones would overflow the client's
+/// steady_clock arithmetic (and Redis refuses expiries near 2^63 ms).
+inline constexpr std::chrono::hours max_lease{24 * 365 * 100};
+
 template <class Duration>
 std::chrono::milliseconds lease_ms(const Duration& lease, std::string_view lock, std::string_view server) {
     if (lease <= Duration::zero()) {
         throw error(errc::invalid_argument, lock, server, "lease must be positive");
+    }
+    // Compared in floating point: converting a huge lease to milliseconds first would overflow.
+    if (std::chrono::duration<double, std::milli>(lease) >
+        std::chrono::duration<double, std::milli>(max_lease)) {
+        throw error(errc::invalid_argument, lock, server, "lease must be at most 100 years");
     }
     return std::max(std::chrono::milliseconds(1), std::chrono::ceil<std::chrono::milliseconds>(lease));
 }
@@ -121,7 +131,10 @@ std::chrono::steady_clock::time_point to_steady(const std::chrono::time_point<Cl
     if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
         return std::chrono::time_point_cast<std::chrono::steady_clock::duration>(t);
     } else {
-        return deadline_after(t - Clock::now());
+        // Compare first: `t - now` overflows for a deadline near the clock's minimum.
+        const auto now = Clock::now();
+        if (t <= now) return std::chrono::steady_clock::now();
+        return deadline_after(t - now);
     }
 }
 
@@ -326,8 +339,8 @@ private:
                 }
             } leave{this, value};
             subscriber::subscription sub(*core_->sub, Kind::wait_channel(keys_, value));
-            bool active = sub.wait_active(std::min(deadline_or_max(bounded, deadline),
-                                                   clock::now() + core_->ep.options.command_timeout));
+            sub.wait_active(std::min(deadline_or_max(bounded, deadline),
+                                     clock::now() + core_->ep.options.command_timeout));
             // Used only when no message can be relied on: the subscription is not confirmed
             // (subscriber reconnecting) or the key has no TTL (a foreign holder without
             // expiry). Then waits grow from 10 ms to 1 s; with a subscription and a TTL the wait
@@ -347,7 +360,9 @@ private:
                 }
                 if (r.ttl == -2) continue;  // freed between SET and PTTL: try again now
                 auto until = deadline_or_max(bounded, deadline);
-                if (!active) active = sub.active();
+                // Re-read each time: a subscriber that reconnected is not listening until its
+                // SUBSCRIBE is confirmed (the confirmation then wakes this waiter to retry).
+                const bool active = sub.active();
                 if (r.ttl >= 0) until = std::min(until, now + std::chrono::milliseconds(r.ttl));
                 if (!active || r.ttl == -1) {
                     until = std::min(until, now + fallback);
@@ -428,16 +443,20 @@ private:
         spec.want_ttl = want_ttl;
         spec.reentry = !fresh;
         spec.may_queue = may_queue;
+        spec.scripted = !core_->scripts_allowed.load(std::memory_order_relaxed);
         spec.wait_timeout = wait_text;
         for (int round = 0;; ++round) {
             try {
-                return core_->pool.run(name(), false, [&](redisContext* c) {
+                acquire_result r = core_->pool.run(name(), false, [&](redisContext* c) {
                     return Kind::acquire(c, keys_, spec, server());
                 });
+                core_->scripts_allowed.store(true, std::memory_order_relaxed);
+                return r;
             } catch (const error& e) {
                 const bool ambiguous =
                     e.value() == errc::connection_failed || e.value() == errc::timeout;
                 if (!ambiguous || !fresh) throw;
+                give_up(value);  // fair_lock: the attempt may have queued
                 try {
                     release(value, true);
                 } catch (const error&) {

@@ -14,13 +14,18 @@ struct mutex_kind : kind_defaults {
     static constexpr bool reentrant = false;
     static constexpr std::string_view channel_prefix = "rlock_lock__channel:";
 
-    /// Acquire with fencing (without fencing a plain SET NX PX does it).
-    /// KEYS[1] lock key, KEYS[2] redisson_lock_token:{name}; ARGV[1] token, ARGV[2] lease ms.
-    /// Returns {1, fencing token} when set, {0, PTTL of the holder's key} when refused.
+    /// Acquire by script: with fencing, and for a client's first acquisition (to learn that
+    /// scripts may run before anything is written); otherwise a plain SET NX PX does it.
+    /// KEYS[1] lock key, KEYS[2] redisson_lock_token:{name}; ARGV[1] token, ARGV[2] lease ms,
+    /// ARGV[3] '1' to INCR the fencing counter.
+    /// Returns {1, fencing token or 0} when set, {0, PTTL of the holder's key} when refused.
     static const script& acquire_fenced_script() {
         static const script s(R"lua(
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    return {1, redis.call('incr', KEYS[2])}
+    if ARGV[3] == '1' then
+        return {1, redis.call('incr', KEYS[2])}
+    end
+    return {1, 0}
 end
 return {0, redis.call('pttl', KEYS[1])}
 )lua");
@@ -66,8 +71,9 @@ return out
                                   std::string_view server) {
         const std::string_view token = a.value, lease = a.lease;
         acquire_result out;
-        if (a.fencing) {
-            script_call call(acquire_fenced_script(), {k.name, k.fencing}, {token, lease});
+        if (a.fencing || a.scripted) {
+            script_call call(acquire_fenced_script(), {k.name, k.fencing},
+                             {token, lease, a.fencing ? "1" : "0"});
             reply_ptr r = run_script(c, call, k.name, server);
             parse_pair(r.get(), out, k.name, server);
             return out;

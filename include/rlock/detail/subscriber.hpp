@@ -223,7 +223,10 @@ private:
             std::lock_guard<std::mutex> g(mu_);
             auto it = channels_.find(name);
             if (it != channels_.end() && it->second->waiters > 0) {
+                // Listening from now on. A message published before this point (while the
+                // connection was being re-made) is lost, so the waiters retry once now.
                 it->second->active = true;
+                ++it->second->generation;
                 it->second->cv.notify_all();
             }
         } else if (kind == "message") {
