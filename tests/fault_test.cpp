@@ -1,0 +1,1095 @@
+// Faults and bad input (issue 8), against real redis-servers that the tests start themselves:
+// connections killed under load, SCRIPT FLUSH and FLUSHALL, a server that stalls past the
+// command timeout while it still runs an acquire, odd and huge inputs, a port that is not
+// Redis, ACL users without scripts or keys, and misuse of lock objects. Every lock kind runs
+// each test where it makes sense (read_write_lock: its write side). Bounds on time are generous
+// on purpose: the suite runs on small, noisy machines.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "rlock/rlock.hpp"
+#include "support/helpers.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using rlock_test::eventually;
+using rlock_test::redis_server;
+using rlock_test::steady;
+
+namespace {
+
+long long millis(steady::duration d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+/// A raw connection for fault injection and bookkeeping, as `user` when one is given.
+rlock::detail::context_ptr raw_connection(int port, const std::string& user = "",
+                                          const std::string& password = "") {
+    rlock::detail::context_ptr c(redisConnect("127.0.0.1", port));
+    if (!c || c->err) throw std::runtime_error("test: cannot connect to redis");
+    if (!user.empty()) {
+        auto r = rlock::detail::command(c.get(), {"AUTH", user, password});
+        if (!r || r->type == REDIS_REPLY_ERROR) throw std::runtime_error("test: AUTH failed");
+    }
+    return c;
+}
+
+/// Any command from a vector of parts (ACL SETUSER takes many).
+rlock::detail::reply_ptr command_vec(redisContext* c, const std::vector<std::string>& parts) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& p : parts) {
+        argv.push_back(p.data());
+        lens.push_back(p.size());
+    }
+    return rlock::detail::command_argv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
+}
+
+void set_acl_user(const redis_server& s, std::vector<std::string> rules) {
+    rules.insert(rules.begin(), {"ACL", "SETUSER"});
+    auto c = raw_connection(s.port());
+    auto r = command_vec(c.get(), rules);
+    if (!r || r->type != REDIS_REPLY_STATUS) {
+        throw std::runtime_error("ACL SETUSER failed: " +
+                                 std::string(rlock::detail::reply_text(r.get())));
+    }
+}
+
+/// The value of `field` in an INFO reply, or -1.
+long long info_value(const std::string& info, const std::string& field) {
+    const std::string key = "\n" + field + ":";
+    const auto at = info.find(key);
+    if (at == std::string::npos) return -1;
+    return std::atoll(info.c_str() + at + key.size());
+}
+
+/// Calls per command since the last CONFIG RESETSTAT (INFO commandstats).
+std::map<std::string, long long> command_calls(const redis_server& s) {
+    std::map<std::string, long long> out;
+    const std::string info = s.text({"INFO", "commandstats"});
+    const std::string tag = "cmdstat_";
+    for (auto pos = info.find(tag); pos != std::string::npos; pos = info.find(tag, pos + 1)) {
+        const auto colon = info.find(':', pos);
+        const auto calls = info.find("calls=", colon);
+        if (colon == std::string::npos || calls == std::string::npos) break;
+        out[info.substr(pos + tag.size(), colon - pos - tag.size())] =
+            std::atoll(info.c_str() + calls + 6);
+    }
+    return out;
+}
+
+/// Every command the server ran since RESETSTAT, except the test's own CONFIG and INFO.
+std::string commands_besides_bookkeeping(const redis_server& s) {
+    std::string out;
+    for (const auto& [name, calls] : command_calls(s)) {
+        if (name == "config|resetstat" || name == "config" || name == "info") continue;
+        out += name + "=" + std::to_string(calls) + " ";
+    }
+    return out;
+}
+
+bool connection_error(rlock::errc e) {
+    return e == rlock::errc::connection_failed || e == rlock::errc::timeout;
+}
+
+template <class T>
+std::string kind_name() {
+    if constexpr (std::is_same_v<T, rlock::mutex>) return "mutex";
+    if constexpr (std::is_same_v<T, rlock::reentrant_lock>) return "reentrant";
+    if constexpr (std::is_same_v<T, rlock::fair_lock>) return "fair";
+    return "rw";  // read_write_lock: the write side
+}
+
+template <class T>
+constexpr bool is_hash_kind() {
+    return !std::is_same_v<T, rlock::mutex>;
+}
+
+template <class T>
+constexpr bool is_reentrant_kind() {
+    return !std::is_same_v<T, rlock::mutex>;
+}
+
+struct kind_names {
+    template <class T>
+    static std::string GetName(int) {
+        return kind_name<T>();
+    }
+};
+
+template <class Lock>
+class fault_test : public ::testing::Test {
+protected:
+    static redis_server& server() {
+        static redis_server s;
+        return s;
+    }
+    rlock::client_options options(std::chrono::milliseconds watchdog = 30s) {
+        rlock::client_options o = server().options();
+        o.lock_watchdog_timeout = watchdog;
+        o.on_lock_lost = lost.handler();
+        return o;
+    }
+    std::string name() const { return rlock_test::test_lock_name(); }
+    std::string last_lost_message() {
+        std::lock_guard<std::mutex> g(lost.mu);
+        return lost.last_message;
+    }
+
+    rlock_test::lost_log lost;
+};
+
+using lock_kinds =
+    ::testing::Types<rlock::mutex, rlock::reentrant_lock, rlock::fair_lock, rlock::read_write_lock>;
+TYPED_TEST_SUITE(fault_test, lock_kinds, kind_names);
+
+// ---------------------------------------------------------------------------------------------
+// Load: threads that lock, do a non-atomic read-modify-write of a counter in Redis, and unlock.
+// If two holders ever overlapped, an increment would be lost and the counter would fall short.
+
+struct load_report {
+    std::mutex mu;
+    std::vector<std::string> unexpected;        // whatever the contract does not allow
+    std::map<std::string, int> refused;         // lock() errors the contract allows, by message
+    std::map<std::string, long long> sections;  // completed critical sections, per lock name
+    long long attempts = 0;
+
+    void add_unexpected(const std::string& what) {
+        std::lock_guard<std::mutex> g(mu);
+        if (unexpected.size() < 20) unexpected.push_back(what);
+    }
+    long long total_sections() {
+        std::lock_guard<std::mutex> g(mu);
+        long long n = 0;
+        for (const auto& [name, count] : sections) n += count;
+        return n;
+    }
+    std::string summary() {
+        std::lock_guard<std::mutex> g(mu);
+        std::string s = "attempts " + std::to_string(attempts) + "; refused:";
+        for (const auto& [what, n] : refused) s += " [" + std::to_string(n) + "x " + what + "]";
+        s += "; unexpected:";
+        for (const auto& u : unexpected) s += " [" + u + "]";
+        return s;
+    }
+};
+
+struct load_spec {
+    std::vector<std::string> names;
+    int threads = 4;
+    int iterations = 40;
+    std::chrono::seconds limit{20};
+    std::string counter_user;  // the counter connections AUTH as this user when set
+    bool connection_errors_allowed = false;
+    bool fence_even_threads = false;  // lock_options::fencing on every other thread
+};
+
+std::string counter_key(const std::string& name) { return name + ":counter"; }
+
+template <class Lock>
+void run_load(rlock::client& c, int port, const load_spec& spec, load_report& out) {
+    const auto end = steady::now() + spec.limit;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < spec.threads; ++t) {
+        threads.emplace_back([&, t] {
+            const std::string& name = spec.names[static_cast<std::size_t>(t) % spec.names.size()];
+            const std::string counter = counter_key(name);
+            rlock::lock_options lo;
+            lo.fencing = spec.fence_even_threads && t % 2 == 0;
+            Lock lock(c, name, lo);
+            // Until it has AUTHed as the counter user, a kill may still hit this connection.
+            rlock::detail::context_ptr redis;
+            for (int tries = 0; !redis; ++tries) {
+                try {
+                    redis = raw_connection(port, spec.counter_user, "pw");
+                } catch (const std::exception& e) {
+                    if (tries == 50) {
+                        out.add_unexpected(std::string("counter connection: ") + e.what());
+                        return;
+                    }
+                }
+            }
+            for (int i = 0; i < spec.iterations && steady::now() < end; ++i) {
+                {
+                    std::lock_guard<std::mutex> g(out.mu);
+                    ++out.attempts;
+                }
+                try {
+                    lock.lock();
+                } catch (const rlock::error& e) {
+                    if (spec.connection_errors_allowed && connection_error(e.value())) {
+                        std::lock_guard<std::mutex> g(out.mu);
+                        ++out.refused[e.code().message()];
+                    } else {
+                        out.add_unexpected(std::string("lock() threw: ") + e.what());
+                    }
+                    continue;
+                } catch (const std::exception& e) {
+                    out.add_unexpected(std::string("lock() threw a non-rlock exception: ") +
+                                       e.what());
+                    continue;
+                }
+                auto got = rlock::detail::command(redis.get(), {"GET", counter});
+                const long long value =
+                    got && got->type == REDIS_REPLY_STRING ? std::atoll(got->str) : 0;
+                std::this_thread::yield();  // widen the window a lost update would need
+                const std::string next = std::to_string(value + 1);
+                auto set = rlock::detail::command(redis.get(), {"SET", counter, next});
+                if (!got || !set || set->type != REDIS_REPLY_STATUS) {
+                    out.add_unexpected("the counter connection failed");
+                }
+                {
+                    std::lock_guard<std::mutex> g(out.mu);
+                    ++out.sections[name];
+                }
+                try {
+                    lock.unlock();
+                } catch (const std::exception& e) {
+                    out.add_unexpected(std::string("unlock() threw: ") + e.what());
+                }
+            }
+        });
+    }
+    for (auto& t : threads) t.join();
+}
+
+/// Checks the counters against the completed sections: equal, or mutual exclusion failed.
+void expect_counters_match(const redis_server& s, load_report& r) {
+    std::lock_guard<std::mutex> g(r.mu);
+    for (const auto& [name, sections] : r.sections) {
+        EXPECT_EQ(s.text({"GET", counter_key(name)}), std::to_string(sections))
+            << "lost updates on " << name << ": two holders overlapped";
+    }
+}
+
+/// Repeats `cmd` on one connection every `period` until stopped; counts what it returned.
+class injector {
+public:
+    injector(const redis_server& s, std::vector<std::string> cmd, std::chrono::milliseconds period)
+        : thread_([this, port = s.port(), cmd = std::move(cmd), period] {
+              auto c = raw_connection(port);
+              while (!stop_) {
+                  auto r = command_vec(c.get(), cmd);
+                  if (!r) {
+                      c = raw_connection(port);
+                      continue;
+                  }
+                  ++runs_;
+                  if (r->type == REDIS_REPLY_INTEGER) hits_ += r->integer;
+                  if (r->type == REDIS_REPLY_ERROR) errors_ += 1;
+                  std::this_thread::sleep_for(period);
+              }
+          }) {}
+    injector(const injector&) = delete;
+    injector& operator=(const injector&) = delete;
+    ~injector() { stop(); }
+    void stop() {
+        stop_ = true;
+        if (thread_.joinable()) thread_.join();
+    }
+    long long runs() const { return runs_; }
+    long long hits() const { return hits_; }
+    long long errors() const { return errors_; }
+
+private:
+    std::atomic<bool> stop_{false};
+    std::atomic<long long> runs_{0}, hits_{0}, errors_{0};
+    std::thread thread_;
+};
+
+// The library's connections (user "default") of type normal; the killer's own and the counter
+// connections (user rlock-counter) survive, so the counters themselves never see a fault.
+const std::vector<std::string> kill_normal = {"CLIENT", "KILL",    "TYPE",   "normal",
+                                              "USER",   "default", "SKIPME", "yes"};
+
+void ensure_counter_user(const redis_server& s) {
+    set_acl_user(s, {"rlock-counter", "on", ">pw", "~*", "&*", "+@all"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// a. A killed subscriber connection is re-made and its waiters re-subscribed.
+
+TYPED_TEST(fault_test, a_waiter_wakes_on_unlock_after_its_subscriber_connection_was_killed) {
+    rlock::client holder(this->options()), other(this->options());
+    TypeParam mine(holder, this->name()), theirs(other, this->name());
+    mine.lock(30s);  // the waiter must not wait this lease out
+    std::promise<steady::time_point> acquired;
+    std::thread waiter([&] {
+        // try_lock_for bounds a failure of this test at 10 s; the lease is 30 s.
+        if (theirs.try_lock_for(10s)) {
+            acquired.set_value(steady::now());
+            theirs.unlock();
+        } else {
+            acquired.set_value(steady::time_point::max());
+        }
+    });
+    std::this_thread::sleep_for(300ms);  // subscribed and blocked
+    const long long killed = this->server().integer({"CLIENT", "KILL", "TYPE", "pubsub"});
+    std::this_thread::sleep_for(500ms);  // time to reconnect and resubscribe
+    const auto released = steady::now();
+    mine.unlock();
+    auto got = acquired.get_future();
+    const auto at = got.get();
+    waiter.join();
+    EXPECT_GE(killed, 1) << "no subscriber connection was killed: the fault was not injected";
+    ASSERT_NE(at, steady::time_point::max()) << "the waiter never got the lock";
+    EXPECT_LT(at - released, 1500ms) << "woke " << millis(at - released) << " ms after the unlock";
+}
+
+TYPED_TEST(fault_test, a_waiter_wakes_on_unlock_right_after_its_subscriber_connection_was_killed) {
+    // The unlock lands while the subscriber reconnects and resubscribes: the message may be
+    // missed, and the waiter must notice anyway (not sleep for the holder's TTL).
+    rlock::client holder(this->options()), other(this->options());
+    TypeParam mine(holder, this->name()), theirs(other, this->name());
+    std::string slow;
+    // The race is narrow: many rounds close to the kill, a few further away.
+    for (const auto gap :
+         {0ms, 0ms, 0ms, 0ms, 0ms, 0ms, 1ms, 1ms, 1ms, 1ms, 2ms, 2ms, 2ms, 3ms, 5ms, 10ms, 50ms}) {
+        mine.lock(4s);
+        std::promise<steady::time_point> acquired;
+        std::thread waiter([&] {
+            if (theirs.try_lock_for(8s)) {
+                acquired.set_value(steady::now());
+                theirs.unlock();
+            } else {
+                acquired.set_value(steady::time_point::max());
+            }
+        });
+        std::this_thread::sleep_for(150ms);  // subscribed and blocked
+        const long long killed = this->server().integer({"CLIENT", "KILL", "TYPE", "pubsub"});
+        std::this_thread::sleep_for(gap);
+        const auto released = steady::now();
+        mine.unlock();
+        const auto at = acquired.get_future().get();
+        waiter.join();
+        EXPECT_GE(killed, 1);
+        if (at == steady::time_point::max() || at - released >= 1500ms) {
+            slow +=
+                " gap " + std::to_string(gap.count()) + " ms: " +
+                (at == steady::time_point::max() ? std::string("never")
+                                                 : std::to_string(millis(at - released)) + " ms");
+        }
+    }
+    EXPECT_TRUE(slow.empty()) << "waiters that slept past the unlock:" << slow;
+}
+
+// ---------------------------------------------------------------------------------------------
+// b. Connections killed under load: retried where safe, never two holders.
+
+TYPED_TEST(fault_test, connection_kills_under_load_keep_mutual_exclusion) {
+    auto& s = this->server();
+    ensure_counter_user(s);
+    rlock::client_options o = this->options(3s);
+    o.pool_size = 4;
+    rlock::client c(o);
+    load_spec spec;
+    spec.names = {this->name() + ":a", this->name() + ":b"};
+    spec.threads = 4;
+    spec.iterations = 100000;  // in effect: as many as fit in the time limit
+    spec.limit = 3s;
+    spec.counter_user = "rlock-counter";
+    // lock() is documented to throw connection_failed / timeout when the retry on a new
+    // connection fails too; it must never throw anything else, and unlock() must never throw.
+    spec.connection_errors_allowed = true;
+    load_report report;
+    injector killer(s, kill_normal, 20ms);
+    run_load<TypeParam>(c, s.port(), spec, report);
+    killer.stop();
+    SCOPED_TRACE(report.summary());
+    EXPECT_TRUE(report.unexpected.empty());
+    EXPECT_GT(killer.hits(), 10) << "too few connections were killed to test anything";
+    EXPECT_GE(report.total_sections() * 2, report.attempts)
+        << "most lock() calls should survive a kill by retrying on a new connection";
+    expect_counters_match(s, report);
+    // And the client works again afterwards (an unreleased key lives at most its 3 s lease).
+    for (const auto& n : spec.names) {
+        TypeParam again(c, n);
+        EXPECT_TRUE(again.try_lock_for(6s)) << n;
+        again.unlock();
+    }
+    std::printf("[   info   ] %s: %lld connections killed; %s; %d holds reported lost%s%s\n",
+                kind_name<TypeParam>().c_str(), killer.hits(), report.summary().c_str(),
+                this->lost.calls.load(), this->lost.calls > 0 ? ", last: " : "",
+                this->last_lost_message().c_str());
+}
+
+TYPED_TEST(fault_test, a_watched_hold_survives_connection_kills_more_frequent_than_renewals) {
+    // Renewal is idempotent (compare-and-pexpire), so a renewal that meets a connection killed
+    // since the last tick is safe to retry on a new one. Kills every 100 ms, ticks every
+    // 300 ms, lease 900 ms: each kill costs one connection, never the hold.
+    auto& s = this->server();
+    rlock::client c(this->options(900ms));
+    TypeParam lock(c, this->name());
+    lock.lock();
+    {
+        injector killer(s, kill_normal, 100ms);
+        const auto end = steady::now() + 3s;
+        while (steady::now() < end && !lock.lost()) std::this_thread::sleep_for(20ms);
+        killer.stop();
+        EXPECT_GT(killer.hits(), 5) << "the watchdog connection was never killed";
+    }
+    EXPECT_FALSE(lock.lost());
+    EXPECT_EQ(this->lost.calls, 0) << this->last_lost_message();
+    EXPECT_EQ(s.integer({"EXISTS", this->name()}), 1);
+    EXPECT_NO_THROW(lock.unlock());
+}
+
+// ---------------------------------------------------------------------------------------------
+// c. SCRIPT FLUSH: NOSCRIPT is answered by EVAL, invisibly.
+
+TYPED_TEST(fault_test, script_flush_in_a_loop_under_load_is_invisible) {
+    auto& s = this->server();
+    rlock::client c(this->options(300ms));  // renewals every 100 ms, across the flushes
+    TypeParam held(c, this->name() + ":held", rlock::lock_options{true});
+    held.lock();
+    load_spec spec;
+    spec.names = {this->name() + ":a", this->name() + ":b"};
+    spec.threads = 4;
+    spec.iterations = 30;
+    spec.fence_even_threads = true;  // a mutex with fencing acquires by script too
+    load_report report;
+    injector flusher(s, {"SCRIPT", "FLUSH"}, 2ms);
+    run_load<TypeParam>(c, s.port(), spec, report);
+    std::this_thread::sleep_for(350ms);  // a few more renewals of `held` after flushes
+    flusher.stop();
+    SCOPED_TRACE(report.summary());
+    EXPECT_TRUE(report.unexpected.empty());
+    EXPECT_TRUE(report.refused.empty());
+    EXPECT_EQ(report.total_sections(), spec.threads * spec.iterations);
+    EXPECT_GT(flusher.runs(), 20);
+    expect_counters_match(s, report);
+    EXPECT_FALSE(held.lost());
+    EXPECT_EQ(this->lost.calls, 0) << this->last_lost_message();
+    held.unlock();
+    EXPECT_EQ(s.integer({"EXISTS", held.name()}), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// d. FLUSHALL while held.
+
+TYPED_TEST(fault_test, flushall_while_held_is_reported_lost_once_and_unlock_does_not_throw) {
+    auto& s = this->server();
+    rlock::client c(this->options(300ms));
+    TypeParam lock(c, this->name());
+    lock.lock();
+    EXPECT_FALSE(lock.lost());
+    s.cmd({"FLUSHALL"});
+    ASSERT_TRUE(eventually([&] { return this->lost.calls.load() > 0; }, 3s));
+    EXPECT_TRUE(lock.lost());
+    EXPECT_EQ(this->lost.code, static_cast<int>(rlock::errc::lock_lost));
+    EXPECT_EQ(s.integer({"EXISTS", this->name()}), 0) << "renewal re-created the lock";
+    EXPECT_NO_THROW(lock.unlock());
+    std::this_thread::sleep_for(400ms);  // more ticks: no second report
+    EXPECT_EQ(this->lost.calls, 1);
+    EXPECT_FALSE(lock.lost());
+    EXPECT_TRUE(lock.try_lock());
+    lock.unlock();
+    EXPECT_EQ(this->lost.calls, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// e. Ambiguous acquire: the server stalls (DEBUG SLEEP) past the command timeout while it still
+// has the acquire to run. The caller gets an error or a hold that really is its own; nothing
+// of it outlives its lease.
+
+/// Runs DEBUG SLEEP on its own connection; join() returns once the server is awake again.
+class stall {
+public:
+    stall(const redis_server& s, double seconds)
+        : thread_([port = s.port(), seconds] {
+              auto c = raw_connection(port);
+              rlock::detail::command(c.get(), {"DEBUG", "SLEEP", std::to_string(seconds)});
+          }) {
+        std::this_thread::sleep_for(50ms);  // the server is asleep before the caller sends
+    }
+    stall(const stall&) = delete;
+    stall& operator=(const stall&) = delete;
+    ~stall() { join(); }
+    void join() {
+        if (thread_.joinable()) thread_.join();
+    }
+
+private:
+    std::thread thread_;
+};
+
+TYPED_TEST(fault_test, an_ambiguous_acquire_is_an_error_or_a_real_hold_and_expires_with_its_lease) {
+    auto& s = this->server();
+    constexpr auto lease = 1500ms;
+    rlock::client_options o = this->options(lease);  // watched holds: the same lease
+    o.command_timeout = 100ms;
+    o.connect_timeout = 300ms;
+    rlock::client c(o), observer(this->options());
+    TypeParam lock(c, this->name()), other(observer, this->name());
+    lock.lock();  // scripts cached and the pool warm, so only the stall is new
+    lock.unlock();
+    for (const double stall_seconds : {0.5, 0.2}) {
+        for (const bool watched : {false, true}) {
+            SCOPED_TRACE("stall " + std::to_string(stall_seconds) + " s, " +
+                         (watched ? "watched" : "leased"));
+            bool held = false;
+            std::string failure;
+            {
+                stall asleep(s, stall_seconds);
+                try {
+                    if (watched) {
+                        lock.lock();
+                    } else {
+                        lock.lock(lease);
+                    }
+                    held = true;
+                } catch (const rlock::error& e) {
+                    failure = e.what();
+                    EXPECT_TRUE(connection_error(e.value())) << e.what();
+                }
+            }  // the server is awake again
+            const auto woke = steady::now();
+            if (held) {
+                // "Acquired" must mean the key is ours.
+                EXPECT_TRUE(lock.is_held_by_current_thread());
+                EXPECT_FALSE(other.try_lock());
+                EXPECT_FALSE(lock.lost());
+                lock.unlock();
+                EXPECT_EQ(s.integer({"EXISTS", this->name()}), 0);
+            } else {
+                EXPECT_FALSE(lock.lost());  // nothing was recorded as held
+                const long long pttl = s.integer({"PTTL", this->name()});
+                EXPECT_LE(pttl, lease.count()) << "a key without expiry or past its lease";
+                std::printf("[   info   ] %s: acquire failed (%s); key %s after the stall\n",
+                            kind_name<TypeParam>().c_str(), failure.c_str(),
+                            pttl == -2 ? "already gone (compensated)" : "left to its lease");
+            }
+            // Nothing of the ambiguous acquire outlives its lease (counted from the wake-up).
+            EXPECT_TRUE(eventually(
+                [&] {
+                    return s.integer({"EXISTS", this->name()}) == 0;
+                },
+                lease + 1s))
+                << "the key outlived its lease";
+            EXPECT_LT(steady::now() - woke, lease + 1500ms);
+            EXPECT_TRUE(other.try_lock());
+            other.unlock();
+        }
+    }
+    EXPECT_EQ(this->lost.calls, 0) << this->last_lost_message();
+}
+
+TYPED_TEST(fault_test, an_ambiguous_acquire_on_a_held_lock_does_not_block_it_past_the_leases) {
+    // B's acquire reaches the server while A holds the lock (fair_lock: it joins the queue), B
+    // times out, and nothing can be undone while the server sleeps. After A's lease (and, for
+    // the fair lock, B's queue deadline: fair_lock_wait_timeout) a third client gets in.
+    auto& s = this->server();
+    constexpr auto lease = 1500ms;
+    constexpr auto wait_timeout = 2s;
+    rlock::client a(this->options()), third(this->options());
+    rlock::client_options ob = this->options();
+    ob.command_timeout = 100ms;
+    ob.connect_timeout = 300ms;
+    rlock::client b(ob);
+    rlock::lock_options lo;
+    lo.fair_lock_wait_timeout = wait_timeout;
+    TypeParam la(a, this->name()), lb(b, this->name(), lo), lc(third, this->name(), lo);
+    la.lock(lease);
+    EXPECT_FALSE(lb.try_lock());  // scripts cached, pool warm
+    const auto start = steady::now();
+    {
+        stall asleep(s, 0.5);
+        try {
+            // Either the ambiguity surfaces as an error, or (once the compensating release got
+            // through after the stall) the retried acquire waits its turn and gets a real hold,
+            // necessarily after A's lease.
+            lb.lock();
+            EXPECT_GE(steady::now() - start, lease - 100ms) << "locked while A still held it";
+            EXPECT_TRUE(lb.is_held_by_current_thread());
+            lb.unlock();
+        } catch (const rlock::error& e) {
+            EXPECT_TRUE(connection_error(e.value())) << e.what();
+        }
+    }
+    EXPECT_FALSE(lb.lost());
+    const auto bound =
+        lease + (std::is_same_v<TypeParam, rlock::fair_lock> ? wait_timeout : 0ms) + 2s;
+    EXPECT_TRUE(lc.try_lock_for(bound)) << "the lock stayed blocked after every lease ran out";
+    const auto waited = steady::now() - start;
+    EXPECT_LT(waited, bound) << millis(waited) << " ms";
+    lc.unlock();
+    EXPECT_EQ(this->lost.calls, 0) << this->last_lost_message();
+}
+
+// ---------------------------------------------------------------------------------------------
+// f. Odd names work byte for byte; refused input sends nothing; durations do not overflow.
+
+TYPED_TEST(fault_test, odd_lock_names_round_trip_byte_for_byte) {
+    auto& s = this->server();
+    const std::vector<std::pair<std::string, std::string>> names = {
+        {"spaces", " a lock  with spaces "},
+        {"braces", "{a}b"},
+        {"unbalanced braces", "}{x{"},
+        {"lua quotes", "x']]'); redis.call('set', 'pwned', '1') --"},
+        {"binary", std::string("b\0i\xff"
+                               "n\r\n",
+                               7)},
+        {"1 MB", std::string(1 << 20, 'm') + "!"},
+    };
+    rlock::client one(this->options()), two(this->options());
+    for (const auto& [what, n] : names) {
+        SCOPED_TRACE(what);
+        ASSERT_EQ(s.integer({"EXISTS", n}), 0);
+        TypeParam mine(one, n), theirs(two, n);
+        ASSERT_NO_THROW(mine.lock());
+        EXPECT_EQ(s.integer({"EXISTS", n}), 1) << "the key is not the name, byte for byte";
+        EXPECT_EQ(s.text({"TYPE", n}), is_hash_kind<TypeParam>() ? "hash" : "string");
+        if (what == "binary") {
+            EXPECT_EQ(s.integer({"EXISTS", std::string("b")}), 0) << "cut at the NUL";
+        }
+        EXPECT_TRUE(mine.is_held_by_current_thread());
+        EXPECT_GT(mine.remaining_lease(), 0ms);
+        EXPECT_FALSE(theirs.try_lock());
+        // A waiter on another client wakes on the unlock message: the channel name carries the
+        // lock name intact too (a mangled one would leave it waiting for the 30 s lease).
+        std::promise<steady::time_point> acquired;
+        std::thread waiter([&] {
+            const bool got = theirs.try_lock_for(5s);
+            acquired.set_value(got ? steady::now() : steady::time_point::max());
+            if (got) theirs.unlock();
+        });
+        std::this_thread::sleep_for(200ms);
+        const auto released = steady::now();
+        mine.unlock();
+        const auto at = acquired.get_future().get();
+        waiter.join();
+        ASSERT_NE(at, steady::time_point::max()) << "the waiter never got the lock";
+        EXPECT_LT(at - released, 1500ms);
+        EXPECT_EQ(s.integer({"EXISTS", n}), 0);
+        EXPECT_EQ(s.integer({"EXISTS", "redisson_lock_queue:{" + n + "}"}), 0);
+        EXPECT_EQ(s.integer({"EXISTS", "redisson_lock_timeout:{" + n + "}"}), 0);
+    }
+    EXPECT_EQ(s.integer({"EXISTS", "pwned"}), 0);
+    EXPECT_EQ(this->lost.calls, 0) << this->last_lost_message();
+}
+
+TYPED_TEST(fault_test, refused_input_is_invalid_argument_and_sends_nothing) {
+    auto& s = this->server();
+    rlock::client c(this->options());
+    TypeParam lock(c, this->name());
+    std::this_thread::sleep_for(100ms);  // the subscriber has connected (it sends nothing)
+    s.cmd({"CONFIG", "RESETSTAT"});
+    const std::vector<std::pair<std::string, std::function<void()>>> refused = {
+        {"empty name", [&] { TypeParam unnamed(c, ""); }},
+        {"lock(0ms)", [&] { lock.lock(0ms); }},
+        {"lock(-1s)", [&] { lock.lock(-1s); }},
+        {"lock(0ns)", [&] { lock.lock(std::chrono::nanoseconds(0)); }},
+        {"lock(-0.5 s as double)", [&] { lock.lock(std::chrono::duration<double>(-0.5)); }},
+        {"try_lock_for(1s, 0ms)", [&] { (void)lock.try_lock_for(1s, 0ms); }},
+        {"try_lock_for(1s, -5ms)", [&] { (void)lock.try_lock_for(1s, -5ms); }},
+        {"try_lock_until(+1s, hours::min())",
+         [&] { (void)lock.try_lock_until(steady::now() + 1s, std::chrono::hours::min()); }},
+    };
+    for (const auto& [what, call] : refused) {
+        try {
+            call();
+            ADD_FAILURE() << what << " was accepted";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.code(), rlock::errc::invalid_argument) << what << ": " << e.what();
+            EXPECT_NE(std::string(e.what()).find(c.server()), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_EQ(commands_besides_bookkeeping(s), "") << "refused input reached the server";
+    EXPECT_EQ(s.integer({"EXISTS", this->name()}), 0);
+}
+
+TYPED_TEST(fault_test, a_huge_lease_is_refused_or_kept_never_cut_short_or_left_without_expiry) {
+    auto& s = this->server();
+    rlock::client c(this->options());
+    TypeParam lock(c, this->name());
+    const std::vector<std::pair<std::string, std::function<void()>>> leases = {
+        {"hours::max()", [&] { lock.lock(std::chrono::hours::max()); }},
+        {"milliseconds::max()", [&] { lock.lock(std::chrono::milliseconds::max()); }},
+        {"1000 years", [&] { lock.lock(std::chrono::hours(24 * 365 * 1000)); }},
+    };
+    for (const auto& [what, call] : leases) {
+        SCOPED_TRACE(what);
+        s.cmd({"CONFIG", "RESETSTAT"});
+        bool held = false;
+        try {
+            call();
+            held = true;
+        } catch (const rlock::error& e) {
+            // Refused with a clear error (invalid_argument up front, or the server's own
+            // "invalid expire time"), and then nothing may be left behind (checked below).
+            std::printf("[   info   ] %s %s: refused (%s; sent: %s)\n",
+                        kind_name<TypeParam>().c_str(), what.c_str(), e.what(),
+                        commands_besides_bookkeeping(s).c_str());
+        }
+        const long long pttl = s.integer({"PTTL", this->name()});
+        if (held) {
+            EXPECT_GT(pttl, 3600 * 1000LL) << "the lease was cut to " << pttl << " ms";
+            EXPECT_FALSE(lock.lost());
+            EXPECT_NO_THROW(lock.unlock());
+        }
+        EXPECT_NE(pttl, -1) << "a lock key without expiry: it would never be freed";
+        if (!held) {
+            EXPECT_EQ(pttl, -2) << "a refused lock left its key behind";
+        }
+        s.cmd({"DEL", this->name()});  // whatever happened, the next case starts clean
+    }
+}
+
+TYPED_TEST(fault_test, an_unbounded_wait_does_not_overflow_and_waits_for_the_unlock) {
+    rlock::client holder_client(this->options()), c(this->options());
+    TypeParam waiter(c, this->name());
+    const std::vector<std::pair<std::string, std::function<bool()>>> waits = {
+        {"try_lock_for(hours::max())",
+         [&] { return waiter.try_lock_for(std::chrono::hours::max()); }},
+        {"try_lock_for(nanoseconds::max())",
+         [&] { return waiter.try_lock_for(std::chrono::nanoseconds::max()); }},
+        {"try_lock_for(1e300 s)",
+         [&] { return waiter.try_lock_for(std::chrono::duration<double>(1e300)); }},
+        {"try_lock_until(system_clock max)",
+         [&] { return waiter.try_lock_until(std::chrono::system_clock::time_point::max()); }},
+        {"try_lock_until(steady_clock max)",
+         [&] { return waiter.try_lock_until(steady::time_point::max()); }},
+        {"try_lock_for(hours::max(), 10s)",
+         [&] { return waiter.try_lock_for(std::chrono::hours::max(), 10s); }},
+    };
+    for (const auto& [what, call] : waits) {
+        SCOPED_TRACE(what);
+        std::promise<void> locked;
+        std::thread holder([&] {
+            TypeParam h(holder_client, this->name());
+            h.lock(20s);
+            locked.set_value();
+            std::this_thread::sleep_for(200ms);
+            h.unlock();
+        });
+        locked.get_future().wait();
+        const auto start = steady::now();
+        const bool got = call();
+        const auto waited = steady::now() - start;
+        holder.join();
+        EXPECT_TRUE(got) << "gave up after " << millis(waited) << " ms";
+        EXPECT_GE(waited, 100ms) << "did not wait for the holder";
+        EXPECT_LT(waited, 3s);
+        if (got) waiter.unlock();
+    }
+}
+
+TYPED_TEST(fault_test, a_deadline_in_the_far_past_gives_up_at_once) {
+    rlock::client holder_client(this->options()), c(this->options());
+    TypeParam holder(holder_client, this->name()), waiter(c, this->name());
+    using sys = std::chrono::system_clock;
+    const std::vector<std::pair<std::string, std::function<bool()>>> waits = {
+        {"try_lock_for(hours::min())",
+         [&] { return waiter.try_lock_for(std::chrono::hours::min()); }},
+        {"try_lock_for(nanoseconds::min())",
+         [&] { return waiter.try_lock_for(std::chrono::nanoseconds::min()); }},
+        {"try_lock_for(-1s)", [&] { return waiter.try_lock_for(-1s); }},
+        {"try_lock_until(system_clock now - 1h)",
+         [&] { return waiter.try_lock_until(sys::now() - 1h); }},
+        {"try_lock_until(steady_clock min)",
+         [&] { return waiter.try_lock_until(steady::time_point::min()); }},
+        {"try_lock_until(system_clock min)",
+         [&] { return waiter.try_lock_until(sys::time_point::min()); }},
+    };
+    for (const auto& [what, call] : waits) {
+        SCOPED_TRACE(what);
+        holder.lock(3s);  // a wait gone wrong ends with this lease
+        const auto start = steady::now();
+        std::promise<bool> result;
+        std::thread t([&] {
+            const bool got = call();
+            if (got) waiter.unlock();
+            result.set_value(got);
+        });
+        const bool got = result.get_future().get();
+        t.join();
+        const auto waited = steady::now() - start;
+        EXPECT_FALSE(got) << "took the lock after " << millis(waited) << " ms";
+        EXPECT_LT(waited, 1s) << "waited " << millis(waited) << " ms for a past deadline";
+        holder.unlock();
+    }
+    EXPECT_EQ(this->lost.calls, 0) << this->last_lost_message();
+}
+
+// ---------------------------------------------------------------------------------------------
+// g. Names are KEYS/ARGV, never script text: the script cache does not grow with them.
+
+TYPED_TEST(fault_test, the_script_cache_does_not_grow_with_the_number_of_lock_names) {
+    auto& s = this->server();
+    s.cmd({"SCRIPT", "FLUSH"});
+    rlock::client c(this->options(600ms));  // a renewal tick every 200 ms
+    std::vector<std::unique_ptr<TypeParam>> locks;
+    for (int i = 0; i < 200; ++i) {
+        const std::string n = this->name() + ":" + std::to_string(i) + (i % 7 ? "" : "'\"]]");
+        locks.push_back(std::make_unique<TypeParam>(c, n, rlock::lock_options{i % 2 == 0}));
+        locks.back()->lock();
+    }
+    std::this_thread::sleep_for(450ms);  // renewals of all 200
+    for (auto& l : locks) {
+        EXPECT_FALSE(l->lost());
+        l->unlock();
+    }
+    // A waiter path too (PTTL / queue scripts).
+    rlock::client other(this->options());
+    TypeParam a(c, this->name() + ":contended"), b(other, this->name() + ":contended");
+    a.lock();
+    std::thread t([&] {
+        if (b.try_lock_for(3s)) b.unlock();
+    });
+    std::this_thread::sleep_for(100ms);
+    a.unlock();
+    t.join();
+    const long long cached = info_value(s.text({"INFO", "memory"}), "number_of_cached_scripts");
+    EXPECT_GE(cached, 1) << "no script ran: the check proves nothing";
+    EXPECT_LE(cached, 20) << "lock names reached the script text";
+    EXPECT_EQ(this->lost.calls, 0) << this->last_lost_message();
+}
+
+// ---------------------------------------------------------------------------------------------
+// i. An ACL user without scripts, or without the lock's keys: NOPERM, reported as such.
+
+TYPED_TEST(fault_test, a_user_without_scripting_gets_auth_failed_naming_noperm_and_leaves_nothing) {
+    auto& s = this->server();
+    set_acl_user(s, {"noscript", "reset", "on", ">pw", "~*", "&*", "+@all", "-@scripting"});
+    rlock::client_options o = this->options();
+    o.username = "noscript";
+    o.password = "pw";
+    rlock::client c(o);
+    for (const bool fenced : {true, false}) {
+        const std::string n = this->name() + (fenced ? ":fenced" : ":plain");
+        SCOPED_TRACE(n);
+        TypeParam lock(c, n, rlock::lock_options{fenced});
+        try {
+            lock.lock();
+            ADD_FAILURE() << "locked although this user may not run the release script";
+            lock.unlock();  // reports to on_lock_lost, leaves the key to its lease
+            std::printf("[   info   ] unlock without EVALSHA reported: %s\n",
+                        this->last_lost_message().c_str());
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.code(), rlock::errc::auth_failed) << e.what();
+            EXPECT_NE(std::string(e.what()).find("NOPERM"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(s.integer({"EXISTS", n}), 0) << "left in Redis";
+        s.cmd({"DEL", n});
+    }
+}
+
+TYPED_TEST(fault_test, a_user_without_access_to_the_key_gets_auth_failed_naming_noperm) {
+    auto& s = this->server();
+    set_acl_user(s, {"narrow", "reset", "on", ">pw", "~app:*", "&*", "+@all"});
+    rlock::client_options o = this->options();
+    o.username = "narrow";
+    o.password = "pw";
+    rlock::client c(o);
+    const std::string n = "other:" + this->name();
+    TypeParam lock(c, n);
+    try {
+        lock.lock();
+        ADD_FAILURE() << "locked a key outside the user's key patterns";
+        lock.unlock();
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.code(), rlock::errc::auth_failed) << e.what();
+        EXPECT_NE(std::string(e.what()).find("NOPERM"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(s.integer({"EXISTS", n}), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// j. Misuse: unlock twice; a lock object destroyed while held.
+
+TYPED_TEST(fault_test, a_second_unlock_throws_not_owner_and_leaves_the_next_holder_alone) {
+    rlock::client c(this->options()), other(this->options());
+    TypeParam lock(c, this->name()), theirs(other, this->name());
+    lock.lock();
+    lock.unlock();
+    theirs.lock();
+    try {
+        lock.unlock();
+        FAIL() << "a second unlock did not throw";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.code(), rlock::errc::not_owner) << e.what();
+    }
+    EXPECT_TRUE(theirs.is_held_by_current_thread());
+    theirs.unlock();
+    if constexpr (is_reentrant_kind<TypeParam>()) {
+        lock.lock();
+        lock.lock();
+        lock.unlock();
+        EXPECT_TRUE(lock.is_held_by_current_thread());
+        lock.unlock();
+        EXPECT_THROW(lock.unlock(), rlock::error);
+        EXPECT_FALSE(lock.is_locked());
+    }
+    EXPECT_EQ(this->lost.calls, 0) << this->last_lost_message();
+}
+
+TYPED_TEST(fault_test, a_lock_object_destroyed_while_held_leaves_a_leased_hold_to_its_lease) {
+    auto& s = this->server();
+    rlock::client c(this->options()), other(this->options());
+    {
+        TypeParam lock(c, this->name());
+        lock.lock(600ms);
+    }  // destroyed while held: no unlock, no crash
+    TypeParam theirs(other, this->name());
+    EXPECT_EQ(s.integer({"EXISTS", this->name()}), 1);
+    EXPECT_FALSE(theirs.try_lock());
+    EXPECT_TRUE(eventually(
+        [&] {
+            return s.integer({"EXISTS", this->name()}) == 0;
+        },
+        2s))
+        << "the key outlived its lease";
+    EXPECT_TRUE(theirs.try_lock_for(2s));
+    theirs.unlock();
+    // The hold belongs to (client, thread, name), not to the object: a new object sees it,
+    // lost by now, and may unlock it without error.
+    TypeParam again(c, this->name());
+    EXPECT_TRUE(again.lost());
+    EXPECT_NO_THROW(again.unlock());
+    EXPECT_FALSE(again.lost());
+    EXPECT_TRUE(again.try_lock());
+    again.unlock();
+    EXPECT_EQ(this->lost.calls, 0) << this->last_lost_message();
+}
+
+TYPED_TEST(fault_test, a_watched_hold_outlives_its_lock_object_until_unlocked_by_name) {
+    auto& s = this->server();
+    rlock::client c(this->options(600ms));
+    {
+        TypeParam lock(c, this->name());
+        lock.lock();
+    }
+    std::this_thread::sleep_for(1200ms);  // two leases: still renewed
+    EXPECT_EQ(s.integer({"EXISTS", this->name()}), 1);
+    TypeParam again(c, this->name());
+    EXPECT_FALSE(again.lost());
+    EXPECT_TRUE(again.is_held_by_current_thread());
+    again.unlock();
+    EXPECT_EQ(s.integer({"EXISTS", this->name()}), 0);
+    EXPECT_EQ(this->lost.calls, 0) << this->last_lost_message();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// h. A port that is not Redis: construction fails fast with the server in the message.
+
+namespace {
+
+/// A TCP listener on a free loopback port that speaks something other than RESP.
+class fake_server {
+public:
+    enum class mode { http_400, silent, close_at_once };
+
+    explicit fake_server(mode m) : mode_(m) {
+        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        const int one = 1;
+        ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0) {
+            throw std::runtime_error("fake_server: cannot listen");
+        }
+        socklen_t len = sizeof a;
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+        port_ = ntohs(a.sin_port);
+        thread_ = std::thread([this] { serve(); });
+    }
+    fake_server(const fake_server&) = delete;
+    fake_server& operator=(const fake_server&) = delete;
+    ~fake_server() {
+        stop_ = true;
+        thread_.join();
+        for (int c : open_) ::close(c);
+        ::close(fd_);
+    }
+    int port() const { return port_; }
+    int accepted() const { return accepted_; }
+
+private:
+    void serve() {
+        while (!stop_) {
+            pollfd p{fd_, POLLIN, 0};
+            if (::poll(&p, 1, 20) <= 0) continue;
+            const int c = ::accept(fd_, nullptr, nullptr);
+            if (c < 0) continue;
+            ++accepted_;
+            if (mode_ == mode::http_400) {
+                // Read the request first, so that closing sends FIN, not RST.
+                pollfd q{c, POLLIN, 0};
+                char buf[256];
+                if (::poll(&q, 1, 2000) > 0) (void)::read(c, buf, sizeof buf);
+                const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+                (void)::write(c, reply, sizeof reply - 1);
+                ::close(c);
+            } else if (mode_ == mode::close_at_once) {
+                ::close(c);
+            } else {
+                open_.push_back(c);  // accepted, never answered
+            }
+        }
+    }
+
+    mode mode_;
+    int fd_ = -1;
+    int port_ = 0;
+    std::atomic<bool> stop_{false};
+    std::atomic<int> accepted_{0};
+    std::vector<int> open_;
+    std::thread thread_;
+};
+
+TEST(fault_connect, a_port_that_is_not_redis_fails_fast_with_a_clear_error_naming_it) {
+    const std::vector<std::tuple<std::string, fake_server::mode, rlock::errc>> cases = {
+        {"HTTP server", fake_server::mode::http_400, rlock::errc::protocol_error},
+        {"silent server", fake_server::mode::silent, rlock::errc::timeout},
+        {"server closing at once", fake_server::mode::close_at_once,
+         rlock::errc::connection_failed},
+    };
+    for (const auto& [what, mode, expected] : cases) {
+        SCOPED_TRACE(what);
+        fake_server fake(mode);
+        rlock::client_options o;
+        o.host = "127.0.0.1";
+        o.port = fake.port();
+        o.connect_timeout = 300ms;
+        o.command_timeout = 300ms;
+        const auto start = steady::now();
+        try {
+            rlock::client c(o);
+            ADD_FAILURE() << "a client was made on a port that is not Redis";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.code(), expected) << e.what();
+            EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(fake.port())),
+                      std::string::npos)
+                << e.what();
+        }
+        const auto took = steady::now() - start;
+        EXPECT_LT(took, 3s) << millis(took) << " ms";
+        EXPECT_GE(fake.accepted(), 1) << "the fake server was never reached";
+    }
+}
+
+}  // namespace
