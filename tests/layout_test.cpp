@@ -25,28 +25,6 @@ redis_server& server() {
 
 std::string name() { return rlock_test::test_lock_name(); }
 
-/// A raw subscriber: SUBSCRIBE on its own connection, then read one message.
-class raw_subscriber {
-public:
-    explicit raw_subscriber(const std::string& channel)
-        : c_(redisConnect("127.0.0.1", server().port())) {
-        rlock::detail::reply_ptr r = rlock::detail::command(c_.get(), {"SUBSCRIBE", channel});
-        EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY);
-        timeval tv{5, 0};
-        redisSetTimeout(c_.get(), tv);
-    }
-    /// The payload of the next message, or "" after 5 s.
-    std::string next() {
-        void* raw = nullptr;
-        if (redisGetReply(c_.get(), &raw) != REDIS_OK) return "";
-        rlock::detail::reply_ptr r(static_cast<redisReply*>(raw));
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) return "";
-        return std::string(rlock::detail::reply_text(r->element[2]));
-    }
-
-private:
-    rlock::detail::context_ptr c_;
-};
 
 TEST(mutex_layout, the_key_holds_a_128_bit_token_with_a_px_expiry) {
     rlock::client c(server().options());
@@ -66,7 +44,7 @@ TEST(mutex_layout, the_key_holds_a_128_bit_token_with_a_px_expiry) {
 TEST(mutex_layout, unlock_publishes_0_on_the_rlock_channel) {
     rlock::client c(server().options());
     rlock::mutex m(c, name());
-    raw_subscriber sub("rlock_lock__channel:{" + name() + "}");
+    rlock_test::raw_subscriber sub(server().port(), "rlock_lock__channel:{" + name() + "}");
     m.lock();
     m.unlock();
     EXPECT_EQ(sub.next(), "0");
@@ -127,7 +105,7 @@ TEST(reentrant_layout, the_hash_has_one_holder_field_with_the_reentry_count) {
     EXPECT_EQ(server().text({"HGET", name(), field}), "1");
     EXPECT_TRUE(l.is_held_by_current_thread());
     EXPECT_GT(server().integer({"PTTL", name()}), 0);
-    raw_subscriber sub("redisson_lock__channel:{" + name() + "}");
+    rlock_test::raw_subscriber sub(server().port(), "redisson_lock__channel:{" + name() + "}");
     l.unlock();
     EXPECT_EQ(sub.next(), "0");
     EXPECT_EQ(server().integer({"EXISTS", name()}), 0);

@@ -43,25 +43,6 @@ std::string only_field_except_mode(const std::string& lock) {
     return "";
 }
 
-class raw_subscriber {
-public:
-    explicit raw_subscriber(const std::string& channel)
-        : c_(redisConnect("127.0.0.1", server().port())) {
-        rlock::detail::command(c_.get(), {"SUBSCRIBE", channel});
-        timeval tv{5, 0};
-        redisSetTimeout(c_.get(), tv);
-    }
-    std::string next() {
-        void* raw = nullptr;
-        if (redisGetReply(c_.get(), &raw) != REDIS_OK) return "";
-        rlock::detail::reply_ptr r(static_cast<redisReply*>(raw));
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) return "";
-        return std::string(rlock::detail::reply_text(r->element[2]));
-    }
-
-private:
-    rlock::detail::context_ptr c_;
-};
 
 // ---- read_write_lock ---------------------------------------------------------------------
 
@@ -82,7 +63,7 @@ TEST(read_write_layout, each_read_hold_has_its_own_expiring_key) {
     rw.unlock_shared();
     EXPECT_EQ(server().integer({"EXISTS", hold_key(name(), holder, 2)}), 0);
     EXPECT_EQ(server().text({"HGET", name(), holder}), "1");
-    raw_subscriber sub("redisson_rwlock:{" + name() + "}");
+    rlock_test::raw_subscriber sub(server().port(), "redisson_rwlock:{" + name() + "}");
     rw.unlock_shared();
     EXPECT_EQ(sub.next(), "0");
     EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
@@ -100,7 +81,7 @@ TEST(read_write_layout, the_write_hold_is_a_write_field_and_its_unlock_publishes
     rw.lock();  // reentrant
     EXPECT_EQ(server().text({"HGET", name(), field}), "2");
     rw.unlock();
-    raw_subscriber sub("redisson_rwlock:{" + name() + "}");
+    rlock_test::raw_subscriber sub(server().port(), "redisson_rwlock:{" + name() + "}");
     rw.unlock();
     EXPECT_EQ(sub.next(), "1");
     EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
@@ -285,7 +266,7 @@ TEST(fair_lock_layout, a_waiter_is_queued_with_a_deadline_and_the_release_wakes_
     const long long deadline = std::atoll(server().text({"ZSCORE", timeouts_of(name()), queued}).c_str());
     EXPECT_GT(deadline, now_ms + 250000);  // now + 5 min, renewed while it waits
     EXPECT_LE(deadline, now_ms + 301000);
-    raw_subscriber sub("redisson_lock__channel:{" + name() + "}:" + queued);
+    rlock_test::raw_subscriber sub(server().port(), "redisson_lock__channel:{" + name() + "}:" + queued);
     const auto released = steady::now();
     mine.unlock();
     EXPECT_EQ(sub.next(), "0");

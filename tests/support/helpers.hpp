@@ -2,6 +2,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -74,5 +75,27 @@ inline int wait_exit(pid_t pid) {
     ::waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+/// A raw subscriber on its own connection, to see what the locks publish.
+class raw_subscriber {
+public:
+    raw_subscriber(int port, const std::string& channel) : c_(redisConnect("127.0.0.1", port)) {
+        rlock::detail::reply_ptr r = rlock::detail::command(c_.get(), {"SUBSCRIBE", channel});
+        EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY);
+        timeval tv{5, 0};
+        redisSetTimeout(c_.get(), tv);
+    }
+    /// The payload of the next message, or "" after 5 s.
+    std::string next() {
+        void* raw = nullptr;
+        if (redisGetReply(c_.get(), &raw) != REDIS_OK) return "";
+        rlock::detail::reply_ptr r(static_cast<redisReply*>(raw));
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) return "";
+        return std::string(rlock::detail::reply_text(r->element[2]));
+    }
+
+private:
+    rlock::detail::context_ptr c_;
+};
 
 }  // namespace rlock_test
