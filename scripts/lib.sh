@@ -19,6 +19,12 @@ ensure_deps() {
     if [ ${#missing[@]} -eq 0 ]; then
         return 0
     fi
+    ensure_packages "${missing[@]}"
+}
+
+# ensure_packages <debian package...>: apt-get install them (as root, or through sudo).
+ensure_packages() {
+    local missing=("$@")
     say "installing: ${missing[*]}"
     local sudo=()
     if [ "$(id -u)" -ne 0 ]; then

@@ -188,8 +188,8 @@ public:
                 for (std::size_t e = 0; e < r->elements; ++e) {
                     const bool renewed = r->element[e]->type == REDIS_REPLY_INTEGER &&
                                          r->element[e]->integer == 1;
-                    ok[first[c] + e] = renewed;
-                    gone[first[c] + e] = !renewed;
+                    ok[first[c] + e] = static_cast<char>(renewed);
+                    gone[first[c] + e] = static_cast<char>(!renewed);
                 }
             }
         } catch (const error& e) {

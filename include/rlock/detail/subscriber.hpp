@@ -25,6 +25,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "rlock/detail/hiredis.hpp"
@@ -81,7 +82,7 @@ public:
     /// Interest in one channel, held by a waiter for as long as it waits.
     class subscription {
     public:
-        subscription(subscriber& s, const std::string& channel) : s_(s), channel_(channel) {
+        subscription(subscriber& s, std::string channel) : s_(s), channel_(std::move(channel)) {
             std::lock_guard<std::mutex> g(s_.mu_);
             auto& slot = s_.channels_[channel_];
             if (!slot) slot = std::make_unique<channel_state>();
