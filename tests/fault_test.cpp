@@ -1092,4 +1092,127 @@ TEST(fault_connect, a_port_that_is_not_redis_fails_fast_with_a_clear_error_namin
     }
 }
 
+
+// ---- The minimal ACL (README "ACL"): exactly these rules run every lock kind. -------------------
+
+/// The rules README.md documents for lock names starting with `app:`, word for word.
+const char* const minimal_acl =
+    "on >pw resetkeys resetchannels -@all "
+    "+ping +select +get +set +del +exists +pttl +pexpire +publish +subscribe +unsubscribe "
+    "+eval +evalsha +hexists +hget +hset +hdel +hkeys +hincrby +incr "
+    "+rpush +lpop +lindex +lrange +lrem +zadd +zrem +zscore +zrangebyscore +time "
+    "~app:* ~rlock_lock__channel:{app:* ~redisson_lock__channel:{app:* "
+    "~redisson_rwlock:{app:* ~redisson_lock_token:{app:* ~redisson_lock_queue:{app:* "
+    "~redisson_lock_timeout:{app:* "
+    "&rlock_lock__channel:{app:* &redisson_lock__channel:{app:* &redisson_rwlock:{app:*";
+
+std::vector<std::string> words(const std::string& text) {
+    std::vector<std::string> out;
+    for (std::size_t at = 0; at < text.size();) {
+        const auto end = std::min(text.find(' ', at), text.size());
+        if (end > at) out.push_back(text.substr(at, end - at));
+        at = end + 1;
+    }
+    return out;
+}
+
+/// Holds `name` from client a with renewals, refuses client b, then hands it to a blocked b:
+/// every script, the subscriber and the watchdog run as the ACL user.
+template <class Lock>
+void hold_renew_and_hand_off(rlock::client& a, rlock::client& b, const std::string& name) {
+    SCOPED_TRACE(name);
+    Lock held(a, name, rlock::lock_options{true});
+    Lock other(b, name, rlock::lock_options{true});
+    held.lock();
+    EXPECT_GT(held.fencing_token(), 0);
+    EXPECT_FALSE(other.try_lock_for(30ms));
+    std::this_thread::sleep_for(900ms);  // three renewal periods of the 600 ms watchdog
+    EXPECT_TRUE(held.is_locked());
+    EXPECT_FALSE(held.lost());
+    EXPECT_GT(held.remaining_lease(), 0ms);
+    std::atomic<bool> got{false};
+    std::thread waiter([&] {
+        other.lock();
+        got = true;
+        other.unlock();
+    });
+    std::this_thread::sleep_for(50ms);
+    EXPECT_FALSE(got.load());
+    held.unlock();
+    waiter.join();
+    EXPECT_TRUE(got.load());
+    // Forced open by the other client: the watchdog reports the hold lost, as the ACL user.
+    held.lock();
+    EXPECT_TRUE(other.force_unlock());
+    EXPECT_FALSE(held.is_locked());
+    EXPECT_TRUE(eventually([&] { return held.lost(); }));
+    held.unlock();
+}
+
+TEST(acl, the_documented_minimal_acl_runs_every_lock_kind) {
+    redis_server s;
+    auto rules = words(minimal_acl);
+    rules.insert(rules.begin(), "locker");
+    set_acl_user(s, rules);
+    rlock_test::lost_log lost;
+    rlock::client_options o = s.options();
+    o.username = "locker";
+    o.password = "pw";
+    o.lock_watchdog_timeout = 600ms;
+    o.on_lock_lost = lost.handler();
+    rlock::client a(o);
+    rlock::client b(o);
+
+    hold_renew_and_hand_off<rlock::mutex>(a, b, "app:mutex");
+    hold_renew_and_hand_off<rlock::reentrant_lock>(a, b, "app:reentrant");
+    hold_renew_and_hand_off<rlock::fair_lock>(a, b, "app:fair");
+    hold_renew_and_hand_off<rlock::read_write_lock>(a, b, "app:rw");  // the write side
+
+    {  // read side: two readers at once, a writer waits for both, a downgrade
+        rlock::read_write_lock r1(a, "app:rw-read");
+        rlock::read_write_lock r2(b, "app:rw-read");
+        r1.lock_shared();
+        r2.lock_shared();
+        std::this_thread::sleep_for(700ms);  // read holds renewed
+        std::thread([&] {
+            rlock::read_write_lock w(b, "app:rw-read");
+            EXPECT_FALSE(w.try_lock_for(30ms)) << "a writer got in past two readers";
+        }).join();
+        r2.unlock_shared();
+        r1.unlock_shared();
+        r2.lock();
+        r2.lock_shared();  // downgrade
+        r2.unlock();
+        EXPECT_TRUE(r1.try_lock_shared_for(1s));
+        r1.unlock_shared();
+        r2.unlock_shared();
+    }
+    {  // multi_lock on one node (its own script) and a one-node red_lock
+        rlock::mutex m1(a, "app:multi-1");
+        rlock::reentrant_lock m2(a, "app:multi-2");
+        rlock::multi_lock both{m1, m2};
+        both.lock();
+        std::this_thread::sleep_for(700ms);
+        EXPECT_TRUE(m1.is_locked());
+        EXPECT_TRUE(m2.is_locked());
+        both.unlock();
+        rlock::red_lock red({&a}, "app:red");
+        red.lock();
+        std::this_thread::sleep_for(700ms);
+        EXPECT_FALSE(red.lost());
+        red.unlock();
+    }
+    // One report per forced unlock above, and no other: no NOPERM anywhere.
+    EXPECT_EQ(lost.calls.load(), 4) << lost.last_lock << ": " << lost.last_message;
+    EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::lock_lost)) << lost.last_message;
+    // Fencing counters never expire, by design; nothing else may be left.
+    const std::string left = s.text(
+        {"EVAL",
+         "local out = {} for _, k in ipairs(redis.call('keys', '*')) do "
+         "if not string.find(k, 'redisson_lock_token:', 1, true) then out[#out + 1] = k end end "
+         "return table.concat(out, ' ')",
+         "0"});
+    EXPECT_EQ(left, "") << "keys left in Redis";
+}
+
 }  // namespace
