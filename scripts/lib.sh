@@ -15,6 +15,8 @@ ensure_deps() {
     command -v redis-server >/dev/null || missing+=(redis-server)
     { command -v pkg-config >/dev/null && pkg-config --exists hiredis; } || missing+=(libhiredis-dev)
     [ -e /usr/include/gtest/gtest.h ] || [ -e /usr/local/include/gtest/gtest.h ] || missing+=(googletest libgtest-dev)
+    # libfaketime: the clock_jumps test preloads it into the test worker.
+    [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || dpkg -s faketime >/dev/null 2>&1 || missing+=(faketime)
     [ -e /usr/include/benchmark/benchmark.h ] || [ -e /usr/local/include/benchmark/benchmark.h ] || missing+=(libbenchmark-dev)
     if [ ${#missing[@]} -eq 0 ]; then
         return 0

@@ -12,6 +12,11 @@
 //       Waits for the fair lock, RPUSHes <id> to "<lock>:order", holds 50 ms, unlocks.
 //   rlock_test_worker <port> rw-read-hang <lock> <watchdog ms>
 //       Takes the read side (watched), SETs "<lock>:ready", then sleeps until killed.
+//   rlock_test_worker <port> clock-jumps <lock> <faketime file>
+//       Run under libfaketime with FAKETIME_TIMESTAMP_FILE=<faketime file>: writes offsets
+//       ("+1h", "-1d", ...) to the file to make the wall clock jump while it holds and waits,
+//       and checks that leases, renewals and waits do not notice. Exits 0 when they did not,
+//       4 when one did, 5 when the wall clock did not jump (libfaketime not in effect).
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
@@ -21,7 +26,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -81,6 +88,118 @@ int counting(int port, const std::string& kind, const std::string& name, int thr
     return failures == 0 ? 0 : 1;
 }
 
+// Wall-clock jumps (run under libfaketime): every check of this mode. Each failure is printed.
+int clock_jumps(int port, const std::string& name, const std::string& file) {
+    using namespace std::chrono_literals;
+    using steady = std::chrono::steady_clock;
+    auto jump = [&](const char* offset) {
+        FILE* f = std::fopen(file.c_str(), "w");
+        if (!f) throw std::runtime_error("worker: cannot write " + file);
+        std::fprintf(f, "%s\n", offset);
+        std::fclose(f);
+    };
+    int failures = 0;
+    auto check = [&](bool ok, const std::string& what) {
+        if (!ok) {
+            std::fprintf(stderr, "clock-jumps: %s\n", what.c_str());
+            ++failures;
+        }
+    };
+    auto ms = [](steady::duration d) {
+        return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+    };
+
+    // The fault must be real: the wall clock moves by an hour when the file says so.
+    jump("+0");
+    const auto wall0 = std::chrono::system_clock::now();
+    jump("+1h");
+    const auto wall1 = std::chrono::system_clock::now();
+    jump("+0");
+    if (wall1 - wall0 < 50min) {
+        std::fprintf(stderr, "clock-jumps: the wall clock did not jump: no libfaketime?\n");
+        return 5;
+    }
+
+    std::atomic<int> lost_calls{0};
+    rlock::client_options o;
+    o.port = port;
+    o.lock_watchdog_timeout = 600ms;  // renewed every 200 ms
+    o.on_lock_lost = [&](std::string_view, const rlock::error& e) {
+        std::fprintf(stderr, "clock-jumps: on_lock_lost: %s\n", e.what());
+        ++lost_calls;
+    };
+    rlock::client c(o);
+    auto redis = raw(port);
+
+    // 1. A watched hold stays held across ten renewal periods while the wall clock jumps.
+    {
+        rlock::mutex m(c, name + ":watched");
+        m.lock();
+        for (const char* offset : {"+1h", "-1h", "+1d", "-1d", "+2h", "-2h", "+0", "+1h"}) {
+            jump(offset);
+            std::this_thread::sleep_for(250ms);
+            check(!m.lost(), std::string("a watched hold was lost after a jump to ") + offset);
+        }
+        auto ttl = rlock::detail::command(redis.get(), {"PTTL", name + ":watched"});
+        check(ttl && ttl->type == REDIS_REPLY_INTEGER && ttl->integer > 0,
+              "the watched key is not in Redis with a TTL after 2 s (8 renewal periods)");
+        m.unlock();
+        check(lost_calls == 0, "on_lock_lost was called for a watched hold");
+    }
+
+    // 2. A leased hold is lost by the client's clock after its lease, not before and not an
+    //    hour later, whichever way the wall clock jumps.
+    for (const char* offset : {"+1h", "-1h"}) {
+        jump("+0");
+        rlock::mutex m(c, name + ":leased");
+        const auto t0 = steady::now();
+        m.lock(1000ms);
+        jump(offset);
+        std::this_thread::sleep_for(100ms);
+        check(!m.lost(), std::string("a 1 s lease was lost 100 ms in, after a jump to ") + offset);
+        while (!m.lost() && steady::now() - t0 < 10s) std::this_thread::sleep_for(10ms);
+        const auto took = steady::now() - t0;
+        check(took >= 800ms && took < 5s, std::string("a 1 s lease was lost after ") + ms(took) +
+                                              " ms with a jump to " + offset);
+        long long pttl = 0;
+        while (steady::now() - t0 < 10s) {
+            auto r = rlock::detail::command(redis.get(), {"PTTL", name + ":leased"});
+            pttl = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+            if (pttl == -2) break;
+            std::this_thread::sleep_for(20ms);
+        }
+        check(pttl == -2, "the leased key is still in Redis 10 s after its 1 s lease");
+        m.unlock();  // expired as expected: no report, no throw
+    }
+
+    // 3. try_lock_for waits its duration while the wall clock jumps forward or back.
+    {
+        jump("+0");
+        rlock::client other(o);
+        rlock::mutex held(other, name + ":busy");
+        held.lock(60s);
+        rlock::mutex m(c, name + ":busy");
+        for (const char* offset : {"+1h", "-1h"}) {
+            jump("+0");
+            std::thread jumper([&] {
+                std::this_thread::sleep_for(300ms);
+                jump(offset);
+            });
+            const auto t0 = steady::now();
+            const bool got = m.try_lock_for(1500ms);
+            const auto took = steady::now() - t0;
+            jumper.join();
+            check(!got, "try_lock_for took a lock someone else holds");
+            check(took >= 1400ms && took < 6s, std::string("try_lock_for(1500ms) returned after ") +
+                                                   ms(took) + " ms with a jump to " + offset);
+        }
+        held.unlock();
+    }
+    jump("+0");
+    check(lost_calls == 0, "on_lock_lost was called");
+    return failures == 0 ? 0 : 4;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,6 +234,7 @@ int main(int argc, char** argv) {
             std::this_thread::sleep_for(std::chrono::seconds(60));
             return 3;  // should have been killed
         }
+        if (mode == "clock-jumps" && argc == 5) return clock_jumps(port, name, argv[4]);
         if (mode == "multi" && argc == 8) {
             rlock::client_options o;
             o.port = port;

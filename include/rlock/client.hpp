@@ -10,7 +10,9 @@
 //     holds it finds lost to `on_lock_lost`.
 //
 // Thread-safety: all members may be called from any thread. A client is neither copyable nor
-// movable; locks keep a reference to it, so it must outlive every lock object made from it.
+// movable. It should outlive the lock objects made from it; those share its internals, so a
+// thread that is blocked in lock() / try_lock_for() when the client is destroyed wakes and gets
+// `errc::connection_failed` ("the client was destroyed while this thread waited"), no crash.
 //
 // Destruction stops the subscriber and the watchdog promptly (a blocked waiter's wait ends with
 // its next attempt or its deadline) and never joins a thread from itself (a client destroyed

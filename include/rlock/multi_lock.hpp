@@ -211,7 +211,7 @@ private:
         p.is_lost = [](void* o) { return static_cast<L*>(o)->lost(); };
         if constexpr (std::is_base_of_v<detail::basic_lock<detail::mutex_kind>, L> ||
                       std::is_base_of_v<detail::basic_lock<detail::reentrant_kind>, L>) {
-            p.core = l.core_;
+            p.core = l.core_.get();
             p.keys = &l.keys_;
             p.fencing = l.options_.fencing;
             p.server = l.core_->ep.name;

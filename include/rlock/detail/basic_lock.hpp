@@ -145,7 +145,7 @@ public:
 
     /// Names a lock on `c`; sends nothing. Throws `error` (invalid_argument) for an empty name.
     basic_lock(client& c, std::string name, lock_options options = {})
-        : core_(&client_access::core(c)), options_(options) {
+        : core_(client_access::core(c).shared_from_this()), options_(options) {
         if (name.empty()) {
             throw error(errc::invalid_argument, "", core_->ep.name, "lock name is empty");
         }
@@ -348,6 +348,10 @@ private:
             std::chrono::milliseconds fallback(10);
             const std::chrono::milliseconds heartbeat = Kind::heartbeat(options_);
             for (;;) {
+                if (core_->sub->stopped()) {
+                    throw error(errc::connection_failed, name(), server(),
+                                "the client was destroyed while this thread waited");
+                }
                 const std::uint64_t seen = sub.generation();
                 sent = clock::now();
                 r = attempt(value, lease, /*want_ttl=*/true, /*fresh=*/true, true);
@@ -500,7 +504,10 @@ private:
         }
     }
 
-    client_core* core_;
+    // Shared, not borrowed: a thread blocked in lock() when the client is destroyed still
+    // reaches the subscriber and the pool to learn that and throw (the core is stopped but
+    // alive until the last lock object made from it is gone).
+    std::shared_ptr<client_core> core_;
     lock_keys keys_;
     lock_options options_;
 };
