@@ -1101,7 +1101,7 @@ const char* const minimal_acl =
     "+ping +select +get +set +del +exists +pttl +pexpire +publish +subscribe +unsubscribe "
     "+eval +evalsha +hexists +hget +hset +hdel +hkeys +hincrby +incr "
     "+rpush +lpop +lindex +lrange +lrem +zadd +zrem +zscore +zrangebyscore +time "
-    "~app:* ~rlock_lock__channel:{app:* ~redisson_lock__channel:{app:* "
+    "~app:* ~{app:* ~rlock_lock__channel:{app:* ~redisson_lock__channel:{app:* "
     "~redisson_rwlock:{app:* ~redisson_lock_token:{app:* ~redisson_lock_queue:{app:* "
     "~redisson_lock_timeout:{app:* "
     "&rlock_lock__channel:{app:* &redisson_lock__channel:{app:* &redisson_rwlock:{app:*";
