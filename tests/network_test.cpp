@@ -117,9 +117,10 @@ struct network : ::testing::Test {
 };
 
 TEST_F(network, a_delay_below_the_command_timeout_keeps_locks_working) {
-    // 150 ms each way per chunk against a 2 s command timeout; the watchdog (lease 1.5 s,
-    // renewed every 500 ms) must keep up although each renewal takes ~300 ms.
-    rlock::client c(through_proxy(1500ms, 2000ms));
+    // 150 ms each way per chunk against a 2 s command timeout; the watchdog (lease 2.4 s,
+    // renewed every 800 ms) must keep up although each renewal takes ~300 ms (more under
+    // sanitizers on a loaded machine: the margin is for them).
+    rlock::client c(through_proxy(2400ms, 2000ms));
     rlock::client direct(server.options());
     proxy.delay(150ms);
     rlock::mutex m(c, name());
@@ -128,7 +129,7 @@ TEST_F(network, a_delay_below_the_command_timeout_keeps_locks_working) {
     m.lock();
     r.lock();
     EXPECT_GE(steady::now() - t0, 500ms) << "the delay was not applied: nothing was tested";
-    std::this_thread::sleep_for(4s);  // eight renewal periods, almost three leases
+    std::this_thread::sleep_for(5s);  // six renewal periods, two leases
     EXPECT_FALSE(m.lost());
     EXPECT_FALSE(r.lost());
     EXPECT_EQ(lost.calls, 0) << last_message(lost);
@@ -554,19 +555,20 @@ TEST(hygiene, waiters_of_a_destroyed_client_wake_with_an_error) {
     constexpr int n = 3;
     std::vector<std::promise<outcome>> results(n);
     std::vector<std::thread> waiters;
+    // Made before the threads start: only the blocked calls race with the destruction.
+    rlock::mutex w0(*c, "busy");
+    rlock::reentrant_lock w1(*c, "busy:r");
+    rlock::fair_lock w2(*c, "busy:f");
     for (int i = 0; i < n; ++i) {
         waiters.emplace_back([&, i] {
             outcome o;
             try {
                 if (i == 0) {
-                    rlock::mutex w(*c, "busy");
-                    w.lock();
+                    w0.lock();
                 } else if (i == 1) {
-                    rlock::reentrant_lock w(*c, "busy:r");
-                    (void)w.try_lock_for(30s);
+                    (void)w1.try_lock_for(30s);
                 } else {
-                    rlock::fair_lock w(*c, "busy:f");
-                    w.lock();
+                    w2.lock();
                 }
                 o.finished = true;
             } catch (const rlock::error& e) {
