@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -111,7 +112,7 @@ struct section {
 struct worker_log {
     std::vector<section> sections;
     int acquire_errors = 0;
-    std::vector<std::string> other;  // unexpected lines ("X": unlock threw)
+    std::vector<std::string> other;  // unexpected lines: unlock threw, lock() found a lost hold
 };
 
 worker_log read_log(const std::string& path, int worker) {
@@ -124,6 +125,10 @@ worker_log read_log(const std::string& path, int worker) {
         f >> tag >> id;
         if (tag == "A") {
             ++out.acquire_errors;
+            int code = 0;
+            f >> code;
+            // Every section unlocks all it took: lock() has no hold of this thread to call lost.
+            if (code == static_cast<int>(rlock::errc::lock_lost)) out.other.push_back(line);
         } else if (tag == "B") {
             section s;
             long long pid = 0;
@@ -175,6 +180,11 @@ protected:
         dir_ = tmpl;
     }
     void TearDown() override {
+        // RLOCK_SAFETY_KEEP_LOGS=1 keeps the worker logs (the path is printed) for a post-mortem.
+        if (std::getenv("RLOCK_SAFETY_KEEP_LOGS")) {
+            std::printf("worker logs kept in %s\n", dir_.c_str());
+            return;
+        }
         std::error_code ec;
         fs::remove_all(dir_, ec);
     }
@@ -194,12 +204,14 @@ protected:
     bool wait_for_new_section(int w) {
         const std::string before = holder();
         const std::string prefix = w >= 0 ? std::to_string(w) + ":" : "";
-        return eventually(
-            [&] {
-                const std::string h = holder();
-                return h != before && h.rfind(prefix, 0) == 0;
-            },
-            milliseconds(5000));
+        // A tight poll (not eventually()'s 5 ms): a section lasts only a few milliseconds.
+        const auto end = steady::now() + milliseconds(5000);
+        while (steady::now() < end) {
+            const std::string h = holder();
+            if (h != before && h.rfind(prefix, 0) == 0) return true;
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        return false;
     }
 
     /// Stops worker `w` inside a critical section: SIGSTOP when a section of it starts; if the
@@ -452,6 +464,15 @@ TEST_P(safety_checker, holds) {
             }
             const auto freed = milliseconds((next - f.killed) / 1000000);
             extra = " freed_after_ms=" + std::to_string(freed.count());
+            // The section is far shorter than a renewal period, so the key still had the whole
+            // lease of its acquisition: half of it is a bound no scheduling delay can break.
+            long long dead_start = 0;
+            for (const section& s : all) {
+                if (s.worker == f.target && !s.ended) dead_start = s.start;
+            }
+            if (milliseconds((next - dead_start) / 1000000) < lease / 2) {
+                violations.push_back("the dead holder's lock was free before its lease ran out");
+            }
             if (freed > lease + margin) {
                 violations.push_back("the dead holder's lock was free only after " +
                                      std::to_string(freed.count()) + " ms");

@@ -92,7 +92,7 @@ int counting(int port, const std::string& kind, const std::string& name, int thr
 // fencing on (the lock on <port>, the shared state on the separate <resource port>, which no
 // fault touches — it stands for the database a lock protects):
 //
-//   lock()                       acquire errors are counted (line "A") and retried after 20 ms
+//   lock()                       an error is logged ("A <id> <errc> <what>"), retried after 20 ms
 //   B <id> <pid> <token> <start>                    written and flushed before anything else
 //   SET holder "<id>:<n>"        on the resource: lets the test aim a fault at a holder
 //   GET counter, sleep 3 ms      the read of a non-atomic read-modify-write
@@ -183,7 +183,7 @@ int safety_loop(Lock& lock, bool reenter, const std::string& id, int resource_po
         try {
             lock.lock();
         } catch (const rlock::error& e) {
-            log.line("A " + id + " " + e.what());
+            log.line("A " + id + " " + std::to_string(e.code().value()) + " " + e.what());
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
             continue;
         }
