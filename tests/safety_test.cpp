@@ -515,5 +515,43 @@ INSTANTIATE_TEST_SUITE_P(
         return std::get<0>(info.param) + "_" + name_of(std::get<1>(info.param));
     });
 
+// Found by the checker (client_kill_normal, the reentrant kinds): a re-entry whose script ran but
+// whose reply was lost to a killed connection left Redis one level ahead of the client. The final
+// unlock then left the lock held until its lease ran out, and the thread's next lock() re-entered
+// the leftover hash and was never released again. Here the lost reply is simulated exactly: the
+// level is added behind the client's back.
+template <class Lock>
+void a_lost_re_entry_is_drained_by_the_final_unlock() {
+    redis_server server;
+    rlock::client c(server.options());
+    Lock lock(c, "drained");
+    lock.lock();
+    rlock::detail::reply_ptr fields = server.cmd({"HKEYS", "drained"});
+    ASSERT_EQ(fields->type, REDIS_REPLY_ARRAY);
+    std::string field;
+    for (std::size_t i = 0; i < fields->elements; ++i) {
+        if (rlock::detail::reply_text(fields->element[i]) != "mode") {
+            field = std::string(rlock::detail::reply_text(fields->element[i]));
+        }
+    }
+    ASSERT_FALSE(field.empty());
+    server.cmd({"HINCRBY", "drained", field, "1"});  // the re-entry the client never heard of
+    lock.unlock();
+    EXPECT_EQ(server.integer({"EXISTS", "drained"}), 0) << "the lock outlived its final unlock";
+    lock.lock();  // the thread is not left re-entering a stale hold
+    lock.unlock();
+    EXPECT_EQ(server.integer({"EXISTS", "drained"}), 0);
+}
+
+TEST(safety_regression, reentrant_lock_a_lost_re_entry_is_drained_by_the_final_unlock) {
+    a_lost_re_entry_is_drained_by_the_final_unlock<rlock::reentrant_lock>();
+}
+TEST(safety_regression, fair_lock_a_lost_re_entry_is_drained_by_the_final_unlock) {
+    a_lost_re_entry_is_drained_by_the_final_unlock<rlock::fair_lock>();
+}
+TEST(safety_regression, read_write_lock_a_lost_re_entry_is_drained_by_the_final_unlock) {
+    a_lost_re_entry_is_drained_by_the_final_unlock<rlock::read_write_lock>();
+}
+
 }  // namespace
 }  // namespace rlock_test
