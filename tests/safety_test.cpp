@@ -333,10 +333,13 @@ TEST_P(safety_checker, holds) {
 
     // --- read the logs -------------------------------------------------------------------
     std::vector<section> all;
+    std::vector<std::string> violations;
     int acquire_errors = 0;
     for (int w = 0; w < workers; ++w) {
         worker_log log = read_log(log_path(w), w);
-        EXPECT_TRUE(log.other.empty()) << "worker " << w << ": " << log.other.front();
+        for (const std::string& line : log.other) {
+            violations.push_back("worker " + std::to_string(w) + ": " + line);
+        }
         acquire_errors += log.acquire_errors;
         for (section& s : log.sections) {
             if (!s.ended) {
@@ -353,7 +356,6 @@ TEST_P(safety_checker, holds) {
     std::sort(all.begin(), all.end(),
               [](const section& a, const section& b) { return a.start < b.start; });
 
-    std::vector<std::string> violations;
     // 1. No two sections of untold holders overlap.
     std::vector<const section*> untold;
     for (const section& s : all) {
@@ -490,7 +492,8 @@ TEST_P(safety_checker, holds) {
         kind.c_str(), name_of(sc), all.size(), f.count, told, refused, acquire_errors,
         violations.size(), extra.c_str());
     std::fflush(stdout);
-    for (const std::string& v : violations) ADD_FAILURE() << v;
+    for (std::size_t i = 0; i < violations.size() && i < 10; ++i) ADD_FAILURE() << violations[i];
+    if (violations.size() > 10) ADD_FAILURE() << "... and " << violations.size() - 10 << " more";
 }
 
 const std::vector<scenario> all_scenarios = {
