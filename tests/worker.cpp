@@ -13,8 +13,9 @@
 //   rlock_test_worker <port> rw-read-hang <lock> <watchdog ms>
 //       Takes the read side (watched), SETs "<lock>:ready", then sleeps until killed.
 //   rlock_test_worker <port> safety <lock> <kind> <id> <resource port> <log> <run ms> <max holds>
-//                     <watchdog ms>
-//       The safety checker's worker (tests/safety_test.cpp): see safety_run below.
+//                     <watchdog ms> [<port,port,...>]
+//       The safety checker's worker (tests/safety_test.cpp): see safety_run below. Kinds:
+//       mutex, reentrant_lock, fair_lock, read_write_lock, red_lock (over <port> and the list).
 #include <hiredis/hiredis.h>
 #include <unistd.h>
 
@@ -168,6 +169,25 @@ struct exclusive {
     bool lost() const { return l.lost(); }
 };
 
+// red_lock has no fencing token of its own (each node would count separately): as
+// docs/guarantees.md advises, the token comes from one counter outside it, here the resource's
+// `fence:issued`, INCRed right after each acquisition. Not atomic with the acquisition, so a
+// holder stopped between the two could draw a newer token than its successor; the checker's
+// stopped holder is stopped after it has its token.
+struct red {
+    rlock::red_lock& l;
+    resource& res;
+    std::uint64_t token_ = 0;
+    void lock() {
+        l.lock();
+        rlock::detail::reply_ptr r = res.run({"INCR", "fence:issued"});
+        token_ = r && r->type == REDIS_REPLY_INTEGER ? static_cast<std::uint64_t>(r->integer) : 0;
+    }
+    void unlock() { l.unlock(); }
+    std::uint64_t token() const { return token_; }
+    bool lost() const { return l.lost(); }
+};
+
 template <class Lock>
 int safety_loop(Lock& lock, bool reenter, const std::string& id, int resource_port,
                 const std::string& log_path, int run_ms, int max_holds, std::atomic<int>& told) {
@@ -232,7 +252,7 @@ int safety_loop(Lock& lock, bool reenter, const std::string& id, int resource_po
 
 int safety_run(int port, const std::string& name, const std::string& kind, const std::string& id,
                int resource_port, const std::string& log_path, int run_ms, int max_holds,
-               int watchdog_ms) {
+               int watchdog_ms, const std::string& more_ports) {
     std::atomic<int> told{0};
     rlock::client_options o;
     o.port = port;
@@ -243,6 +263,23 @@ int safety_run(int port, const std::string& name, const std::string& kind, const
     lo.fencing = true;
     // A waiter that dies or is stopped must not block the queue for Redisson's 5 minutes.
     lo.fair_lock_wait_timeout = std::chrono::milliseconds(3000);
+    if (kind == "red_lock") {
+        // The first node is `c`; the others are clients of the listed ports.
+        std::vector<std::unique_ptr<rlock::client>> others;
+        std::vector<rlock::client*> nodes{&c};
+        for (std::size_t at = 0; at < more_ports.size();) {
+            const std::size_t comma = std::min(more_ports.find(',', at), more_ports.size());
+            rlock::client_options node = o;
+            node.port = std::atoi(more_ports.substr(at, comma - at).c_str());
+            others.push_back(std::make_unique<rlock::client>(node));
+            nodes.push_back(others.back().get());
+            at = comma + 1;
+        }
+        rlock::red_lock m(nodes, name);
+        resource tokens(resource_port);
+        red l{m, tokens};
+        return safety_loop(l, false, id, resource_port, log_path, run_ms, max_holds, told);
+    }
     if (kind == "mutex") {
         rlock::mutex m(c, name, lo);
         exclusive<rlock::mutex> l{m};
@@ -277,9 +314,10 @@ int main(int argc, char** argv) {
     const int port = std::atoi(argv[1]);
     const std::string mode = argv[2], name = argv[3];
     try {
-        if (mode == "safety" && argc == 11) {
+        if (mode == "safety" && (argc == 11 || argc == 12)) {
             return safety_run(port, name, argv[4], argv[5], std::atoi(argv[6]), argv[7],
-                              std::atoi(argv[8]), std::atoi(argv[9]), std::atoi(argv[10]));
+                              std::atoi(argv[8]), std::atoi(argv[9]), std::atoi(argv[10]),
+                              argc == 12 ? argv[11] : "");
         }
         if (mode == "fair-order" && argc == 6) {
             rlock::client_options o;
