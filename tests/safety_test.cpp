@@ -16,9 +16,11 @@
 //   3. the counter equals the number of accepted fenced writes, and the accepted writes wrote
 //      exactly 1, 2, ..., n: no update was lost, no stale holder overwrote a newer one;
 //   4. a write by a holder never told "lost" is refused only after a data loss reset the token
-//      counter (so: counter == sections of untold holders + accepted writes of told holders);
-// plus what the scenario is about (see `check_scenario`).
-#include <dirent.h>
+//      counter (so, without a data loss: counter == completed sections of untold holders +
+//      accepted writes of told holders);
+//   5. lock() of a thread that holds nothing never reports a lost hold;
+// plus what the scenario is about (the switch at the end of the test).
+// Each test prints one summary line. The 43 tests take about 2 minutes on 2 cores.
 #include <signal.h>
 
 #include <algorithm>
@@ -26,7 +28,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -42,7 +43,7 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr int workers = 3;
-constexpr int run_ms = 2500;     // each worker's loop; the matrix has 40 of these
+constexpr int run_ms = 2500;     // each worker's loop; the matrix has 43 of these
 constexpr int max_holds = 5000;  // the loop's count bound (time ends it first)
 constexpr int watchdog_ms = 900;
 constexpr milliseconds lease{watchdog_ms};
