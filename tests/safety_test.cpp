@@ -107,6 +107,7 @@ struct section {
     bool ended = false;      // an E line: the section ran to its end
     bool lost = false;       // lock.lost() at the end of the section
     bool told = false;       // lost, or on_lock_lost called for it by the end of unlock
+    bool called = false;     // on_lock_lost called for it (the D line)
     std::string write;       // accepted | refused | error | "" (never got there)
     long long value = 0;     // the value the write tried to set
 };
@@ -148,6 +149,7 @@ worker_log read_log(const std::string& path, int worker) {
             int told = 0;
             f >> told;
             out.sections.back().told = out.sections.back().told || told != 0;
+            out.sections.back().called = told != 0;
         } else {
             out.other.push_back(line);
         }
@@ -465,6 +467,10 @@ TEST_P(safety_checker, holds) {
                 if (paused) {
                     // It learns from lost() itself, at the end of the section, not only later.
                     if (!s.lost) violations.push_back("paused holder not lost: " + describe(s));
+                    // Its key expired in Redis: on_lock_lost must say so too.
+                    if (!s.called) {
+                        violations.push_back("on_lock_lost not called for: " + describe(s));
+                    }
                     // Its write after waking loses to any newer holder's accepted write.
                     const bool newer = std::any_of(all.begin(), all.end(), [&](const section& o) {
                         return o.worker != s.worker && o.write == "accepted" &&

@@ -100,7 +100,8 @@ int counting(int port, const std::string& kind, const std::string& name, int thr
 //   fenced write of value + 1    accepted only if token >= the highest token the resource saw
 //   E <id> <pid> <token> <start> <end> <write at> <lost> <accepted|refused|error> <value>
 //   unlock()
-//   D <id> <told>                on_lock_lost was called for this section (by unlock at last)
+//   D <id> <told>                on_lock_lost was called for this section (by unlock at last;
+//                                after lost() said so, within 3 s: it may come from the watchdog)
 //
 // Times are steady_clock nanoseconds (CLOCK_MONOTONIC: one clock for every process). `lost` is
 // lock.lost() checked at the end of the section. Exits 0 unless a section failed unexpectedly.
@@ -244,6 +245,12 @@ int safety_loop(Lock& lock, bool reenter, const std::string& id, int resource_po
         } catch (const rlock::error& e) {  // not_owner only: a bug
             log.line("X " + id + " unlock threw: " + e.what());
             ++failures;
+        }
+        // on_lock_lost may come from the watchdog thread a little after unlock returned. A
+        // holder that saw lost() waits for it (bounded), so that a late call is not taken for
+        // a loss of the next section.
+        for (int i = 0; lost && told.load() == told_before && i < 300; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
         log.line("D " + id + " " + (told.load() != told_before ? "1" : "0"));
     }
