@@ -17,14 +17,20 @@
 //       ("+1h", "-1d", ...) to the file to make the wall clock jump while it holds and waits,
 //       and checks that leases, renewals and waits do not notice. Exits 0 when they did not,
 //       4 when one did, 5 when the wall clock did not jump (libfaketime not in effect).
+//   rlock_test_worker <port> safety <lock> <kind> <id> <resource port> <log> <run ms> <max holds>
+//                     <watchdog ms> [<port,port,...>]
+//       The safety checker's worker (tests/safety_test.cpp): see safety_run below. Kinds:
+//       mutex, reentrant_lock, fair_lock, read_write_lock, red_lock (over <port> and the list).
 #include <hiredis/hiredis.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <memory>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -200,6 +206,230 @@ int clock_jumps(int port, const std::string& name, const std::string& file) {
     return failures == 0 ? 0 : 4;
 }
 
+// --- safety mode ---------------------------------------------------------------------------
+//
+// Loops until <run ms> have passed or <max holds> sections ran. Each section, on a lock with
+// fencing on (the lock on <port>, the shared state on the separate <resource port>, which no
+// fault touches — it stands for the database a lock protects):
+//
+//   lock()                       an error is logged ("A <id> <errc> <what>"), retried after 20 ms
+//   B <id> <pid> <token> <start>                    written and flushed before anything else
+//   SET holder "<id>:<n>"        on the resource: lets the test aim a fault at a holder
+//   GET counter, sleep 3 ms      the read of a non-atomic read-modify-write
+//   fenced write of value + 1    accepted only if token >= the highest token the resource saw
+//   E <id> <pid> <token> <start> <end> <write at> <lost> <accepted|refused|error> <value>
+//   unlock()
+//   D <id> <told>                on_lock_lost was called for this section (by unlock at last;
+//                                after lost() said so, within 3 s: it may come from the watchdog)
+//
+// Times are steady_clock nanoseconds (CLOCK_MONOTONIC: one clock for every process). `lost` is
+// lock.lost() checked at the end of the section. Exits 0 unless a section failed unexpectedly.
+
+// The resource's half of fencing. KEYS[1] counter, KEYS[2] highest token seen, KEYS[3] refusals;
+// ARGV[1] token, ARGV[2] new value. Returns 1 when written, 0 when refused (an older token).
+constexpr const char* fenced_set = R"lua(
+local high = tonumber(redis.call('get', KEYS[2]) or '0')
+if tonumber(ARGV[1]) < high then
+    redis.call('incr', KEYS[3])
+    return 0
+end
+redis.call('set', KEYS[2], ARGV[1])
+redis.call('set', KEYS[1], ARGV[2])
+return 1
+)lua";
+
+long long now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+class line_log {
+public:
+    explicit line_log(const std::string& path) : f_(std::fopen(path.c_str(), "w")) {
+        if (!f_) throw std::runtime_error("worker: cannot open " + path);
+    }
+    line_log(const line_log&) = delete;
+    line_log& operator=(const line_log&) = delete;
+    ~line_log() { std::fclose(f_); }
+    // Flushed at once: a SIGKILLed worker's last line must be in the file.
+    void line(const std::string& text) {
+        std::fputs(text.c_str(), f_);
+        std::fputc('\n', f_);
+        std::fflush(f_);
+    }
+
+private:
+    std::FILE* f_;
+};
+
+// The resource connection; a failed command drops it and the next one reconnects.
+class resource {
+public:
+    explicit resource(int port) : port_(port) {}
+    rlock::detail::reply_ptr run(std::initializer_list<std::string_view> parts) {
+        if (!c_ || c_->err) c_ = raw(port_);
+        rlock::detail::reply_ptr r = rlock::detail::command(c_.get(), parts);
+        if (!r) c_.reset();
+        return r;
+    }
+
+private:
+    int port_;
+    rlock::detail::context_ptr c_;
+};
+
+// One section's hold: lock / unlock / token / lost, whatever the kind.
+template <class Lock>
+struct exclusive {
+    Lock& l;
+    void lock() { l.lock(); }
+    void unlock() { l.unlock(); }
+    std::uint64_t token() const { return l.fencing_token(); }
+    bool lost() const { return l.lost(); }
+};
+
+// red_lock has no fencing token of its own (each node would count separately): as
+// docs/guarantees.md advises, the token comes from one counter outside it, here the resource's
+// `fence:issued`, INCRed right after each acquisition. Not atomic with the acquisition, so a
+// holder stopped between the two could draw a newer token than its successor; the checker's
+// stopped holder is stopped after it has its token.
+struct red {
+    rlock::red_lock& l;
+    resource& res;
+    std::uint64_t token_ = 0;
+    void lock() {
+        l.lock();
+        rlock::detail::reply_ptr r = res.run({"INCR", "fence:issued"});
+        token_ = r && r->type == REDIS_REPLY_INTEGER ? static_cast<std::uint64_t>(r->integer) : 0;
+    }
+    void unlock() { l.unlock(); }
+    std::uint64_t token() const { return token_; }
+    bool lost() const { return l.lost(); }
+};
+
+template <class Lock>
+int safety_loop(Lock& lock, bool reenter, const std::string& id, int resource_port,
+                const std::string& log_path, int run_ms, int max_holds, std::atomic<int>& told) {
+    line_log log(log_path);
+    resource res(resource_port);
+    const std::string pid = std::to_string(::getpid());
+    const std::string counter = "counter", high = "fence:high", refusals = "fence:refusals";
+    res.run({"INCR", "ready"});
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(run_ms);
+    int failures = 0;
+    for (int n = 0; n < max_holds && std::chrono::steady_clock::now() < end; ++n) {
+        const int told_before = told.load();
+        try {
+            lock.lock();
+        } catch (const rlock::error& e) {
+            log.line("A " + id + " " + std::to_string(e.code().value()) + " " + e.what());
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            continue;
+        }
+        const long long start = now_ns();
+        const std::uint64_t token = lock.token();
+        log.line("B " + id + " " + pid + " " + std::to_string(token) + " " + std::to_string(start));
+        int levels = 1;
+        if (reenter) {
+            // One more level, as nested code would take it; a lost hold refuses re-entry.
+            try {
+                lock.lock();
+                ++levels;
+            } catch (const rlock::error&) {
+            }
+        }
+        res.run({"SET", "holder", id + ":" + std::to_string(n)});
+        auto got = res.run({"GET", counter});
+        const long long value = got && got->type == REDIS_REPLY_STRING ? std::atoll(got->str) : 0;
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));  // a window for faults
+        const std::string next = std::to_string(value + 1);
+        const long long write_at = now_ns();
+        rlock::detail::reply_ptr w;
+        if (got) {
+            w = res.run(
+                {"EVAL", fenced_set, "3", counter, high, refusals, std::to_string(token), next});
+        }
+        const char* verdict = !w || w->type != REDIS_REPLY_INTEGER ? "error"
+                              : w->integer == 1                    ? "accepted"
+                                                                   : "refused";
+        const long long finish = now_ns();
+        const bool lost = lock.lost();
+        log.line("E " + id + " " + pid + " " + std::to_string(token) + " " + std::to_string(start) +
+                 " " + std::to_string(finish) + " " + std::to_string(write_at) + " " +
+                 (lost ? "1" : "0") + " " + verdict + " " + next);
+        if (std::strcmp(verdict, "error") == 0) ++failures;
+        try {
+            while (levels-- > 0) lock.unlock();
+        } catch (const rlock::error& e) {  // not_owner only: a bug
+            log.line("X " + id + " unlock threw: " + e.what());
+            ++failures;
+        }
+        // on_lock_lost may come from the watchdog thread a little after unlock returned. A
+        // holder that saw lost() waits for it (bounded), so that a late call is not taken for
+        // a loss of the next section.
+        for (int i = 0; lost && told.load() == told_before && i < 300; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        log.line("D " + id + " " + (told.load() != told_before ? "1" : "0"));
+    }
+    return failures == 0 ? 0 : 1;
+}
+
+int safety_run(int port, const std::string& name, const std::string& kind, const std::string& id,
+               int resource_port, const std::string& log_path, int run_ms, int max_holds,
+               int watchdog_ms, const std::string& more_ports) {
+    std::atomic<int> told{0};
+    rlock::client_options o;
+    o.port = port;
+    o.lock_watchdog_timeout = std::chrono::milliseconds(watchdog_ms);
+    o.on_lock_lost = [&told](std::string_view, const rlock::error&) { ++told; };
+    rlock::client c(o);
+    rlock::lock_options lo;
+    lo.fencing = true;
+    // A waiter that dies or is stopped must not block the queue for Redisson's 5 minutes.
+    lo.fair_lock_wait_timeout = std::chrono::milliseconds(3000);
+    if (kind == "red_lock") {
+        // The first node is `c`; the others are clients of the listed ports.
+        std::vector<std::unique_ptr<rlock::client>> others;
+        std::vector<rlock::client*> nodes{&c};
+        for (std::size_t at = 0; at < more_ports.size();) {
+            const std::size_t comma = std::min(more_ports.find(',', at), more_ports.size());
+            rlock::client_options node = o;
+            node.port = std::atoi(more_ports.substr(at, comma - at).c_str());
+            others.push_back(std::make_unique<rlock::client>(node));
+            nodes.push_back(others.back().get());
+            at = comma + 1;
+        }
+        rlock::red_lock m(nodes, name);
+        resource tokens(resource_port);
+        red l{m, tokens};
+        return safety_loop(l, false, id, resource_port, log_path, run_ms, max_holds, told);
+    }
+    if (kind == "mutex") {
+        rlock::mutex m(c, name, lo);
+        exclusive<rlock::mutex> l{m};
+        return safety_loop(l, false, id, resource_port, log_path, run_ms, max_holds, told);
+    }
+    if (kind == "reentrant_lock") {
+        rlock::reentrant_lock m(c, name, lo);
+        exclusive<rlock::reentrant_lock> l{m};
+        return safety_loop(l, true, id, resource_port, log_path, run_ms, max_holds, told);
+    }
+    if (kind == "fair_lock") {
+        rlock::fair_lock m(c, name, lo);
+        exclusive<rlock::fair_lock> l{m};
+        return safety_loop(l, true, id, resource_port, log_path, run_ms, max_holds, told);
+    }
+    if (kind == "read_write_lock") {
+        rlock::read_write_lock m(c, name, lo);
+        exclusive<rlock::read_write_lock> l{m};
+        return safety_loop(l, true, id, resource_port, log_path, run_ms, max_holds, told);
+    }
+    std::fprintf(stderr, "worker: unknown kind %s\n", kind.c_str());
+    return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -210,6 +440,11 @@ int main(int argc, char** argv) {
     const int port = std::atoi(argv[1]);
     const std::string mode = argv[2], name = argv[3];
     try {
+        if (mode == "safety" && (argc == 11 || argc == 12)) {
+            return safety_run(port, name, argv[4], argv[5], std::atoi(argv[6]), argv[7],
+                              std::atoi(argv[8]), std::atoi(argv[9]), std::atoi(argv[10]),
+                              argc == 12 ? argv[11] : "");
+        }
         if (mode == "fair-order" && argc == 6) {
             rlock::client_options o;
             o.port = port;
@@ -275,9 +510,11 @@ int main(int argc, char** argv) {
                         for (int i = 0; i < iterations; ++i) {
                             std::lock_guard<rlock::red_lock> guard(lock);
                             auto got = rlock::detail::command(mine.get(), {"GET", argv[6]});
-                            const long long v = got->type == REDIS_REPLY_STRING ? std::atoll(got->str) : 0;
+                            const long long v =
+                                got->type == REDIS_REPLY_STRING ? std::atoll(got->str) : 0;
                             std::this_thread::yield();
-                            rlock::detail::command(mine.get(), {"SET", argv[6], std::to_string(v + 1)});
+                            rlock::detail::command(mine.get(),
+                                                   {"SET", argv[6], std::to_string(v + 1)});
                         }
                     } catch (const std::exception& e) {
                         std::fprintf(stderr, "red worker thread failed: %s\n", e.what());

@@ -223,6 +223,14 @@ public:
         long long left = 0;
         try {
             left = release(h->value, /*may_retry=*/last);
+            // Redis still counts levels after this thread's last one: a re-entry whose reply was
+            // lost (the connection broke after the script ran) added a level this thread never
+            // counted. It is this thread's, so the final unlock drains it; left alone, the lock
+            // would outlive the unlock until its lease ran out, and the thread's next lock()
+            // would re-enter the leftover hash with a count its unlocks never bring to zero.
+            for (int extra = 0; last && left > 0 && extra < 64; ++extra) {
+                left = release(h->value, /*may_retry=*/true);
+            }
         } catch (const error& e) {
             if (!last) --h->count;
             if (reg.claim_report(*h)) core_->tell_hold(*h, e);
