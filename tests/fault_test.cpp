@@ -944,6 +944,52 @@ TYPED_TEST(fault_test, a_second_unlock_throws_not_owner_and_leaves_the_next_hold
     EXPECT_EQ(this->lost.calls, 0) << this->last_lost_message();
 }
 
+// A waiter's deadline that ends just as the release message arrives: whichever wins, the waiter
+// holds the lock or nothing, no subscription stays on the server and no queue entry (fair_lock)
+// is left. The holder's unlock is timed to land on the waiter's deadline, give or take a few
+// milliseconds either way, over many rounds.
+TYPED_TEST(fault_test, a_deadline_ending_as_the_release_arrives_leaks_no_subscription_or_queue_entry) {
+    auto& s = this->server();
+    rlock::client c(this->options()), other(this->options());
+    TypeParam holder(c, this->name());
+    int got = 0, missed = 0;
+    for (int round = 0; round < 24; ++round) {
+        holder.lock();
+        const auto wait = 40ms + std::chrono::milliseconds(round % 8);  // the deadline moves
+        std::promise<void> started;
+        std::thread waiter([&] {
+            TypeParam w(other, this->name());
+            started.set_value();
+            if (w.try_lock_for(wait)) {
+                ++got;
+                w.unlock();
+            } else {
+                ++missed;
+            }
+        });
+        started.get_future().wait();
+        std::this_thread::sleep_for(40ms + std::chrono::milliseconds(3));
+        holder.unlock();
+        waiter.join();
+    }
+    // Which side wins each round depends on the machine; both outcomes must leave nothing.
+    std::printf("[   info   ] %s: %d rounds got the lock, %d gave up\n",
+                kind_name<TypeParam>().c_str(), got, missed);
+    EXPECT_EQ(got + missed, 24);
+    EXPECT_TRUE(eventually([&] {
+        auto channels = s.cmd({"PUBSUB", "CHANNELS", "*"});
+        return channels && channels->type == REDIS_REPLY_ARRAY && channels->elements == 0;
+    })) << "a subscription outlived its waiter";
+    const std::string left = s.text(
+        {"EVAL",
+         "local out = {} for _, k in ipairs(redis.call('keys', '*')) do out[#out + 1] = k end "
+         "return table.concat(out, ' ')",
+         "0"});
+    EXPECT_EQ(left, "") << "keys left in Redis (a queue entry?)";
+    EXPECT_FALSE(holder.is_locked());
+    EXPECT_EQ(this->lost.calls, 0) << this->last_lost_message();
+}
+
 TYPED_TEST(fault_test, a_lock_object_destroyed_while_held_leaves_a_leased_hold_to_its_lease) {
     auto& s = this->server();
     rlock::client c(this->options()), other(this->options());
