@@ -137,26 +137,40 @@ public:
     multi_lock(const multi_lock&) = delete;
     multi_lock& operator=(const multi_lock&) = delete;
 
+    /// Blocks until every part is held (watched parts: renewed by their clients' watchdogs).
+    /// Never waits while holding a part: a refused part is waited on alone, then the round
+    /// starts again in canonical order. Throws what a part's lock() throws (would_deadlock,
+    /// connection errors, ...), with every part already taken released first.
     void lock() { (void)acquire(clock::time_point::max(), std::chrono::milliseconds(0)); }
+    /// As lock(), every part leased for `lease` and never renewed. Throws invalid_argument for
+    /// a lease that is not positive or longer than 100 years (nothing is sent).
     template <class Rep, class Period>
     void lock(const std::chrono::duration<Rep, Period>& lease) {
         (void)acquire(clock::time_point::max(), detail::lease_ms(lease, parts_.front().name, ""));
     }
+    /// One attempt at every part, no waiting: true when all are held; false with none held
+    /// (refused() names the part that refused). Throws as lock().
     [[nodiscard]] bool try_lock() { return acquire(clock::now(), std::chrono::milliseconds(0)); }
+    /// As lock(), giving up once `wait` has passed (relative, on steady_clock): false with no
+    /// part held and refused() naming the part that refused last.
     template <class Rep, class Period>
     [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait) {
         return acquire(detail::deadline_after(wait), std::chrono::milliseconds(0));
     }
+    /// As try_lock_for(wait), every part leased (never renewed).
     template <class Rep, class Period, class Rep2, class Period2>
     [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait,
                                     const std::chrono::duration<Rep2, Period2>& lease) {
         const auto l = detail::lease_ms(lease, parts_.front().name, "");
         return acquire(detail::deadline_after(wait), l);
     }
+    /// As try_lock_for, until the absolute deadline `t` (any clock; converted to steady_clock
+    /// once).
     template <class Clock, class Duration>
     [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
         return acquire(detail::to_steady(t), std::chrono::milliseconds(0));
     }
+    /// As try_lock_until(t), every part leased (never renewed).
     template <class Clock, class Duration, class Rep, class Period>
     [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t,
                                       const std::chrono::duration<Rep, Period>& lease) {
@@ -195,6 +209,7 @@ public:
         return refused_;
     }
 
+    /// Number of parts. Never blocks or throws.
     std::size_t size() const noexcept { return parts_.size(); }
 
 private:

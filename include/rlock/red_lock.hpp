@@ -85,32 +85,48 @@ public:
     red_lock(const red_lock&) = delete;
     red_lock& operator=(const red_lock&) = delete;
 
+    /// Nodes that must accept for a hold: N/2 + 1. Never blocks or throws.
     std::size_t quorum() const noexcept { return nodes_.size() / 2 + 1; }
+    /// Number of nodes N. Never blocks or throws.
     std::size_t size() const noexcept { return nodes_.size(); }
+    /// The lock's name (the key on every node). Never blocks or throws.
     const std::string& name() const noexcept { return name_; }
 
     /// Blocks until held (watched). Throws would_deadlock (this thread holds it), or
     /// quorum_not_reached when a round could not reach a majority of nodes.
     void lock() { acquire(false, {}, std::chrono::milliseconds(0)); }
+    /// As lock(), with a fixed lease: the hold's validity is `lease` minus the time the round
+    /// took minus the drift, and it is never renewed. Throws invalid_argument for a lease that
+    /// is not positive or longer than 100 years (nothing is sent).
     template <class Rep, class Period>
     void lock(const std::chrono::duration<Rep, Period>& lease) {
         acquire(false, {}, detail::lease_ms(lease, name_, ""));
     }
+    /// One round on every node, no waiting: true when a majority accepted in time (watched
+    /// hold), false otherwise (the partial holds are released on every node first). Blocks for
+    /// at most one round (the per-node timeout). Throws would_deadlock, or quorum_not_reached
+    /// with the per-node detail when too many nodes failed (not merely refused).
     [[nodiscard]] bool try_lock() { return acquire(true, clock::now(), std::chrono::milliseconds(0)); }
+    /// Rounds with a random pause between them until held or `wait` has passed (a relative
+    /// timeout, measured on steady_clock). Returns and throws as try_lock().
     template <class Rep, class Period>
     [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait) {
         return acquire(true, detail::deadline_after(wait), std::chrono::milliseconds(0));
     }
+    /// As try_lock_for(wait), the hold leased (never renewed), as lock(lease).
     template <class Rep, class Period, class Rep2, class Period2>
     [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait,
                                     const std::chrono::duration<Rep2, Period2>& lease) {
         const auto l = detail::lease_ms(lease, name_, "");
         return acquire(true, detail::deadline_after(wait), l);
     }
+    /// As try_lock_for, until the absolute deadline `t` (any clock; converted to steady_clock
+    /// once, so later wall-clock jumps do not move it).
     template <class Clock, class Duration>
     [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
         return acquire(true, detail::to_steady(t), std::chrono::milliseconds(0));
     }
+    /// As try_lock_until(t), the hold leased (never renewed).
     template <class Clock, class Duration, class Rep, class Period>
     [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t,
                                       const std::chrono::duration<Rep, Period>& lease) {
