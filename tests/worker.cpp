@@ -20,7 +20,8 @@
 //   rlock_test_worker <port> safety <lock> <kind> <id> <resource port> <log> <run ms> <max holds>
 //                     <watchdog ms> [<port,port,...>]
 //       The safety checker's worker (tests/safety_test.cpp): see safety_run below. Kinds:
-//       mutex, reentrant_lock, fair_lock, read_write_lock, red_lock (over <port> and the list).
+//       mutex, reentrant_lock, fair_lock, read_write_lock, multi_lock (a mutex and a reentrant
+//       lock on one client), red_lock (over <port> and the list).
 #include <hiredis/hiredis.h>
 #include <unistd.h>
 
@@ -289,13 +290,14 @@ struct exclusive {
     bool lost() const { return l.lost(); }
 };
 
-// red_lock has no fencing token of its own (each node would count separately): as
-// docs/guarantees.md advises, the token comes from one counter outside it, here the resource's
-// `fence:issued`, INCRed right after each acquisition. Not atomic with the acquisition, so a
-// holder stopped between the two could draw a newer token than its successor; the checker's
-// stopped holder is stopped after it has its token.
-struct red {
-    rlock::red_lock& l;
+// red_lock has no fencing token of its own (each node would count separately), nor has a
+// multi_lock whose parts run unfenced in one script: as docs/guarantees.md advises, the token
+// comes from one counter outside it, here the resource's `fence:issued`, INCRed right after each
+// acquisition. Not atomic with the acquisition, so a holder stopped between the two could draw a
+// newer token than its successor; the checker's stopped holder is stopped after it has its token.
+template <class Lock>
+struct drawn {
+    Lock& l;
     resource& res;
     std::uint64_t token_ = 0;
     void lock() {
@@ -403,7 +405,16 @@ int safety_run(int port, const std::string& name, const std::string& kind, const
         }
         rlock::red_lock m(nodes, name);
         resource tokens(resource_port);
-        red l{m, tokens};
+        drawn<rlock::red_lock> l{m, tokens};
+        return safety_loop(l, false, id, resource_port, log_path, run_ms, max_holds, told);
+    }
+    if (kind == "multi_lock") {
+        // A mutex and a reentrant_lock on one client, unfenced: the one-script path.
+        rlock::mutex a(c, name);
+        rlock::reentrant_lock b(c, name + ":second");
+        rlock::multi_lock m{a, b};
+        resource tokens(resource_port);
+        drawn<rlock::multi_lock> l{m, tokens};
         return safety_loop(l, false, id, resource_port, log_path, run_ms, max_holds, told);
     }
     if (kind == "mutex") {
