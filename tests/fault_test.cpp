@@ -21,6 +21,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <type_traits>
@@ -32,15 +33,13 @@
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
+using rlock_test::connection_error;
 using rlock_test::eventually;
+using rlock_test::millis;
 using rlock_test::redis_server;
 using rlock_test::steady;
 
 namespace {
-
-long long millis(steady::duration d) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
 
 /// A raw connection for fault injection and bookkeeping, as `user` when one is given.
 rlock::detail::context_ptr raw_connection(int port, const std::string& user = "",
@@ -108,8 +107,17 @@ std::string commands_besides_bookkeeping(const redis_server& s) {
     return out;
 }
 
-bool connection_error(rlock::errc e) {
-    return e == rlock::errc::connection_failed || e == rlock::errc::timeout;
+/// The server's keys, space-separated, except those starting with `except` (when not empty).
+std::string keys_left(const redis_server& s, std::string_view except = "") {
+    std::string out;
+    rlock::detail::reply_ptr keys = s.cmd({"KEYS", "*"});
+    if (!keys || keys->type != REDIS_REPLY_ARRAY) return "(KEYS failed)";
+    for (std::size_t i = 0; i < keys->elements; ++i) {
+        const std::string_view k = rlock::detail::reply_text(keys->element[i]);
+        if (!except.empty() && k.substr(0, except.size()) == except) continue;
+        out += (out.empty() ? "" : " ") + std::string(k);
+    }
+    return out;
 }
 
 template <class T>
@@ -981,12 +989,7 @@ TYPED_TEST(fault_test, a_deadline_ending_as_the_release_arrives_leaks_no_subscri
         auto channels = s.cmd({"PUBSUB", "CHANNELS", "*"});
         return channels && channels->type == REDIS_REPLY_ARRAY && channels->elements == 0;
     })) << "a subscription outlived its waiter";
-    const std::string left = s.text(
-        {"EVAL",
-         "local out = {} for _, k in ipairs(redis.call('keys', '*')) do out[#out + 1] = k end "
-         "return table.concat(out, ' ')",
-         "0"});
-    EXPECT_EQ(left, "") << "keys left in Redis (a queue entry?)";
+    EXPECT_EQ(keys_left(s), "") << "keys left in Redis (a queue entry?)";
     EXPECT_FALSE(holder.is_locked());
     EXPECT_EQ(this->lost.calls, 0) << this->last_lost_message();
 }
@@ -1139,7 +1142,6 @@ TEST(fault_connect, a_port_that_is_not_redis_fails_fast_with_a_clear_error_namin
     }
 }
 
-
 // ---- The minimal ACL (README "ACL"): exactly these rules run every lock kind. -------------------
 
 /// The rules README.md documents for lock names starting with `app:`, word for word.
@@ -1253,13 +1255,7 @@ TEST(acl, the_documented_minimal_acl_runs_every_lock_kind) {
     EXPECT_EQ(lost.calls.load(), 4) << lost.last_lock << ": " << lost.last_message;
     EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::lock_lost)) << lost.last_message;
     // Fencing counters never expire, by design; nothing else may be left.
-    const std::string left = s.text(
-        {"EVAL",
-         "local out = {} for _, k in ipairs(redis.call('keys', '*')) do "
-         "if not string.find(k, 'redisson_lock_token:', 1, true) then out[#out + 1] = k end end "
-         "return table.concat(out, ' ')",
-         "0"});
-    EXPECT_EQ(left, "") << "keys left in Redis";
+    EXPECT_EQ(keys_left(s, "redisson_lock_token:"), "") << "keys left in Redis";
 }
 
 }  // namespace

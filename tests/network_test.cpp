@@ -32,20 +32,52 @@
 #include "support/tcp_proxy.hpp"
 
 using namespace std::chrono_literals;
+using rlock_test::connection_error;
 using rlock_test::eventually;
+using rlock_test::millis;
 using rlock_test::redis_server;
 using rlock_test::steady;
 using rlock_test::tcp_proxy;
 
 namespace {
 
-long long millis(steady::duration d) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
+/// A thread blocked in `lock.try_lock_for(20s)` from construction on. acquired_at() waits for it:
+/// when it got the lock (it unlocks at once), or time_point::max() when it did not (an error
+/// it met is printed).
+template <class Lock>
+class blocked_waiter {
+public:
+    explicit blocked_waiter(Lock& lock) : thread_([this, &lock] { run(lock); }) {}
+    blocked_waiter(const blocked_waiter&) = delete;
+    blocked_waiter& operator=(const blocked_waiter&) = delete;
+    ~blocked_waiter() {
+        if (thread_.joinable()) thread_.join();
+    }
 
-bool connection_error(rlock::errc e) {
-    return e == rlock::errc::connection_failed || e == rlock::errc::timeout;
-}
+    steady::time_point acquired_at() {
+        const steady::time_point at = result_.get();
+        thread_.join();
+        return at;
+    }
+
+private:
+    void run(Lock& lock) {
+        try {
+            if (lock.try_lock_for(20s)) {
+                acquired_.set_value(steady::now());
+                lock.unlock();
+                return;
+            }
+        } catch (const rlock::error& e) {
+            std::printf("[   info   ] the waiter threw: %s\n", e.what());
+        }
+        acquired_.set_value(steady::time_point::max());
+    }
+
+    std::promise<steady::time_point> acquired_;
+    std::future<steady::time_point> result_ = acquired_.get_future();
+    std::thread thread_;  // last: starts once the promise and its future exist
+};
 
 /// What a call ended with: nothing thrown, an rlock::error, or still running at the limit.
 struct outcome {
@@ -188,19 +220,7 @@ TEST_F(network, a_partition_shorter_than_the_lease_is_survived_and_waiters_resum
     rlock::client holder(through_proxy(6000ms, 1000ms)), waiter(through_proxy(6000ms, 1000ms));
     rlock::mutex mine(holder, name()), theirs(waiter, name());
     mine.lock();
-    std::promise<steady::time_point> acquired;
-    std::thread t([&] {
-        try {
-            if (theirs.try_lock_for(20s)) {
-                acquired.set_value(steady::now());
-                theirs.unlock();
-                return;
-            }
-        } catch (const rlock::error& e) {
-            std::printf("[   info   ] the waiter threw: %s\n", e.what());
-        }
-        acquired.set_value(steady::time_point::max());
-    });
+    blocked_waiter<rlock::mutex> blocked(theirs);
     std::this_thread::sleep_for(300ms);  // the waiter is subscribed and blocked
     proxy.blackhole();
     std::this_thread::sleep_for(1500ms);
@@ -211,9 +231,7 @@ TEST_F(network, a_partition_shorter_than_the_lease_is_survived_and_waiters_resum
     EXPECT_GT(server.integer({"PTTL", name()}), 0);
     const auto released = steady::now();
     mine.unlock();
-    auto got = acquired.get_future();
-    const auto at = got.get();
-    t.join();
+    const auto at = blocked.acquired_at();
     ASSERT_NE(at, steady::time_point::max()) << "the waiter never got the lock";
     EXPECT_LT(at - released, 3s) << "the waiter woke " << millis(at - released)
                                  << " ms after the unlock: it slept on the TTL, no message";
@@ -226,19 +244,7 @@ TEST_F(network, resetting_every_connection_is_survived_and_a_blocked_waiter_stil
     rlock::reentrant_lock watched(holder, name() + ":watched");
     mine.lock(30s);  // the waiter must not wait this lease out
     watched.lock();
-    std::promise<steady::time_point> acquired;
-    std::thread t([&] {
-        try {
-            if (theirs.try_lock_for(20s)) {
-                acquired.set_value(steady::now());
-                theirs.unlock();
-                return;
-            }
-        } catch (const rlock::error& e) {
-            std::printf("[   info   ] the waiter threw: %s\n", e.what());
-        }
-        acquired.set_value(steady::time_point::max());
-    });
+    blocked_waiter<rlock::mutex> blocked(theirs);
     std::this_thread::sleep_for(800ms);  // subscribed and blocked; the watchdog renewed once
     const std::size_t open = proxy.open_connections();
     for (int round = 0; round < 3; ++round) {
@@ -255,9 +261,7 @@ TEST_F(network, resetting_every_connection_is_survived_and_a_blocked_waiter_stil
     EXPECT_FALSE(watched.lost());
     const auto released = steady::now();
     EXPECT_NO_THROW(mine.unlock());  // its pooled connection was reset: released on a new one
-    auto got = acquired.get_future();
-    const auto at = got.get();
-    t.join();
+    const auto at = blocked.acquired_at();
     ASSERT_NE(at, steady::time_point::max()) << "the waiter never got the lock";
     EXPECT_LT(at - released, 3s) << "the waiter woke " << millis(at - released)
                                  << " ms after the unlock";

@@ -535,6 +535,11 @@ TEST_P(safety_checker, holds) {
     if (violations.size() > 10) ADD_FAILURE() << "... and " << violations.size() - 10 << " more";
 }
 
+/// "<kind>_<scenario>", the test's name.
+std::string param_name(const ::testing::TestParamInfo<safety_checker::ParamType>& info) {
+    return std::get<0>(info.param) + "_" + name_of(std::get<1>(info.param));
+}
+
 const std::vector<scenario> all_scenarios = {
     scenario::none,
     scenario::holder_sigstop,
@@ -554,19 +559,14 @@ INSTANTIATE_TEST_SUITE_P(safety_red, safety_checker,
                          ::testing::Combine(::testing::Values(std::string("red_lock"),
                                                               std::string("multi_lock")),
                                             ::testing::ValuesIn(all_scenarios)),
-                         [](const ::testing::TestParamInfo<safety_checker::ParamType>& info) {
-                             return std::get<0>(info.param) + "_" +
-                                    name_of(std::get<1>(info.param));
-                         });
+                         param_name);
 
 INSTANTIATE_TEST_SUITE_P(
     safety, safety_checker,
     ::testing::Combine(::testing::Values(std::string("mutex"), std::string("reentrant_lock"),
                                          std::string("fair_lock"), std::string("read_write_lock")),
                        ::testing::ValuesIn(all_scenarios)),
-    [](const ::testing::TestParamInfo<safety_checker::ParamType>& info) {
-        return std::get<0>(info.param) + "_" + name_of(std::get<1>(info.param));
-    });
+    param_name);
 
 // Found by the checker (client_kill_normal, the reentrant kinds): a re-entry whose script ran but
 // whose reply was lost to a killed connection left Redis one level ahead of the client. The final

@@ -280,6 +280,11 @@ private:
     rlock::detail::context_ptr c_;
 };
 
+template <class T>
+struct type_tag {
+    using type = T;
+};
+
 // One section's hold: lock / unlock / token / lost, whatever the kind.
 template <class Lock>
 struct exclusive {
@@ -417,26 +422,17 @@ int safety_run(int port, const std::string& name, const std::string& kind, const
         drawn<rlock::multi_lock> l{m, tokens};
         return safety_loop(l, false, id, resource_port, log_path, run_ms, max_holds, told);
     }
-    if (kind == "mutex") {
-        rlock::mutex m(c, name, lo);
-        exclusive<rlock::mutex> l{m};
-        return safety_loop(l, false, id, resource_port, log_path, run_ms, max_holds, told);
-    }
-    if (kind == "reentrant_lock") {
-        rlock::reentrant_lock m(c, name, lo);
-        exclusive<rlock::reentrant_lock> l{m};
-        return safety_loop(l, true, id, resource_port, log_path, run_ms, max_holds, told);
-    }
-    if (kind == "fair_lock") {
-        rlock::fair_lock m(c, name, lo);
-        exclusive<rlock::fair_lock> l{m};
-        return safety_loop(l, true, id, resource_port, log_path, run_ms, max_holds, told);
-    }
-    if (kind == "read_write_lock") {
-        rlock::read_write_lock m(c, name, lo);
-        exclusive<rlock::read_write_lock> l{m};
-        return safety_loop(l, true, id, resource_port, log_path, run_ms, max_holds, told);
-    }
+    // The kinds on one client, fenced by their own tokens; all but mutex are reentrant.
+    auto single = [&](auto tag, bool reenter) {
+        using Lock = typename decltype(tag)::type;
+        Lock m(c, name, lo);
+        exclusive<Lock> l{m};
+        return safety_loop(l, reenter, id, resource_port, log_path, run_ms, max_holds, told);
+    };
+    if (kind == "mutex") return single(type_tag<rlock::mutex>{}, false);
+    if (kind == "reentrant_lock") return single(type_tag<rlock::reentrant_lock>{}, true);
+    if (kind == "fair_lock") return single(type_tag<rlock::fair_lock>{}, true);
+    if (kind == "read_write_lock") return single(type_tag<rlock::read_write_lock>{}, true);
     std::fprintf(stderr, "worker: unknown kind %s\n", kind.c_str());
     return 2;
 }

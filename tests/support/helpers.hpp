@@ -31,6 +31,16 @@ bool eventually(F done, std::chrono::milliseconds limit = std::chrono::milliseco
     return done();
 }
 
+/// `d` in whole milliseconds, for messages.
+inline long long millis(steady::duration d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+/// The codes a call may end with when the server or the link to it fails.
+inline bool connection_error(rlock::errc e) {
+    return e == rlock::errc::connection_failed || e == rlock::errc::timeout;
+}
+
 /// A lock name unique to the running test (and type parameter).
 inline std::string test_lock_name(const char* suffix = "") {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
