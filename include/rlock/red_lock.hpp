@@ -139,10 +139,15 @@ public:
     /// throws for unreachable nodes.
     std::size_t unlock() {
         const std::uint64_t thread = detail::current_thread_number();
+        const bool was_lost = lost();  // read before the holds leave the registries
         std::string token;
+        std::shared_ptr<detail::hold_group> group;
+        bool watched = false;
         for (detail::client_core* n : nodes_) {
             if (auto h = n->reg.find(&detail::red_lock_info, name_, thread)) {
                 token = h->value;
+                group = h->group;
+                watched = h->watched;
                 n->reg.remove(h);
             }
         }
@@ -152,6 +157,15 @@ public:
         std::size_t released = 0;
         for (const auto& r : release_all(token)) {
             if (r.reply && r.reply->type == REDIS_REPLY_INTEGER && r.reply->integer == 0) ++released;
+        }
+        // A watched hold whose validity ran out before any watchdog tick said so (the process
+        // was paused, say) is reported here, once, as basic_lock's unlock reports a lost hold.
+        if (was_lost && watched && group && group->tell && !group->told.exchange(true)) {
+            try {
+                group->tell(name_, error(errc::lock_lost, name_, "",
+                                         "its validity ran out before it was unlocked"));
+            } catch (...) {
+            }
         }
         return released;
     }
