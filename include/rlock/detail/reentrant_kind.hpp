@@ -44,15 +44,17 @@ return {1, n, token}
     /// Leave one level. KEYS[1] lock hash, KEYS[2] channel; ARGV[1] holder id.
     /// Returns -1 when the holder has no field (not held, expired, or not a hash), the count
     /// left when still held, 0 when this was the last level (deleted, `0` published).
-    /// An inner level keeps the TTL as it is: the watchdog or the lease governs it.
+    /// An inner level keeps the TTL as it is: the watchdog or the lease governs it. The count is
+    /// read first (HGET, which a key of another type answers with an error pcall keeps), so the
+    /// last level costs no HINCRBY.
     static const script& release_script() {
         static const script s(R"lua(
-if redis.pcall('hexists', KEYS[1], ARGV[1]) ~= 1 then
+local count = redis.pcall('hget', KEYS[1], ARGV[1])
+if type(count) ~= 'string' then
     return -1
 end
-local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-if n > 0 then
-    return n
+if (tonumber(count) or 0) > 1 then
+    return redis.call('hincrby', KEYS[1], ARGV[1], -1)
 end
 redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], '0')
