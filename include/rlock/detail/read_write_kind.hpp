@@ -82,7 +82,10 @@ struct rw_read_kind : kind_defaults {
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     if ARGV[5] == '1' then return {0, -2} end
-    redis.call('hset', KEYS[1], 'mode', 'read')
+    redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
+    redis.call('set', hold_key(KEYS[1], ARGV[2], 1), 1, 'PX', ARGV[1])
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, 1, fencing_token(KEYS[2], ARGV[4])}
 elseif not (mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1)) then
     if ARGV[5] == '1' then return {0, -2} end
     return {0, redis.call('pttl', KEYS[1])}
@@ -104,15 +107,25 @@ return {1, n, fencing_token(KEYS[2], ARGV[4])}
     /// Deletes the hold's own key. When the holder's last level goes and no live reader (nor
     /// writer) remains, deletes the hash and publishes `0`; otherwise the hash lives on for the
     /// longest remaining reader hold. Returns -1 not held, n > 0 levels left, 0 released.
+    /// Mode and count come in one HMGET; when the hash holds nothing but `mode` and this
+    /// holder (the common case), the last level deletes it without scanning for other readers.
     static const script& release_script() {
         static const std::string body = with_rw_helpers(R"lua(
-local mode = redis.pcall('hget', KEYS[1], 'mode')
-if (mode ~= 'read' and mode ~= 'write') or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+local got = redis.pcall('hmget', KEYS[1], 'mode', ARGV[1])
+local mode, count = got[1], tonumber(got[2])
+if (mode ~= 'read' and mode ~= 'write') or not count then
     return -1
 end
-local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-redis.call('del', hold_key(KEYS[1], ARGV[1], n + 1))
-if n > 0 then return n end
+if count > 1 then
+    redis.call('del', hold_key(KEYS[1], ARGV[1], count))
+    return redis.call('hincrby', KEYS[1], ARGV[1], -1)
+end
+if mode == 'read' and redis.call('hlen', KEYS[1]) == 2 then
+    redis.call('del', hold_key(KEYS[1], ARGV[1], 1), KEYS[1])
+    redis.call('publish', KEYS[2], '0')
+    return 0
+end
+redis.call('del', hold_key(KEYS[1], ARGV[1], 1))
 redis.call('hdel', KEYS[1], ARGV[1])
 if mode == 'write' then return 0 end
 local alive, longest = live_readers(KEYS[1])
@@ -225,8 +238,7 @@ if mode == 'read' and ARGV[4] ~= '1' then
 end
 if mode == false then
     if ARGV[4] == '1' then return {0, -2} end
-    redis.call('hset', KEYS[1], 'mode', 'write')
-    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, 1, fencing_token(KEYS[2], ARGV[3])}
 end
@@ -248,21 +260,29 @@ return {0, redis.call('pttl', KEYS[1])}
     /// The last level deletes the hash, or, when the holder still has read holds (a
     /// downgrade), switches mode to read and gives the hash the longest remaining read hold's
     /// TTL; either way it publishes `1` to wake every waiter.
-    /// Returns -1 not held, n > 0 levels left, 0 released.
+    /// Returns -1 not held, n > 0 levels left, 0 released. A hash holding nothing but `mode`
+    /// and this holder's field is deleted without the reader scan.
     static const script& release_script() {
         static const std::string body = with_rw_helpers(R"lua(
-if redis.pcall('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+local got = redis.pcall('hmget', KEYS[1], 'mode', ARGV[1])
+local count = tonumber(got[2])
+if got[1] ~= 'write' or not count then
     return -1
 end
-local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-if n > 0 then return n end
-redis.call('hdel', KEYS[1], ARGV[1])
-redis.call('hset', KEYS[1], 'mode', 'read')
-local alive, longest = live_readers(KEYS[1])
-if alive == 0 then
+if count > 1 then
+    return redis.call('hincrby', KEYS[1], ARGV[1], -1)
+end
+if redis.call('hlen', KEYS[1]) == 2 then
     redis.call('del', KEYS[1])
-elseif longest > 0 then
-    redis.call('pexpire', KEYS[1], longest)
+else
+    redis.call('hdel', KEYS[1], ARGV[1])
+    redis.call('hset', KEYS[1], 'mode', 'read')
+    local alive, longest = live_readers(KEYS[1])
+    if alive == 0 then
+        redis.call('del', KEYS[1])
+    elseif longest > 0 then
+        redis.call('pexpire', KEYS[1], longest)
+    end
 end
 redis.call('publish', KEYS[2], '1')
 return 0
