@@ -39,19 +39,27 @@ local function now_ms()
     local t = redis.call('time')
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- Drops waiters whose deadline passed (anywhere in the queue), then queue heads without a
+-- deadline (out of sync, e.g. a Redisson waiter's half-written entry). Returns the head left
+-- (false if none) and whether it differs from the head before. O(expired) + O(1), not O(queue).
 local function evict(queue, deadlines, now)
-    local head = redis.call('lindex', queue, 0)
-    for _, w in ipairs(redis.call('zrangebyscore', deadlines, '-inf', now)) do
-        redis.call('zrem', deadlines, w)
-        redis.call('lrem', queue, 0, w)
+    local first = redis.call('lindex', queue, 0)
+    local head = first
+    local expired = redis.call('zrangebyscore', deadlines, '-inf', now)
+    if #expired > 0 then
+        for _, w in ipairs(expired) do
+            redis.call('zrem', deadlines, w)
+            redis.call('lrem', queue, 0, w)
+        end
+        head = redis.call('lindex', queue, 0)
     end
-    for _, w in ipairs(redis.call('lrange', queue, 0, -1)) do
-        if not redis.call('zscore', deadlines, w) then redis.call('lrem', queue, 0, w) end
+    while head and not redis.call('zscore', deadlines, head) do
+        redis.call('lpop', queue)
+        head = redis.call('lindex', queue, 0)
     end
-    return redis.call('lindex', queue, 0) ~= head
+    return head, head ~= first
 end
-local function wake_head(queue, prefix)
-    local head = redis.call('lindex', queue, 0)
+local function wake(prefix, head)
     if head then redis.call('publish', prefix .. ':' .. head, '0') end
 end
 )lua";
@@ -73,23 +81,26 @@ struct fair_kind : kind_defaults {
     /// deadline renewed). Returns {1, count, token} / {0, ms to wait (>= 1, or -1: no expiry)}.
     static const script& acquire_script() {
         static const std::string body = with_fair_helpers(R"lua(
-local now = now_ms()
-local head_changed = evict(KEYS[2], KEYS[3], now)
+local now
+local head, head_changed = false, false
+if redis.call('exists', KEYS[2], KEYS[3]) > 0 then
+    now = now_ms()
+    head, head_changed = evict(KEYS[2], KEYS[3], now)
+end
 local function token()
     if ARGV[4] == '1' then return redis.call('incr', KEYS[4]) end
     return 0
 end
 if redis.call('exists', KEYS[1]) == 0 then
     if ARGV[5] == '1' then return {0, -2} end
-    local head = redis.call('lindex', KEYS[2], 0)
     if head == false or head == ARGV[2] then
         if head then redis.call('lpop', KEYS[2]) end
-        redis.call('zrem', KEYS[3], ARGV[2])
+        if now then redis.call('zrem', KEYS[3], ARGV[2]) end
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
         return {1, 1, token()}
     end
-    if head_changed then wake_head(KEYS[2], KEYS[5]) end
+    if head_changed then wake(KEYS[5], head) end
 elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
@@ -100,6 +111,7 @@ elseif ARGV[5] == '1' then
     return {0, -2}
 end
 if ARGV[6] == '1' then
+    now = now or now_ms()
     local wait = tonumber(ARGV[3])
     if redis.call('zadd', KEYS[3], now + wait, ARGV[2]) == 1 then
         redis.call('rpush', KEYS[2], ARGV[2])
@@ -111,7 +123,7 @@ local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 then
     local head = redis.call('lindex', KEYS[2], 0)
     local due = head and tonumber(redis.call('zscore', KEYS[3], head))
-    ttl = due and (due - now) or 0
+    ttl = due and (due - (now or now_ms())) or 0
 end
 if ttl ~= -1 and ttl < 1 then ttl = 1 end
 return {0, ttl}
@@ -125,12 +137,13 @@ return {0, ttl}
     /// prefix; ARGV[1] holder id. Returns -1 not held, n > 0 levels left, 0 released.
     static const script& release_script() {
         static const std::string body = with_fair_helpers(R"lua(
-if redis.pcall('hexists', KEYS[1], ARGV[1]) ~= 1 then return -1 end
-local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-if n > 0 then return n end
+local count = redis.pcall('hget', KEYS[1], ARGV[1])
+if type(count) ~= 'string' then return -1 end
+if (tonumber(count) or 0) > 1 then return redis.call('hincrby', KEYS[1], ARGV[1], -1) end
 redis.call('del', KEYS[1])
-evict(KEYS[2], KEYS[3], now_ms())
-wake_head(KEYS[2], KEYS[4])
+if redis.call('exists', KEYS[2]) == 1 then
+    wake(KEYS[4], (evict(KEYS[2], KEYS[3], now_ms())))
+end
 return 0
 )lua");
         static const script s(body);
@@ -142,12 +155,12 @@ return 0
     /// release. Returns 0.
     static const script& leave_script() {
         static const std::string body = with_fair_helpers(R"lua(
-local was_head = redis.call('lindex', KEYS[2], 0) == ARGV[1]
+local first = redis.call('lindex', KEYS[2], 0)
 redis.call('zrem', KEYS[3], ARGV[1])
 redis.call('lrem', KEYS[2], 0, ARGV[1])
-local changed = evict(KEYS[2], KEYS[3], now_ms())
-if (was_head or changed) and redis.call('exists', KEYS[1]) == 0 then
-    wake_head(KEYS[2], KEYS[4])
+local head = evict(KEYS[2], KEYS[3], now_ms())
+if head and head ~= first and redis.call('exists', KEYS[1]) == 0 then
+    wake(KEYS[4], head)
 end
 return 0
 )lua");
@@ -159,8 +172,7 @@ return 0
     static const script& force_unlock_script() {
         static const std::string body = with_fair_helpers(R"lua(
 local held = redis.call('del', KEYS[1])
-evict(KEYS[2], KEYS[3], now_ms())
-wake_head(KEYS[2], KEYS[4])
+wake(KEYS[4], (evict(KEYS[2], KEYS[3], now_ms())))
 return held
 )lua");
         static const script s(body);
