@@ -154,6 +154,32 @@ TEST_F(red_lock_test, losing_a_majority_of_nodes_is_reported_once_a_minority_is_
     EXPECT_EQ(lost.calls, 1);
 }
 
+TEST_F(red_lock_test, a_bare_majority_that_loses_a_node_s_data_is_told_at_unlock) {
+    // Found by the safety checker (FLUSHALL on one node of three): a holder with exactly a
+    // majority (another client's leftover key on a third node) loses it when one of its nodes
+    // loses its data; a second client can then hold the lock too. Before any renewal tick could
+    // notice, the unlock finds the key on a minority only: the owner must hear of it.
+    auto clients = make_clients();
+    rlock::red_lock lock(raw(clients), name());
+    servers[3]->cmd({"SET", name(), "someone-else", "PX", "30000"});
+    servers[4]->cmd({"SET", name(), "someone-else", "PX", "30000"});
+    lock.lock();  // nodes 0, 1, 2: a bare majority of five
+    servers[0]->cmd({"FLUSHALL"});
+    EXPECT_FALSE(lock.lost());  // no tick yet: the client cannot know
+    EXPECT_EQ(lock.unlock(), 2u);
+    EXPECT_EQ(lost.calls, 1);
+    EXPECT_EQ(lost.code, static_cast<int>(rlock::errc::lock_lost));
+    EXPECT_EQ(keys_named(name(), 0), 2);  // the other client's keys are untouched
+
+    // A hold released on a majority is not reported.
+    servers[3]->cmd({"DEL", name()});
+    servers[4]->cmd({"DEL", name()});
+    lock.lock();
+    servers[0]->cmd({"FLUSHALL"});
+    EXPECT_EQ(lock.unlock(), 4u);
+    EXPECT_EQ(lost.calls, 1);
+}
+
 TEST_F(red_lock_test, excludes_across_three_processes_of_two_threads) {
     std::string others;
     for (std::size_t i = 1; i < servers.size(); ++i) {

@@ -43,6 +43,7 @@
 #include "rlock/detail/basic_lock.hpp"
 #include "rlock/detail/fan_out.hpp"
 #include "rlock/detail/mutex_kind.hpp"
+#include "rlock/detail/random.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/options.hpp"
 
@@ -136,7 +137,8 @@ public:
 
     /// Releases on every node in parallel (the renewals stop first); returns on how many nodes
     /// our key was deleted. Throws not_owner only to a thread that does not hold it; never
-    /// throws for unreachable nodes.
+    /// throws for unreachable nodes. Fewer than a majority released (a node lost its data, a key
+    /// was deleted, nodes unreachable) means the hold was lost: on_lock_lost hears of it, once.
     std::size_t unlock() {
         const std::uint64_t thread = detail::current_thread_number();
         const bool was_lost = lost();  // read before the holds leave the registries
@@ -158,12 +160,24 @@ public:
         for (const auto& r : release_all(token)) {
             if (r.reply && r.reply->type == REDIS_REPLY_INTEGER && r.reply->integer == 0) ++released;
         }
-        // A watched hold whose validity ran out before any watchdog tick said so (the process
-        // was paused, say) is reported here, once, as basic_lock's unlock reports a lost hold.
-        if (was_lost && watched && group && group->tell && !group->told.exchange(true)) {
+        // Reported here, once, as basic_lock's unlock reports a lost hold: a watched hold whose
+        // validity ran out before any watchdog tick said so (the process was paused, say), and
+        // any hold still in its validity that fewer than a majority of nodes still had at
+        // unlock: its key was deleted or a node lost its data (a holder with a bare majority
+        // loses it to one FLUSHALL or restart), and another client may have held the lock
+        // meanwhile. Only a leased hold past its validity is expected to be gone.
+        const bool expected = was_lost && !watched;
+        const bool short_of_quorum = released < quorum() && !expected;
+        if (((was_lost && watched) || short_of_quorum) && group && group->tell &&
+            !group->told.exchange(true)) {
             try {
                 group->tell(name_, error(errc::lock_lost, name_, "",
-                                         "its validity ran out before it was unlocked"));
+                                         short_of_quorum
+                                             ? "at unlock only " + std::to_string(released) + " of " +
+                                                   std::to_string(nodes_.size()) +
+                                                   " nodes still held it (a majority is " +
+                                                   std::to_string(quorum()) + ")"
+                                             : std::string("its validity ran out before it was unlocked")));
             } catch (...) {
             }
         }
@@ -268,7 +282,6 @@ private:
         if (watched) lease = nodes_.front()->ep.options.lock_watchdog_timeout;
         const std::string lease_text = std::to_string(lease.count());
         const std::size_t need = quorum(), n = nodes_.size();
-        std::mt19937_64 rng(std::random_device{}());
         std::optional<detail::subscriber::subscription> sub;
         for (;;) {
             const std::string token = detail::random_token();
@@ -348,7 +361,7 @@ private:
             if (!sub) sub.emplace(*nodes_.front()->sub, keys_.channel);
             const auto seen = sub->generation();
             std::uniform_int_distribution<long long> pick(1, std::max<long long>(1, options_.retry_delay.count()));
-            auto until = now + std::chrono::milliseconds(pick(rng));
+            auto until = now + std::chrono::milliseconds(pick(detail::thread_rng()));
             if (bounded) until = std::min(until, deadline);
             sub->wait(seen, until);
         }

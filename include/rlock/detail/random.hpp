@@ -39,6 +39,19 @@ inline void random_bytes(unsigned char* out, std::size_t n) {
     }
 }
 
+/// This thread's engine for retry delays (not secrets), seeded once from random_bytes: no
+/// system call per use.
+inline std::mt19937_64& thread_rng() {
+    thread_local std::mt19937_64 engine = [] {
+        unsigned char b[8];
+        random_bytes(b, sizeof b);
+        std::uint64_t seed = 0;
+        for (unsigned char x : b) seed = (seed << 8) | x;
+        return std::mt19937_64(seed);
+    }();
+    return engine;
+}
+
 /// 128 random bits as 32 lowercase hex digits: a mutex token.
 inline std::string random_token() {
     unsigned char b[16];
