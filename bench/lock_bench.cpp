@@ -10,6 +10,11 @@
 //   red5        rlock::red_lock over 5 local masters    (target: <= 1.5 x mutex: parallel fan-out)
 //   red5seq     hand-written: the same over 5 nodes one after another (the sequential recipe)
 //   multi5      rlock::multi_lock of 5 mutexes, one node (target: <= 1.3 x mutex: one script)
+//   mutex_net, red5_net, red5seq_net
+//               mutex, red5 and red5seq again, each node reached through a proxy that delays
+//               every chunk 1 ms each way (tests/support/tcp_proxy.hpp), as a network between
+//               hosts would: there the round trips, not the 2 local cores, set the cost, and a
+//               parallel fan-out costs about what one node does (red5_net vs mutex_net)
 //
 // The cases run interleaved, in rounds (RLOCK_BENCH_ROUNDS, default 9), so that a noisy machine
 // slows all of them alike. The summary reports each case's median time over the rounds and the
@@ -33,6 +38,7 @@
 
 #include "rlock/rlock.hpp"
 #include "support/redis_server.hpp"
+#include "support/tcp_proxy.hpp"
 
 namespace {
 
@@ -105,11 +111,17 @@ void bm_rw_write(benchmark::State& state) {
 
 std::vector<std::unique_ptr<rlock_test::redis_server>> extra_servers;  // red5's other 4 nodes
 
-void bm_red5(benchmark::State& state) {
+// The five nodes' ports: the servers themselves, or the delaying proxies in front of them.
+std::vector<int> node_ports(bool net);
+
+void red5(benchmark::State& state, bool net) {
     std::vector<std::unique_ptr<rlock::client>> clients;
     std::vector<rlock::client*> nodes;
-    clients.push_back(std::make_unique<rlock::client>(server->options()));
-    for (auto& s : extra_servers) clients.push_back(std::make_unique<rlock::client>(s->options()));
+    for (int port : node_ports(net)) {
+        rlock::client_options o = server->options();
+        o.port = port;
+        clients.push_back(std::make_unique<rlock::client>(o));
+    }
     for (auto& c : clients) nodes.push_back(c.get());
     rlock::red_lock lock(nodes, "bench:red5");
     for (auto _ : state) {
@@ -117,13 +129,14 @@ void bm_red5(benchmark::State& state) {
         lock.unlock();
     }
 }
+void bm_red5(benchmark::State& state) { red5(state, false); }
+void bm_red5_net(benchmark::State& state) { red5(state, true); }
 
 // The sequential recipe (redis-plus-plus's RedLock, without its random sleeps): SET NX PX on
 // each node in turn, then compare-and-delete on each in turn — the reference red5 must beat.
-void bm_red5_sequential(benchmark::State& state) {
+void red5_sequential(benchmark::State& state, bool net) {
     std::vector<rlock::detail::context_ptr> nodes;
-    nodes.push_back(raw_connection());
-    for (auto& s : extra_servers) nodes.emplace_back(redisConnect("127.0.0.1", s->port()));
+    for (int port : node_ports(net)) nodes.emplace_back(redisConnect("127.0.0.1", port));
     const std::string token = "0123456789abcdef0123456789abcdef";
     for (auto _ : state) {
         for (auto& c : nodes) {
@@ -136,6 +149,32 @@ void bm_red5_sequential(benchmark::State& state) {
                 rlock::detail::command(c.get(), {"EVAL", compare_and_delete, "1", "bench:seq", token});
             benchmark::DoNotOptimize(r.get());
         }
+    }
+}
+void bm_red5_sequential(benchmark::State& state) { red5_sequential(state, false); }
+void bm_red5_sequential_net(benchmark::State& state) { red5_sequential(state, true); }
+
+std::vector<std::unique_ptr<rlock_test::tcp_proxy>> links;  // one delaying proxy per node
+
+std::vector<int> node_ports(bool net) {
+    std::vector<int> out;
+    if (net) {
+        for (auto& l : links) out.push_back(l->port());
+    } else {
+        out.push_back(server->port());
+        for (auto& s : extra_servers) out.push_back(s->port());
+    }
+    return out;
+}
+
+void bm_mutex_net(benchmark::State& state) {
+    rlock::client_options o = server->options();
+    o.port = links.front()->port();
+    rlock::client c(o);
+    rlock::mutex lock(c, "bench:lock");
+    for (auto _ : state) {
+        lock.lock();
+        lock.unlock();
     }
 }
 
@@ -196,6 +235,10 @@ int main(int argc, char** argv) {
             sched_setaffinity(extra_servers.back()->pid(), sizeof theirs, &theirs);
         }
     }
+    for (int port : node_ports(false)) {
+        links.push_back(std::make_unique<rlock_test::tcp_proxy>(port));
+        links.back()->delay(std::chrono::milliseconds(1));
+    }
     const int rounds = std::getenv("RLOCK_BENCH_ROUNDS") ? std::atoi(std::getenv("RLOCK_BENCH_ROUNDS")) : 9;
     // ABBA order: odd rounds run the cases forwards, even rounds backwards, so that drift within
     // a round (CPU frequency, the other core's load) does not always fall on the same case.
@@ -208,7 +251,10 @@ int main(int argc, char** argv) {
                                                      {"write", bm_rw_write},
                                                      {"red5", bm_red5},
                                                      {"red5seq", bm_red5_sequential},
-                                                     {"multi5", bm_multi5}};
+                                                     {"multi5", bm_multi5},
+                                                     {"mutex_net", bm_mutex_net},
+                                                     {"red5_net", bm_red5_net},
+                                                     {"red5seq_net", bm_red5_sequential_net}};
     constexpr int n_cases = static_cast<int>(std::size(order));
     for (int r = 1; r <= rounds; ++r) {
         const std::string suffix = "/round:" + std::to_string(r);
@@ -223,8 +269,8 @@ int main(int argc, char** argv) {
     benchmark::RunSpecifiedBenchmarks(&reporter);
     benchmark::Shutdown();
 
-    std::printf("\n%d interleaved rounds (lock+unlock, uncontended, loopback):\n", rounds);
-    std::printf("%-10s %12s %22s %8s\n", "case", "median us/op", "ratio (median)", "target");
+    std::printf("\n%d interleaved rounds (lock+unlock, uncontended, loopback; *_net: 1 ms each way):\n", rounds);
+    std::printf("%-11s %12s %25s %8s\n", "case", "median us/op", "ratio (median)", "target");
     struct row {
         const char* name;
         const char* baseline;  // each round's ratio is to this case in the same round
@@ -233,7 +279,9 @@ int main(int argc, char** argv) {
     const row rows[] = {{"ping", "floor", 0},      {"floor", "floor", 0},   {"mutex", "floor", 1.10},
                         {"reentrant", "floor", 1.20}, {"read", "floor", 1.25}, {"write", "floor", 1.25},
                         {"red5", "mutex", 1.5},    {"red5seq", "mutex", 0},
-                        {"red5", "red5seq", 0},    {"multi5", "mutex", 1.3}};
+                        {"red5", "red5seq", 0},    {"multi5", "mutex", 1.3},
+                        {"mutex_net", "mutex", 0}, {"red5_net", "mutex_net", 1.5},
+                        {"red5seq_net", "mutex_net", 0}};
     for (const row& r : rows) {
         const std::vector<double>& times = reporter.seconds[r.name];
         const std::vector<double>& base = reporter.seconds[r.baseline];
@@ -241,7 +289,7 @@ int main(int argc, char** argv) {
         std::vector<double> ratios;
         for (std::size_t i = 0; i < times.size(); ++i) ratios.push_back(times[i] / base[i]);
         const double ratio = median(ratios);
-        std::printf("%-10s %12.1f %13.3f x %-6s %8s\n", r.name, median(times) * 1e6, ratio, r.baseline,
+        std::printf("%-11s %12.1f %13.3f x %-9s %8s\n", r.name, median(times) * 1e6, ratio, r.baseline,
                     r.target > 0 ? (ratio <= r.target ? "met" : "MISSED") : "");
     }
     return 0;
