@@ -1148,8 +1148,8 @@ TEST(fault_connect, a_port_that_is_not_redis_fails_fast_with_a_clear_error_namin
 const char* const minimal_acl =
     "on >pw resetkeys resetchannels -@all "
     "+ping +select +get +set +del +exists +pttl +pexpire +publish +subscribe +unsubscribe "
-    "+eval +evalsha +hexists +hget +hset +hdel +hkeys +hincrby +incr "
-    "+rpush +lpop +lindex +lrange +lrem +zadd +zrem +zscore +zrangebyscore +time "
+    "+eval +evalsha +hexists +hget +hmget +hset +hdel +hlen +hkeys +hincrby +incr "
+    "+rpush +lpop +lindex +lrem +zadd +zrem +zscore +zrangebyscore +time "
     "~app:* ~{app:* ~rlock_lock__channel:{app:* ~redisson_lock__channel:{app:* "
     "~redisson_rwlock:{app:* ~redisson_lock_token:{app:* ~redisson_lock_queue:{app:* "
     "~redisson_lock_timeout:{app:* "
