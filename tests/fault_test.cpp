@@ -719,7 +719,7 @@ TYPED_TEST(fault_test, refused_input_is_invalid_argument_and_sends_nothing) {
             call();
             ADD_FAILURE() << what << " was accepted";
         } catch (const rlock::error& e) {
-            EXPECT_EQ(e.code(), rlock::errc::invalid_argument) << what << ": " << e.what();
+            EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << what << ": " << e.what();
             EXPECT_NE(std::string(e.what()).find(c.server()), std::string::npos) << e.what();
         }
     }
@@ -895,7 +895,7 @@ TYPED_TEST(fault_test, a_user_without_scripting_gets_auth_failed_naming_noperm_a
             std::printf("[   info   ] unlock without EVALSHA reported: %s\n",
                         this->last_lost_message().c_str());
         } catch (const rlock::error& e) {
-            EXPECT_EQ(e.code(), rlock::errc::auth_failed) << e.what();
+            EXPECT_EQ(e.value(), rlock::errc::auth_failed) << e.what();
             EXPECT_NE(std::string(e.what()).find("NOPERM"), std::string::npos) << e.what();
             EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
         }
@@ -918,7 +918,7 @@ TYPED_TEST(fault_test, a_user_without_access_to_the_key_gets_auth_failed_naming_
         ADD_FAILURE() << "locked a key outside the user's key patterns";
         lock.unlock();
     } catch (const rlock::error& e) {
-        EXPECT_EQ(e.code(), rlock::errc::auth_failed) << e.what();
+        EXPECT_EQ(e.value(), rlock::errc::auth_failed) << e.what();
         EXPECT_NE(std::string(e.what()).find("NOPERM"), std::string::npos) << e.what();
     }
     EXPECT_EQ(s.integer({"EXISTS", n}), 0);
@@ -937,7 +937,7 @@ TYPED_TEST(fault_test, a_second_unlock_throws_not_owner_and_leaves_the_next_hold
         lock.unlock();
         FAIL() << "a second unlock did not throw";
     } catch (const rlock::error& e) {
-        EXPECT_EQ(e.code(), rlock::errc::not_owner) << e.what();
+        EXPECT_EQ(e.value(), rlock::errc::not_owner) << e.what();
     }
     EXPECT_TRUE(theirs.is_held_by_current_thread());
     theirs.unlock();
@@ -1256,6 +1256,155 @@ TEST(acl, the_documented_minimal_acl_runs_every_lock_kind) {
     EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::lock_lost)) << lost.last_message;
     // Fencing counters never expire, by design; nothing else may be left.
     EXPECT_EQ(keys_left(s, "redisson_lock_token:"), "") << "keys left in Redis";
+}
+
+// --- replica sync (client_options::sync_replicas) -------------------------------------------
+
+/// A master and one replica of it, linked before the test goes on.
+struct replicated {
+    redis_server master;
+    redis_server replica;
+    replicated() : replica({"--replicaof", "127.0.0.1", std::to_string(master.port())}) {
+        const bool linked = eventually(
+            [&] {
+                return replica.text({"INFO", "replication"}).find("master_link_status:up") !=
+                           std::string::npos &&
+                       master.text({"INFO", "replication"}).find("connected_slaves:1") !=
+                           std::string::npos;
+            },
+            10s);
+        if (!linked) throw std::runtime_error("test: the replica did not link to its master");
+    }
+    rlock::client_options options(int sync_replicas) const {
+        rlock::client_options o = master.options();
+        o.sync_replicas = sync_replicas;
+        o.sync_timeout = 300ms;
+        return o;
+    }
+    long long waits() const {
+        const std::string stats = master.text({"INFO", "commandstats"});
+        const auto at = stats.find("cmdstat_wait:calls=");
+        return at == std::string::npos ? 0 : std::atoll(stats.c_str() + at + 19);
+    }
+};
+
+TEST(replica_sync, a_lock_is_granted_only_once_the_replica_has_it_and_released_likewise) {
+    replicated r;
+    rlock::client c(r.options(1));
+    const std::string name = rlock_test::test_lock_name();
+    {
+        rlock::mutex m(c, name);
+        m.lock();
+        // No polling: WAIT returned before lock() did, so the replica has the key already.
+        const std::string token = r.master.text({"GET", name});
+        EXPECT_EQ(token.size(), 32u);
+        EXPECT_EQ(r.replica.text({"GET", name}), token);
+        m.unlock();
+        EXPECT_EQ(r.replica.integer({"EXISTS", name}), 0);
+    }
+    {
+        rlock::reentrant_lock l(c, name + ":re");
+        l.lock();
+        l.lock();
+        EXPECT_EQ(r.replica.integer({"HLEN", name + ":re"}), 1);
+        EXPECT_EQ(r.replica.text({"HGET", name + ":re", c.id() + ":" +
+                                                          std::to_string(rlock::detail::current_thread_number())}),
+                  "2");
+        l.unlock();
+        l.unlock();
+        EXPECT_EQ(r.replica.integer({"EXISTS", name + ":re"}), 0);
+    }
+    {
+        rlock::fair_lock f(c, name + ":fair");
+        f.lock();
+        EXPECT_EQ(r.replica.integer({"EXISTS", name + ":fair"}), 1);
+        f.unlock();
+        rlock::read_write_lock rw(c, name + ":rw");
+        rw.lock_shared();
+        EXPECT_EQ(r.replica.text({"HGET", name + ":rw", "mode"}), "read");
+        rw.unlock_shared();
+        rw.lock();
+        EXPECT_EQ(r.replica.text({"HGET", name + ":rw", "mode"}), "write");
+        rw.unlock();
+        EXPECT_EQ(r.replica.integer({"EXISTS", name + ":rw"}), 0);
+    }
+}
+
+TEST(replica_sync, an_acquire_too_few_replicas_acknowledge_is_undone_and_reported) {
+    replicated r;
+    const std::string name = rlock_test::test_lock_name();
+    {  // more replicas asked for than exist
+        rlock::client c(r.options(2));
+        rlock::mutex m(c, name);
+        try {
+            m.lock();
+            FAIL() << "lock() succeeded with one replica of the two asked for";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::replica_sync_failed) << e.what();
+            EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("undone"), std::string::npos) << e.what();
+        }
+        EXPECT_FALSE(m.is_held_by_current_thread());
+        EXPECT_EQ(r.master.integer({"EXISTS", name}), 0) << "the undone acquire left its key";
+        rlock::reentrant_lock l(c, name);
+        EXPECT_THROW((void)l.try_lock_for(100ms), rlock::error);
+        EXPECT_EQ(r.master.integer({"EXISTS", name}), 0);
+    }
+    {  // the one replica stops answering: nothing is granted while it is away
+        rlock::client c(r.options(1));
+        rlock::reentrant_lock l(c, name);
+        l.lock();  // replica up: granted
+        r.replica.pause();
+        // A re-entry that is not acknowledged is undone one level: the first level stays.
+        EXPECT_THROW(l.lock(), rlock::error);
+        EXPECT_TRUE(l.is_held_by_current_thread());
+        l.unlock();  // WAIT falls short here too: not an error, the key is gone on the master
+        EXPECT_EQ(r.master.integer({"EXISTS", name}), 0);
+        rlock::mutex m(c, name + ":m");
+        EXPECT_THROW(m.lock(), rlock::error);
+        EXPECT_EQ(r.master.integer({"EXISTS", name + ":m"}), 0);
+        r.replica.resume();
+        ASSERT_TRUE(eventually([&] { return r.replica.integer({"EXISTS", name}) == 0; }, 5s));
+        m.lock();  // back: granted again
+        EXPECT_EQ(r.replica.integer({"EXISTS", name + ":m"}), 1);
+        m.unlock();
+    }
+}
+
+TEST(replica_sync, the_watchdog_waits_for_replicas_after_each_renewal_batch) {
+    replicated r;
+    rlock::client_options o = r.options(1);
+    o.lock_watchdog_timeout = 600ms;  // a tick every 200 ms
+    rlock::client c(o);
+    rlock::mutex m(c, rlock_test::test_lock_name());
+    m.lock();
+    const long long before = r.waits();
+    std::this_thread::sleep_for(700ms);
+    EXPECT_GE(r.waits() - before, 2) << "renewal ticks without WAIT";
+    EXPECT_GT(r.replica.integer({"PTTL", m.name()}), 0);
+    m.unlock();
+}
+
+TEST(replica_sync, bad_sync_options_are_refused_before_connecting) {
+    rlock::client_options o;
+    o.port = 1;  // never reached: validation comes first
+    o.sync_replicas = -1;
+    try {
+        rlock::client c(o);
+        FAIL() << "a negative sync_replicas was accepted";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << e.what();
+        EXPECT_NE(std::string(e.what()).find("sync_replicas"), std::string::npos) << e.what();
+    }
+    o.sync_replicas = 1;
+    o.sync_timeout = o.command_timeout;
+    try {
+        rlock::client c(o);
+        FAIL() << "a sync_timeout as long as command_timeout was accepted";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << e.what();
+        EXPECT_NE(std::string(e.what()).find("sync_timeout"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace

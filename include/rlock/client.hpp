@@ -55,6 +55,11 @@ inline client_options validated(client_options o) {
     if (o.connect_timeout.count() <= 0) bad("client_options: connect_timeout must be positive");
     if (o.command_timeout.count() <= 0) bad("client_options: command_timeout must be positive");
     if (o.pool_size == 0) bad("client_options: pool_size must be at least 1");
+    if (o.sync_replicas < 0) bad("client_options: sync_replicas must not be negative");
+    if (o.sync_replicas > 0 &&
+        (o.sync_timeout.count() <= 0 || o.sync_timeout >= o.command_timeout)) {
+        bad("client_options: sync_timeout must be positive and shorter than command_timeout");
+    }
     if (o.lock_watchdog_timeout < std::chrono::milliseconds(30)) {
         bad("client_options: lock_watchdog_timeout must be at least 30ms");
     }
@@ -171,14 +176,27 @@ public:
                     throw make_error(conn.get(), nullptr, "", ep.name);
                 }
             }
+            // Replica sync: one WAIT after the batches, in the same pipeline. A shortfall is
+            // not a loss (the renewals are on the master); the reply is read and dropped.
+            const bool sync = ep.options.sync_replicas > 0;
+            if (sync) {
+                const std::string n = std::to_string(ep.options.sync_replicas);
+                const std::string t = std::to_string(ep.options.sync_timeout.count());
+                const char* argv[] = {"WAIT", n.c_str(), t.c_str()};
+                const std::size_t lens[] = {4, n.size(), t.size()};
+                if (redisAppendCommandArgv(conn.get(), 3, argv, lens) != REDIS_OK) {
+                    throw make_error(conn.get(), nullptr, "", ep.name);
+                }
+            }
             std::vector<reply_ptr> replies;
-            for (std::size_t c = 0; c < calls.size(); ++c) {
+            for (std::size_t c = 0; c < calls.size() + (sync ? 1 : 0); ++c) {
                 void* raw = nullptr;
                 if (redisGetReply(conn.get(), &raw) != REDIS_OK) {
                     throw make_error(conn.get(), nullptr, "", ep.name);
                 }
                 replies.emplace_back(static_cast<redisReply*>(raw));
             }
+            if (sync) replies.pop_back();
             for (std::size_t c = 0; c < calls.size(); ++c) {
                 reply_ptr& r = replies[c];
                 if (reply_is_error(r.get(), "NOSCRIPT")) {

@@ -43,6 +43,18 @@ struct client_options {
     /// Told of every lost hold; may be empty (then only `lost()` tells).
     lock_lost_handler on_lock_lost;
 
+    /// Replica sync (opt-in; Redisson's answer to a master lost before its replicas have the
+    /// lock). When > 0, every acquire, renewal batch and release of mutex, reentrant_lock,
+    /// read_write_lock and fair_lock is followed by `WAIT sync_replicas sync_timeout` on the
+    /// same connection. An acquire fewer replicas acknowledged is undone (released) and throws
+    /// `replica_sync_failed`: a lock is granted only once it would survive the master's loss. A
+    /// renewal or release that falls short is not an error (the hold is still there; a
+    /// release not yet replicated leaves a lease to run out after a failover). Each costs one
+    /// more round trip. Not applied to red_lock and multi_lock.
+    int sync_replicas = 0;
+    /// How long WAIT may block; must be positive and shorter than command_timeout.
+    std::chrono::milliseconds sync_timeout{500};
+
     /// Parses `redis://[user[:password]@]host[:port][/db]` or `unix:///path/to.sock[?db=N]`
     /// (user and password percent-decoded, IPv6 hosts in brackets) into the connection fields of
     /// a copy of `base`. Throws `error` with `errc::invalid_argument` on a malformed URI.

@@ -460,7 +460,9 @@ private:
         for (int round = 0;; ++round) {
             try {
                 acquire_result r = core_->pool.run(name(), false, [&](redisContext* c) {
-                    return Kind::acquire(c, keys_, spec, server());
+                    acquire_result got = Kind::acquire(c, keys_, spec, server());
+                    if (got.acquired) sync_or_undo(c, value);
+                    return got;
                 });
                 core_->scripts_allowed.store(true, std::memory_order_relaxed);
                 return r;
@@ -477,6 +479,30 @@ private:
                 if (round > 0) throw;
             }
         }
+    }
+
+    /// WAIT for client_options::sync_replicas on `c`, the connection that just wrote; returns
+    /// how many replicas acknowledged.
+    long long wait_for_replicas(redisContext* c) {
+        const client_options& o = core_->ep.options;
+        const std::string n = std::to_string(o.sync_replicas);
+        const std::string t = std::to_string(o.sync_timeout.count());
+        return reply_integer(run_command(c, {"WAIT", n, t}, name(), server()).get(), name(), server());
+    }
+
+    /// Replica sync after an acquire on `c`: too few acknowledgements undo it (one level, so a
+    /// re-entry keeps the levels it had) and throw replica_sync_failed.
+    void sync_or_undo(redisContext* c, const std::string& value) {
+        const int wanted = core_->ep.options.sync_replicas;
+        if (wanted <= 0) return;
+        const long long acked = wait_for_replicas(c);
+        if (acked >= wanted) return;
+        Kind::release(c, keys_, value, server());
+        throw error(errc::replica_sync_failed, name(), server(),
+                    std::to_string(acked) + " of the " + std::to_string(wanted) +
+                        " replicas asked for acknowledged the acquire within " +
+                        std::to_string(core_->ep.options.sync_timeout.count()) +
+                        " ms; it was undone");
     }
 
     // A waiter that gives up leaves nothing behind (fair_lock: its queue entry). Best effort:
@@ -502,7 +528,10 @@ private:
         for (int round = 0;; ++round) {
             try {
                 const long long left = core_->pool.run(name(), false, [&](redisContext* c) {
-                    return Kind::release(c, keys_, value, server());
+                    const long long l = Kind::release(c, keys_, value, server());
+                    // Replica sync: a shortfall is not an error here (see client_options).
+                    if (l >= 0 && core_->ep.options.sync_replicas > 0) wait_for_replicas(c);
+                    return l;
                 });
                 return (round > 0 && left < 0) ? 0 : left;
             } catch (const error& e) {
