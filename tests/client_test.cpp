@@ -119,7 +119,7 @@ TEST(client_connect, password_and_acl_user_are_sent_on_every_connection) {
                       "~rlock_lock__channel:{app:*", "~redisson_lock__channel:{app:*",
                       "&rlock_lock__channel:{app:*", "&redisson_lock__channel:{app:*", "+@connection",
                       "+set", "+get", "+del", "+exists", "+pttl", "+pexpire", "+publish",
-                      "+subscribe", "+unsubscribe", "+evalsha", "+eval", "+hexists", "+hincrby",
+                      "+subscribe", "+unsubscribe", "+evalsha", "+eval", "+hexists", "+hget", "+hincrby",
                       "+incr"});
     ASSERT_EQ(r->type, REDIS_REPLY_STATUS) << rlock::detail::reply_text(r.get());
 
