@@ -1258,6 +1258,38 @@ TEST(acl, the_documented_minimal_acl_runs_every_lock_kind) {
     EXPECT_EQ(keys_left(s, "redisson_lock_token:"), "") << "keys left in Redis";
 }
 
+TEST(acl, a_release_the_acl_forbids_is_reported_as_that_error_not_as_a_lost_lock) {
+    // The release scripts read the key with pcall, so that a key of another type is an answer
+    // ("not held"); any other error (here the ACL's refusal) must reach the owner as itself.
+    redis_server s;
+    std::vector<std::string> rules;
+    for (const std::string& w : words(minimal_acl)) {
+        if (w != "+get" && w != "+hget") rules.push_back(w);
+    }
+    rules.insert(rules.begin(), "locker");
+    set_acl_user(s, rules);
+    rlock_test::lost_log lost;
+    rlock::client_options o = s.options();
+    o.username = "locker";
+    o.password = "pw";
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    rlock::mutex m(c, "app:acl-mutex");
+    rlock::reentrant_lock r(c, "app:acl-reentrant");
+    m.lock();  // SET: allowed
+    r.lock();  // EXISTS, HINCRBY, PEXPIRE: allowed
+    EXPECT_NO_THROW(m.unlock());
+    EXPECT_EQ(lost.calls.load(), 1);
+    EXPECT_NE(lost.code.load(), static_cast<int>(rlock::errc::lock_lost)) << lost.last_message;
+    EXPECT_NE(lost.last_message.find("app:acl-mutex"), std::string::npos) << lost.last_message;
+    EXPECT_NO_THROW(r.unlock());
+    EXPECT_EQ(lost.calls.load(), 2);
+    EXPECT_NE(lost.code.load(), static_cast<int>(rlock::errc::lock_lost)) << lost.last_message;
+    EXPECT_NE(lost.last_message.find("app:acl-reentrant"), std::string::npos) << lost.last_message;
+    // Nothing was claimed released: both keys still there, for their leases.
+    EXPECT_EQ(s.integer({"EXISTS", "app:acl-mutex", "app:acl-reentrant"}), 2);
+}
+
 // --- replica sync (client_options::sync_replicas) -------------------------------------------
 
 /// A master and one replica of it, linked before the test goes on.

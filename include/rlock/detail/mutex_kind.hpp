@@ -34,10 +34,13 @@ return {0, redis.call('pttl', KEYS[1])}
 
     /// Compare-and-delete, then wake the waiters.
     /// KEYS[1] lock key, KEYS[2] channel; ARGV[1] token.
-    /// Returns 0 when deleted (and `0` published), -1 when the key holds another value or none.
+    /// Returns 0 when deleted (and `0` published), -1 when the key holds another value or none
+    /// (or another type). Any other error reading it (an ACL's refusal) is the script's error.
     static const script& release_script() {
         static const script s(R"lua(
-if redis.pcall('get', KEYS[1]) == ARGV[1] then
+local value = redis.pcall('get', KEYS[1])
+if type(value) == 'table' and value.err and not string.find(value.err, 'WRONGTYPE', 1, true) then return value end
+if value == ARGV[1] then
     redis.call('del', KEYS[1])
     redis.call('publish', KEYS[2], '0')
     return 0

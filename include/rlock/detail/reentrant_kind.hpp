@@ -46,10 +46,12 @@ return {1, n, token}
     /// left when still held, 0 when this was the last level (deleted, `0` published).
     /// An inner level keeps the TTL as it is: the watchdog or the lease governs it. The count is
     /// read first (HGET, which a key of another type answers with an error pcall keeps), so the
-    /// last level costs no HINCRBY.
+    /// last level costs no HINCRBY. Errors other than WRONGTYPE (an ACL's refusal) are returned
+    /// as the script's error, not as "not held"; the other release scripts do the same.
     static const script& release_script() {
         static const script s(R"lua(
 local count = redis.pcall('hget', KEYS[1], ARGV[1])
+if type(count) == 'table' and count.err and not string.find(count.err, 'WRONGTYPE', 1, true) then return count end
 if type(count) ~= 'string' then
     return -1
 end
