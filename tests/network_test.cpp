@@ -325,35 +325,6 @@ TEST_F(network, a_reply_cut_mid_way_is_a_clear_error_or_a_real_hold_never_two_ho
     std::printf("[   info   ] %d cuts: %d lock() calls held, %d threw\n", cuts, held, refused);
 }
 
-TEST_F(network, a_final_unlock_whose_reply_is_cut_is_retried_without_a_false_loss) {
-    // The release ran in Redis (the key is gone), its reply never arrived, and the retry finds
-    // nothing: that is this unlock's own effect, not a lost hold. Watched holds, so that "not
-    // held" is never the expected end of a lease.
-    rlock::client c(through_proxy(30s, 1000ms));
-    rlock::mutex m(c, name());
-    rlock::reentrant_lock r(c, name() + ":r");
-    for (int i = 0; i < 3; ++i) {
-        m.lock();
-        r.lock();
-        std::size_t before = proxy.resets();
-        proxy.cut_after(0);
-        EXPECT_NO_THROW(m.unlock());
-        proxy.pass_through();
-        // The proxy counts a reset just after the client may have returned: give it a moment.
-        EXPECT_TRUE(eventually([&] { return proxy.resets() > before; }))
-            << "the cut did not land: nothing was tested";
-        before = proxy.resets();
-        proxy.cut_after(0);
-        EXPECT_NO_THROW(r.unlock());
-        proxy.pass_through();
-        // The proxy counts a reset just after the client may have returned: give it a moment.
-        EXPECT_TRUE(eventually([&] { return proxy.resets() > before; }))
-            << "the cut did not land: nothing was tested";
-        EXPECT_EQ(server.integer({"EXISTS", name(), name() + ":r"}), 0);
-    }
-    EXPECT_EQ(lost.calls.load(), 0) << lost.last_lock << ": " << lost.last_message;
-}
-
 // ---------------------------------------------------------------------------------------------
 // clock_*: the worker under libfaketime; its wall clock jumps by hours and days while it holds
 // watched and leased locks and waits in try_lock_for. Redis runs on the real clock.
