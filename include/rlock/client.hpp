@@ -74,7 +74,11 @@ public:
     static constexpr std::size_t renew_batch = 100;
 
     explicit client_core(client_options o)
-        : ep(validated(std::move(o))), id(random_uuid()), pool(ep) {
+        : ep(validated(std::move(o))),
+          id(random_uuid()),
+          pool(ep),
+          sync_replicas_arg_(std::to_string(ep.options.sync_replicas)),
+          sync_timeout_arg_(std::to_string(ep.options.sync_timeout.count())) {
         // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
         pool.run("", true, [&](redisContext* c) { return run_command(c, {"PING"}, "", ep.name); });
         sub = std::make_unique<subscriber>(ep);
@@ -176,27 +180,14 @@ public:
                     throw make_error(conn.get(), nullptr, "", ep.name);
                 }
             }
-            // Replica sync: one WAIT after the batches, in the same pipeline. A shortfall is
-            // not a loss (the renewals are on the master); the reply is read and dropped.
-            const bool sync = ep.options.sync_replicas > 0;
-            if (sync) {
-                const std::string n = std::to_string(ep.options.sync_replicas);
-                const std::string t = std::to_string(ep.options.sync_timeout.count());
-                const char* argv[] = {"WAIT", n.c_str(), t.c_str()};
-                const std::size_t lens[] = {4, n.size(), t.size()};
-                if (redisAppendCommandArgv(conn.get(), 3, argv, lens) != REDIS_OK) {
-                    throw make_error(conn.get(), nullptr, "", ep.name);
-                }
-            }
             std::vector<reply_ptr> replies;
-            for (std::size_t c = 0; c < calls.size() + (sync ? 1 : 0); ++c) {
+            for (std::size_t c = 0; c < calls.size(); ++c) {
                 void* raw = nullptr;
                 if (redisGetReply(conn.get(), &raw) != REDIS_OK) {
                     throw make_error(conn.get(), nullptr, "", ep.name);
                 }
                 replies.emplace_back(static_cast<redisReply*>(raw));
             }
-            if (sync) replies.pop_back();
             for (std::size_t c = 0; c < calls.size(); ++c) {
                 reply_ptr& r = replies[c];
                 if (reply_is_error(r.get(), "NOSCRIPT")) {
@@ -212,6 +203,8 @@ public:
                     gone[first[c] + e] = static_cast<char>(!renewed);
                 }
             }
+            // Replica sync: a shortfall is not a loss (the renewals are on the master).
+            if (ep.options.sync_replicas > 0) wait_for_replicas(conn.get(), "");
         } catch (const error& e) {
             failure = e;
             if (conn && conn->err) conn.reset();
@@ -229,6 +222,13 @@ public:
                                (failure ? failure->what() : "no reply")));
             }
         }
+    }
+
+    /// Replica sync: `WAIT sync_replicas sync_timeout` on `c`, the connection that just wrote;
+    /// returns how many replicas acknowledged. Throws as any command does.
+    long long wait_for_replicas(redisContext* c, std::string_view lock) const {
+        reply_ptr r = run_command(c, {"WAIT", sync_replicas_arg_, sync_timeout_arg_}, lock, ep.name);
+        return reply_integer(r.get(), lock, ep.name);
     }
 
     endpoint ep;
@@ -256,6 +256,8 @@ private:
         }
     }
 
+    const std::string sync_replicas_arg_;  // WAIT's arguments, formatted once
+    const std::string sync_timeout_arg_;
     std::mutex wd_mu_;
     std::condition_variable wd_cv_;
     bool wd_stop_ = false;

@@ -481,21 +481,12 @@ private:
         }
     }
 
-    /// WAIT for client_options::sync_replicas on `c`, the connection that just wrote; returns
-    /// how many replicas acknowledged.
-    long long wait_for_replicas(redisContext* c) {
-        const client_options& o = core_->ep.options;
-        const std::string n = std::to_string(o.sync_replicas);
-        const std::string t = std::to_string(o.sync_timeout.count());
-        return reply_integer(run_command(c, {"WAIT", n, t}, name(), server()).get(), name(), server());
-    }
-
     /// Replica sync after an acquire on `c`: too few acknowledgements undo it (one level, so a
     /// re-entry keeps the levels it had) and throw replica_sync_failed.
     void sync_or_undo(redisContext* c, const std::string& value) {
         const int wanted = core_->ep.options.sync_replicas;
         if (wanted <= 0) return;
-        const long long acked = wait_for_replicas(c);
+        const long long acked = core_->wait_for_replicas(c, name());
         if (acked >= wanted) return;
         Kind::release(c, keys_, value, server());
         throw error(errc::replica_sync_failed, name(), server(),
@@ -530,7 +521,7 @@ private:
                 const long long left = core_->pool.run(name(), false, [&](redisContext* c) {
                     const long long l = Kind::release(c, keys_, value, server());
                     // Replica sync: a shortfall is not an error here (see client_options).
-                    if (l >= 0 && core_->ep.options.sync_replicas > 0) wait_for_replicas(c);
+                    if (l >= 0 && core_->ep.options.sync_replicas > 0) core_->wait_for_replicas(c, name());
                     return l;
                 });
                 return (round > 0 && left < 0) ? 0 : left;
