@@ -82,13 +82,19 @@ void bm_floor(benchmark::State& state) {
 }
 
 template <class Lock>
-void bm_lock(benchmark::State& state) {
-    rlock::client c(server->options());
-    Lock lock(c, std::string("bench:") + (std::is_same_v<Lock, rlock::mutex> ? "mutex" : "reentrant"));
+void lock_cycles(benchmark::State& state, const rlock::client_options& o, const std::string& name) {
+    rlock::client c(o);
+    Lock lock(c, name);
     for (auto _ : state) {
         lock.lock();
         lock.unlock();
     }
+}
+
+template <class Lock>
+void bm_lock(benchmark::State& state) {
+    lock_cycles<Lock>(state, server->options(),
+                      std::string("bench:") + (std::is_same_v<Lock, rlock::mutex> ? "mutex" : "reentrant"));
 }
 
 void bm_rw_read(benchmark::State& state) {
@@ -111,8 +117,19 @@ void bm_rw_write(benchmark::State& state) {
 
 std::vector<std::unique_ptr<rlock_test::redis_server>> extra_servers;  // red5's other 4 nodes
 
+std::vector<std::unique_ptr<rlock_test::tcp_proxy>> links;  // one delaying proxy per node
+
 // The five nodes' ports: the servers themselves, or the delaying proxies in front of them.
-std::vector<int> node_ports(bool net);
+std::vector<int> node_ports(bool net) {
+    std::vector<int> out;
+    if (net) {
+        for (auto& l : links) out.push_back(l->port());
+    } else {
+        out.push_back(server->port());
+        for (auto& s : extra_servers) out.push_back(s->port());
+    }
+    return out;
+}
 
 void red5(benchmark::State& state, bool net) {
     std::vector<std::unique_ptr<rlock::client>> clients;
@@ -154,28 +171,10 @@ void red5_sequential(benchmark::State& state, bool net) {
 void bm_red5_sequential(benchmark::State& state) { red5_sequential(state, false); }
 void bm_red5_sequential_net(benchmark::State& state) { red5_sequential(state, true); }
 
-std::vector<std::unique_ptr<rlock_test::tcp_proxy>> links;  // one delaying proxy per node
-
-std::vector<int> node_ports(bool net) {
-    std::vector<int> out;
-    if (net) {
-        for (auto& l : links) out.push_back(l->port());
-    } else {
-        out.push_back(server->port());
-        for (auto& s : extra_servers) out.push_back(s->port());
-    }
-    return out;
-}
-
 void bm_mutex_net(benchmark::State& state) {
     rlock::client_options o = server->options();
     o.port = links.front()->port();
-    rlock::client c(o);
-    rlock::mutex lock(c, "bench:lock");
-    for (auto _ : state) {
-        lock.lock();
-        lock.unlock();
-    }
+    lock_cycles<rlock::mutex>(state, o, "bench:lock");
 }
 
 void bm_multi5(benchmark::State& state) {
