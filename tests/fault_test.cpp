@@ -1198,17 +1198,24 @@ void hold_renew_and_hand_off(rlock::client& a, rlock::client& b, const std::stri
     held.unlock();
 }
 
-TEST(acl, the_documented_minimal_acl_runs_every_lock_kind) {
-    redis_server s;
-    auto rules = words(minimal_acl);
+/// Creates the ACL user `locker` (password `pw`) with `rules` on `s`; returns client options
+/// that log in as it and report lost holds to `lost`.
+rlock::client_options as_locker(const redis_server& s, std::vector<std::string> rules,
+                                rlock_test::lost_log& lost) {
     rules.insert(rules.begin(), "locker");
     set_acl_user(s, rules);
-    rlock_test::lost_log lost;
     rlock::client_options o = s.options();
     o.username = "locker";
     o.password = "pw";
-    o.lock_watchdog_timeout = 600ms;
     o.on_lock_lost = lost.handler();
+    return o;
+}
+
+TEST(acl, the_documented_minimal_acl_runs_every_lock_kind) {
+    redis_server s;
+    rlock_test::lost_log lost;
+    rlock::client_options o = as_locker(s, words(minimal_acl), lost);
+    o.lock_watchdog_timeout = 600ms;
     rlock::client a(o);
     rlock::client b(o);
 
@@ -1266,14 +1273,8 @@ TEST(acl, a_release_the_acl_forbids_is_reported_as_that_error_not_as_a_lost_lock
     for (const std::string& w : words(minimal_acl)) {
         if (w != "+get" && w != "+hget") rules.push_back(w);
     }
-    rules.insert(rules.begin(), "locker");
-    set_acl_user(s, rules);
     rlock_test::lost_log lost;
-    rlock::client_options o = s.options();
-    o.username = "locker";
-    o.password = "pw";
-    o.on_lock_lost = lost.handler();
-    rlock::client c(o);
+    rlock::client c(as_locker(s, rules, lost));
     rlock::mutex m(c, "app:acl-mutex");
     rlock::reentrant_lock r(c, "app:acl-reentrant");
     m.lock();  // SET: allowed
