@@ -17,8 +17,8 @@
 //   - the wait a refused waiter is told is never negative: the holder's TTL, or the time until
 //     the head's deadline when the lock is free for an earlier waiter;
 //   - queue entries without a deadline are dropped when they reach the head instead of
-//     compared (no "attempt to compare nil with number"), and both queue keys carry a TTL of twice the wait timeout, so they
-//     vanish even if every waiter dies.
+//     compared (no "attempt to compare nil with number"), and both queue keys carry a TTL of
+//     twice the wait timeout, so they vanish even if every waiter dies.
 #pragma once
 
 #include <algorithm>
