@@ -216,7 +216,9 @@ int clock_jumps(int port, const std::string& name, const std::string& file) {
 //   lock()                       an error is logged ("A <id> <errc> <what>"), retried after 20 ms
 //   B <id> <pid> <token> <start>                    written and flushed before anything else
 //   SET holder "<id>:<n>"        on the resource: lets the test aim a fault at a holder
-//   GET counter, sleep 3 ms      the read of a non-atomic read-modify-write
+//   fenced read of counter       the read of a non-atomic read-modify-write; refused, and the
+//                                write skipped, if token < the highest token the resource saw
+//   sleep 3 ms                   a window for faults
 //   fenced write of value + 1    accepted only if token >= the highest token the resource saw
 //   E <id> <pid> <token> <start> <end> <write at> <lost> <accepted|refused|error> <value>
 //   unlock()
@@ -226,8 +228,23 @@ int clock_jumps(int port, const std::string& name, const std::string& file) {
 // Times are steady_clock nanoseconds (CLOCK_MONOTONIC: one clock for every process). `lost` is
 // lock.lost() checked at the end of the section. Exits 0 unless a section failed unexpectedly.
 
-// The resource's half of fencing. KEYS[1] counter, KEYS[2] highest token seen, KEYS[3] refusals;
-// ARGV[1] token, ARGV[2] new value. Returns 1 when written, 0 when refused (an older token).
+// The resource's half of fencing: it checks the token on every access, reads included. A read
+// that only checked writes would let a holder that lost its lock without pausing (its key
+// flushed) read, then a newer holder read the same value, then both write in token order: a
+// lost update that token order alone cannot see.
+// KEYS[1] counter, KEYS[2] highest token seen, KEYS[3] refusals; ARGV[1] token.
+// Returns {1, counter or 0} when read, {0} when refused (an older token).
+constexpr const char* fenced_get = R"lua(
+local high = tonumber(redis.call('get', KEYS[2]) or '0')
+if tonumber(ARGV[1]) < high then
+    redis.call('incr', KEYS[3])
+    return {0}
+end
+redis.call('set', KEYS[2], ARGV[1])
+return {1, tonumber(redis.call('get', KEYS[1]) or '0')}
+)lua";
+
+// KEYS as fenced_get; ARGV[1] token, ARGV[2] new value. Returns 1 when written, 0 when refused.
 constexpr const char* fenced_set = R"lua(
 local high = tonumber(redis.call('get', KEYS[2]) or '0')
 if tonumber(ARGV[1]) < high then
@@ -347,19 +364,21 @@ int safety_loop(Lock& lock, bool reenter, const std::string& id, int resource_po
             }
         }
         res.run({"SET", "holder", id + ":" + std::to_string(n)});
-        auto got = res.run({"GET", counter});
-        const long long value = got && got->type == REDIS_REPLY_STRING ? std::atoll(got->str) : 0;
+        const std::string fence = std::to_string(token);
+        auto got = res.run({"EVAL", fenced_get, "3", counter, high, refusals, fence});
+        const bool read = got && got->type == REDIS_REPLY_ARRAY && got->elements >= 1 &&
+                          got->element[0]->integer == 1;
+        const bool read_refused = got && got->type == REDIS_REPLY_ARRAY && !read;
+        const long long value = read && got->elements == 2 ? got->element[1]->integer : 0;
         std::this_thread::sleep_for(std::chrono::milliseconds(3));  // a window for faults
         const std::string next = std::to_string(value + 1);
         const long long write_at = now_ns();
         rlock::detail::reply_ptr w;
-        if (got) {
-            w = res.run(
-                {"EVAL", fenced_set, "3", counter, high, refusals, std::to_string(token), next});
-        }
-        const char* verdict = !w || w->type != REDIS_REPLY_INTEGER ? "error"
-                              : w->integer == 1                    ? "accepted"
-                                                                   : "refused";
+        if (read) w = res.run({"EVAL", fenced_set, "3", counter, high, refusals, fence, next});
+        const char* verdict = read_refused                          ? "refused"
+                              : !w || w->type != REDIS_REPLY_INTEGER ? "error"
+                              : w->integer == 1                      ? "accepted"
+                                                                     : "refused";
         const long long finish = now_ns();
         const bool lost = lock.lost();
         log.line("E " + id + " " + pid + " " + std::to_string(token) + " " + std::to_string(start) +
