@@ -53,6 +53,39 @@ TEST(client_uri, parses_host_port_db_and_credentials) {
     EXPECT_EQ(o.db, 2);
 }
 
+TEST(client_uri, parses_a_sentinel_list_and_the_master_name) {
+    auto o = rlock::client_options::from_uri(
+        "redis-sentinel://alice:pw@10.0.0.1:26380,[::1],s3.internal:26381/orders-master/4");
+    ASSERT_EQ(o.sentinels.size(), 3u);
+    EXPECT_EQ(o.sentinels[0].host, "10.0.0.1");
+    EXPECT_EQ(o.sentinels[0].port, 26380);
+    EXPECT_EQ(o.sentinels[1].host, "::1");
+    EXPECT_EQ(o.sentinels[1].port, 26379);  // Sentinel's default port
+    EXPECT_EQ(o.sentinels[2].host, "s3.internal");
+    EXPECT_EQ(o.sentinels[2].port, 26381);
+    EXPECT_EQ(o.sentinel_master, "orders-master");
+    EXPECT_EQ(o.db, 4);
+    EXPECT_EQ(o.username, "alice");  // the master's credentials
+    EXPECT_EQ(o.password, "pw");
+    // A plain URI parsed over sentinel options leaves no sentinel behind.
+    o = rlock::client_options::from_uri("redis://h:1", o);
+    EXPECT_TRUE(o.sentinels.empty());
+    EXPECT_TRUE(o.sentinel_master.empty());
+
+    for (const char* bad : {"redis-sentinel://h:1", "redis-sentinel://h:1/", "redis-sentinel://h:1,/m",
+                            "redis-sentinel://h:0/m", "redis-sentinel:///m", "redis-sentinel://h/m/x"}) {
+        EXPECT_EQ(code_of([&] { (void)rlock::client_options::from_uri(bad); }),
+                  rlock::errc::invalid_argument)
+            << bad;
+    }
+    rlock::client_options half;
+    half.sentinels.push_back({"127.0.0.1", 1});  // no master name: refused before connecting
+    EXPECT_EQ(code_of([&] { rlock::client c(half); }), rlock::errc::invalid_argument);
+    half.sentinels.clear();
+    half.sentinel_master = "m";  // a master name without sentinels: a half-done config
+    EXPECT_EQ(code_of([&] { rlock::client c(half); }), rlock::errc::invalid_argument);
+}
+
 TEST(client_uri, keeps_the_other_fields_of_the_base_options) {
     rlock::client_options base;
     base.lock_watchdog_timeout = 5s;

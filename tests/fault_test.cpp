@@ -1297,16 +1297,27 @@ TEST(acl, a_release_the_acl_forbids_is_reported_as_that_error_not_as_a_lost_lock
 struct replicated {
     redis_server master;
     redis_server replica;
-    replicated() : replica({"--replicaof", "127.0.0.1", std::to_string(master.port())}) {
+    // No diskless-sync delay (5 s by default): the replica links at once.
+    replicated()
+        : master({"--repl-diskless-sync-delay", "0"}),
+          replica({"--replicaof", "127.0.0.1", std::to_string(master.port())}) {
         const bool linked = eventually(
             [&] {
                 return replica.text({"INFO", "replication"}).find("master_link_status:up") !=
                            std::string::npos &&
-                       master.text({"INFO", "replication"}).find("connected_slaves:1") !=
-                           std::string::npos;
+                       acknowledges();
             },
             10s);
         if (!linked) throw std::runtime_error("test: the replica did not link to its master");
+    }
+    /// A write, and WAIT on the same connection: the replica has it. (A replica fed by a
+    /// diskless sync gets the command stream only after its first ACK, up to a second after
+    /// the link is up; a WAIT that follows no write counts it before that.)
+    bool acknowledges() const {
+        auto c = raw_connection(master.port());
+        auto set = rlock::detail::command(c.get(), {"SET", "test:replica-probe", "1"});
+        auto wait = rlock::detail::command(c.get(), {"WAIT", "1", "100"});
+        return set && wait && wait->type == REDIS_REPLY_INTEGER && wait->integer == 1;
     }
     rlock::client_options options(int sync_replicas) const {
         rlock::client_options o = master.options();
@@ -1438,6 +1449,152 @@ TEST(replica_sync, bad_sync_options_are_refused_before_connecting) {
         EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << e.what();
         EXPECT_NE(std::string(e.what()).find("sync_timeout"), std::string::npos) << e.what();
     }
+}
+
+// --- Sentinel (client_options::sentinels) -----------------------------------------------------
+
+/// A master, its replica and one sentinel watching them as "m". With `failover_ready` the
+/// sentinel knows the replica before the test goes on (it can fail over to it).
+struct sentinel_deployment {
+    replicated r;
+    std::unique_ptr<redis_server> sentinel;
+    explicit sentinel_deployment(bool failover_ready, const std::string& more_conf = "") {
+        sentinel = redis_server::sentinel("sentinel monitor m 127.0.0.1 " +
+                                          std::to_string(r.master.port()) +
+                                          " 1\nsentinel down-after-milliseconds m 2000\n"
+                                          "sentinel failover-timeout m 10000\n" +
+                                          more_conf);
+        if (!failover_ready) return;
+        const bool ready = eventually([&] { return known_replicas() == 1; }, 20s);
+        if (!ready) throw std::runtime_error("test: the sentinel did not find the replica");
+    }
+    int known_replicas() const {
+        auto rep = sentinel->cmd({"SENTINEL", "replicas", "m"});
+        int good = 0;
+        for (std::size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i < rep->elements; ++i) {
+            const redisReply* fields = rep->element[i];
+            for (std::size_t f = 0; f + 1 < fields->elements; f += 2) {
+                if (rlock::detail::reply_text(fields->element[f]) == "flags" &&
+                    rlock::detail::reply_text(fields->element[f + 1]) == "slave") {
+                    ++good;
+                }
+            }
+        }
+        return good;
+    }
+    int master_port() const {
+        auto rep = sentinel->cmd({"SENTINEL", "get-master-addr-by-name", "m"});
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) return 0;
+        return std::atoi(rep->element[1]->str);
+    }
+    std::string uri() const {
+        // A sentinel that is down comes first: the client must go on to the next.
+        return "redis-sentinel://127.0.0.1:" + std::to_string(rlock_test::free_port()) +
+               ",127.0.0.1:" + std::to_string(sentinel->port()) + "/m";
+    }
+    /// SENTINEL FAILOVER, and back once the sentinel names the replica as the master.
+    void fail_over() {
+        auto rep = sentinel->cmd({"SENTINEL", "FAILOVER", "m"});
+        if (rep->type == REDIS_REPLY_ERROR) {
+            throw std::runtime_error("test: SENTINEL FAILOVER: " + std::string(rep->str));
+        }
+        if (!eventually([&] { return master_port() == r.replica.port(); }, 30s)) {
+            throw std::runtime_error("test: the sentinel did not switch to the replica");
+        }
+    }
+    long long subscribers(const redis_server& s, const std::string& channel) const {
+        auto rep = s.cmd({"PUBSUB", "NUMSUB", channel});
+        return rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 ? rep->element[1]->integer : -1;
+    }
+};
+
+TEST(sentinel, a_failover_moves_holds_waiters_and_new_commands_to_the_new_master) {
+    sentinel_deployment d(true);
+    rlock::client_options o = rlock::client_options::from_uri(d.uri());
+    o.sync_replicas = 1;  // the hold is on the replica before lock() returns
+    o.sync_timeout = 300ms;
+    // Longer than a failover takes: the key the replica got must outlive the switch (the
+    // client renews on the new master only once the sentinel has named it).
+    o.lock_watchdog_timeout = 5s;
+    std::atomic<int> told{0};
+    o.on_lock_lost = [&](std::string_view, const rlock::error&) { ++told; };
+    rlock::client holder(o);
+    rlock::client_options unsynced = o;  // after the failover the new master has no replica
+    unsynced.sync_replicas = 0;
+    rlock::client other(unsynced);
+    EXPECT_EQ(holder.server(), "master m via sentinel");
+
+    const std::string name = rlock_test::test_lock_name();
+    const std::string channel = "redisson_lock__channel:{" + name + "}";
+    rlock::reentrant_lock l(holder, name);
+    l.lock();
+    const std::string field = holder.id() + ":" + std::to_string(rlock::detail::current_thread_number());
+    ASSERT_EQ(d.r.master.text({"HGET", name, field}), "1") << "the lock is not on the master";
+    ASSERT_EQ(d.r.replica.text({"HGET", name, field}), "1") << "WAIT returned before the replica had it";
+
+    std::string waiter_field;  // the waiter's count on the new master while it holds the lock
+    auto waiter = std::async(std::launch::async, [&] {
+        rlock::reentrant_lock w(other, name);
+        if (!w.try_lock_for(60s)) return false;
+        waiter_field = d.r.replica.text(
+            {"HGET", name, other.id() + ":" + std::to_string(rlock::detail::current_thread_number())});
+        w.unlock();
+        return true;
+    });
+    ASSERT_TRUE(eventually([&] { return d.subscribers(d.r.master, channel) == 1; }, 10s));
+
+    d.fail_over();
+    // The old master stays a master for a while (the sentinel converts it later), so nothing
+    // but the switch tells the clients to leave it. The waiter's subscription moves...
+    EXPECT_TRUE(eventually([&] { return d.subscribers(d.r.replica, channel) == 1; }, 10s))
+        << "the waiter's subscription did not move to the new master";
+    // ... and the watchdog renews on the new master: a lease on, the key would be gone.
+    std::this_thread::sleep_for(o.lock_watchdog_timeout + 1s);
+    EXPECT_GT(d.r.replica.integer({"PTTL", name}), 0) << "not renewed on the new master";
+    EXPECT_FALSE(l.lost());
+    EXPECT_EQ(told.load(), 0) << "a hold that moved with the failover was reported lost";
+
+    l.unlock();  // on the new master (too few replicas there now: not an error at release)
+    EXPECT_EQ(d.r.replica.text({"HGET", name, field}), "") << "unlock did not reach the new master";
+    ASSERT_EQ(waiter.wait_for(30s), std::future_status::ready);
+    EXPECT_TRUE(waiter.get());
+    EXPECT_EQ(waiter_field, "1") << "the waiter's lock is not on the new master";
+    EXPECT_EQ(told.load(), 0);
+}
+
+TEST(sentinel, an_unknown_master_or_a_refused_sentinel_password_is_a_clear_error) {
+    sentinel_deployment d(false);
+    rlock::client_options o = rlock::client_options::from_uri(d.uri());
+    o.sentinel_master = "nope";
+    o.connect_timeout = 300ms;
+    try {
+        rlock::client c(o);
+        FAIL() << "a client of an unknown master connected";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::connection_failed) << e.what();
+        EXPECT_NE(std::string(e.what()).find("master nope via sentinel"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("does not know a master named nope"), std::string::npos)
+            << e.what();
+    }
+
+    sentinel_deployment guarded(false, "requirepass sentinel-secret\n");
+    o = rlock::client_options::from_uri(guarded.uri());
+    try {
+        rlock::client c(o);
+        FAIL() << "a sentinel with a password answered without one";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::auth_failed) << e.what();
+        EXPECT_NE(std::string(e.what()).find("sentinel 127.0.0.1:" +
+                                             std::to_string(guarded.sentinel->port())),
+                  std::string::npos)
+            << e.what();
+    }
+    o.sentinel_password = "sentinel-secret";
+    rlock::client c(o);
+    rlock::mutex m(c, rlock_test::test_lock_name());
+    m.lock();
+    EXPECT_EQ(guarded.r.master.integer({"EXISTS", m.name()}), 1);
+    m.unlock();
 }
 
 }  // namespace

@@ -37,6 +37,7 @@
 #include "rlock/detail/pool.hpp"
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
+#include "rlock/detail/sentinel.hpp"
 #include "rlock/detail/subscriber.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/options.hpp"
@@ -47,9 +48,20 @@ namespace detail {
 
 inline client_options validated(client_options o) {
     auto bad = [](const std::string& why) { throw error(errc::invalid_argument, "", "", why); };
-    if (o.unix_socket.empty() && o.host.empty()) bad("client_options: host is empty");
-    if (o.unix_socket.empty() && (o.port <= 0 || o.port > 65535)) {
-        bad("client_options: port " + std::to_string(o.port) + " is out of range");
+    if (!o.sentinels.empty()) {
+        if (o.sentinel_master.empty()) bad("client_options: sentinel_master is empty");
+        for (const server_address& s : o.sentinels) {
+            if (s.host.empty()) bad("client_options: a sentinel's host is empty");
+            if (s.port <= 0 || s.port > 65535) {
+                bad("client_options: sentinel port " + std::to_string(s.port) + " is out of range");
+            }
+        }
+    } else {
+        if (!o.sentinel_master.empty()) bad("client_options: sentinel_master without sentinels");
+        if (o.unix_socket.empty() && o.host.empty()) bad("client_options: host is empty");
+        if (o.unix_socket.empty() && (o.port <= 0 || o.port > 65535)) {
+            bad("client_options: port " + std::to_string(o.port) + " is out of range");
+        }
     }
     if (o.db < 0) bad("client_options: db must not be negative");
     if (o.connect_timeout.count() <= 0) bad("client_options: connect_timeout must be positive");
@@ -82,6 +94,12 @@ public:
         // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
         pool.run("", true, [&](redisContext* c) { return run_command(c, {"PING"}, "", ep.name); });
         sub = std::make_unique<subscriber>(ep);
+        if (!ep.options.sentinels.empty()) {
+            sentinel = std::make_unique<sentinel_watch>(ep, [this] {
+                pool.drop_idle();
+                sub->master_switched();
+            });
+        }
     }
 
     void start() {
@@ -95,6 +113,7 @@ public:
             wd_stop_ = true;
         }
         wd_cv_.notify_all();
+        if (sentinel) sentinel->stop();
         if (watchdog_.joinable()) {
             if (watchdog_.get_id() == std::this_thread::get_id()) {
                 watchdog_.detach();
@@ -142,14 +161,17 @@ public:
 
     /// One watchdog tick: renews every watched hold, in batches of `renew_batch` holds per
     /// script call, all calls pipelined on the watchdog's connection. Public for tests/benches.
-    void renew_all(context_ptr& conn) {
+    /// `conn_epoch` is the endpoint epoch `conn` was opened in (Sentinel: a stale one is
+    /// replaced). False when the renewals could not be sent or answered (not when a hold was
+    /// gone).
+    bool renew_all(context_ptr& conn, std::uint64_t& conn_epoch) {
         std::vector<registry::hold_ptr> expired;
         std::vector<registry::hold_ptr> holds = reg.take_watched(expired);
         for (const auto& h : expired) {
             tell_hold(*h, error(errc::lock_lost, h->name, ep.name,
                                 "the lease ran out before the watchdog could renew it"));
         }
-        if (holds.empty()) return;
+        if (holds.empty()) return true;
         // Group by kind (one script per kind); stable so that batches are deterministic.
         std::stable_sort(holds.begin(), holds.end(),
                          [](const auto& a, const auto& b) { return a->kind < b->kind; });
@@ -157,7 +179,11 @@ public:
         std::optional<error> failure;
         const auto sent = clock::now();
         try {
-            if (!conn || conn->err) conn = connect(ep);
+            if (!conn || conn->err || conn_epoch != ep.epoch.load()) {
+                conn.reset();
+                conn_epoch = ep.epoch.load();
+                conn = connect(ep);
+            }
             const std::string lease = std::to_string(ep.options.lock_watchdog_timeout.count());
             std::vector<script_call> calls;
             std::vector<std::size_t> first;  // index of each call's first hold
@@ -207,7 +233,8 @@ public:
             if (ep.options.sync_replicas > 0) wait_for_replicas(conn.get(), "");
         } catch (const error& e) {
             failure = e;
-            if (conn && conn->err) conn.reset();
+            // Broken, or READONLY (a failover made it a replica): make a new one next time.
+            if (conn && (conn->err || e.value() == errc::connection_failed)) conn.reset();
         }
         for (const std::size_t i : reg.renewed(holds, ok, gone, sent)) {
             const hold& h = *holds[i];
@@ -222,6 +249,7 @@ public:
                                (failure ? failure->what() : "no reply")));
             }
         }
+        return !failure;
     }
 
     /// Replica sync: `WAIT sync_replicas sync_timeout` on `c`, the connection that just wrote;
@@ -239,20 +267,26 @@ public:
     std::atomic<bool> scripts_allowed{false};
     detail::pool pool;
     std::unique_ptr<subscriber> sub;
+    std::unique_ptr<sentinel_watch> sentinel;  // with client_options::sentinels only
     registry reg;
 
 private:
     void watchdog_loop() {
         context_ptr conn;
+        std::uint64_t conn_epoch = 0;
         const auto period = ep.options.lock_watchdog_timeout / 3;
+        // A tick that could not reach the server is tried again soon rather than a whole
+        // period later (a failover, a dropped connection): two missed periods lose the holds.
+        const auto retry = std::min<clock::duration>(
+            period, std::max<clock::duration>(period / 10, std::chrono::milliseconds(50)));
         auto next = clock::now() + period;
         std::unique_lock<std::mutex> g(wd_mu_);
         while (!wd_stop_) {
             if (wd_cv_.wait_until(g, next, [&] { return wd_stop_; })) break;
             g.unlock();
-            renew_all(conn);
+            const bool sent = renew_all(conn, conn_epoch);
             g.lock();
-            next = std::max(next + period, clock::now());
+            next = sent ? std::max(next + period, clock::now()) : clock::now() + retry;
         }
     }
 

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "rlock/errors.hpp"
 
@@ -20,6 +21,12 @@ namespace rlock {
 /// caught and dropped. Keep it short: renewal of other holds waits while it runs.
 using lock_lost_handler = std::function<void(std::string_view lock, const error& reason)>;
 
+/// A host and port (a sentinel's).
+struct server_address {
+    std::string host;
+    int port = 26379;
+};
+
 /// How to reach Redis and how locks behave on this client. Every field has a usable default; a
 /// URI fills in the connection fields (see `client_options::from_uri`).
 struct client_options {
@@ -29,6 +36,17 @@ struct client_options {
     std::string username;            ///< ACL user; empty: AUTH with the password alone
     std::string password;            ///< empty: no AUTH
     int db = 0;                      ///< SELECT on every connection when not 0
+
+    /// Redis Sentinel. When not empty, `host`, `port` and `unix_socket` are not used: every new
+    /// connection asks these sentinels (in order; the first that answers) where the master
+    /// named `sentinel_master` is, connects there and checks with ROLE that it is a master. A
+    /// failover (the sentinels' `+switch-master`, a READONLY reply or a broken connection)
+    /// replaces every connection, the subscriber's included, with one to the new master.
+    /// `username`, `password` and `db` apply to the master; the sentinels have their own.
+    std::vector<server_address> sentinels;
+    std::string sentinel_master;    ///< the name the sentinels monitor the master under
+    std::string sentinel_username;  ///< ACL user on the sentinels; empty: AUTH with the password
+    std::string sentinel_password;  ///< empty: no AUTH on the sentinels
 
     std::chrono::milliseconds connect_timeout{1000};
     /// Bound on each command round trip, and on waiting for a free pooled connection.
@@ -55,9 +73,11 @@ struct client_options {
     /// How long WAIT may block; must be positive and shorter than command_timeout.
     std::chrono::milliseconds sync_timeout{500};
 
-    /// Parses `redis://[user[:password]@]host[:port][/db]` or `unix:///path/to.sock[?db=N]`
-    /// (user and password percent-decoded, IPv6 hosts in brackets) into the connection fields of
-    /// a copy of `base`. Throws `error` with `errc::invalid_argument` on a malformed URI.
+    /// Parses `redis://[user[:password]@]host[:port][/db]`, `unix:///path/to.sock[?db=N]` or
+    /// `redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/master-name[/db]` (the
+    /// sentinels, port 26379 by default; user and password are the master's) into the connection
+    /// fields of a copy of `base` (user and password percent-decoded, IPv6 hosts in brackets).
+    /// Throws `error` with `errc::invalid_argument` on a malformed URI.
     static client_options from_uri(std::string_view uri, client_options base);
     static client_options from_uri(std::string_view uri) { return from_uri(uri, {}); }
 };
@@ -90,6 +110,9 @@ inline client_options client_options::from_uri(std::string_view uri, client_opti
     base.username = std::move(parts.username);
     base.password = std::move(parts.password);
     base.db = parts.db;
+    base.sentinels.clear();
+    for (auto& [host, port] : parts.sentinels) base.sentinels.push_back({std::move(host), port});
+    base.sentinel_master = std::move(parts.sentinel_master);
     return base;
 }
 

@@ -12,9 +12,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -53,7 +55,16 @@ inline int free_port() {
 /// One redis-server child process. Dies with the test process (PR_SET_PDEATHSIG).
 class redis_server {
 public:
-    explicit redis_server(std::vector<std::string> extra = {}) : extra_(std::move(extra)) {
+    explicit redis_server(std::vector<std::string> extra = {}) : redis_server(std::move(extra), "") {}
+
+    /// A Redis Sentinel (redis-server --sentinel) with `conf` as the rest of its config file,
+    /// e.g. "sentinel monitor m 127.0.0.1 7000 1\n". It answers `cmd` as a server does.
+    static std::unique_ptr<redis_server> sentinel(std::string conf) {
+        return std::unique_ptr<redis_server>(new redis_server({}, std::move(conf)));
+    }
+
+    redis_server(std::vector<std::string> extra, std::string sentinel_conf)
+        : extra_(std::move(extra)), sentinel_conf_(std::move(sentinel_conf)) {
         char tmpl[] = "/tmp/rlock-test-XXXXXX";
         if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
         dir_ = tmpl;
@@ -146,6 +157,17 @@ private:
                                          "--enable-debug-command", "local",
                                          "--logfile", dir_ + "/redis.log"};
         args.insert(args.end(), extra_.begin(), extra_.end());
+        if (!sentinel_conf_.empty()) {
+            // Sentinel rewrites its config file: one of its own, written afresh at each launch.
+            const std::string conf = dir_ + "/sentinel.conf";
+            std::FILE* f = std::fopen(conf.c_str(), "w");
+            if (!f) return false;
+            std::fprintf(f, "port %d\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\n"
+                            "dir %s\nlogfile %s/redis.log\n%s",
+                         port_, dir_.c_str(), dir_.c_str(), sentinel_conf_.c_str());
+            std::fclose(f);
+            args = {redis_server_binary(), conf, "--sentinel"};
+        }
         const pid_t parent = ::getpid();
         pid_ = ::fork();
         if (pid_ == 0) {
@@ -180,6 +202,7 @@ private:
     }
 
     std::vector<std::string> extra_;
+    std::string sentinel_conf_;
     std::string dir_;
     int port_ = 0;
     pid_t pid_ = -1;

@@ -6,13 +6,18 @@
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "rlock/detail/sha1.hpp"
@@ -68,6 +73,8 @@ inline error make_error(const redisContext* ctx, const redisReply* reply, std::s
         const std::string_view what = reply_text(reply);
         errc code = errc::server_error;
         if (what.substr(0, 9) == "WRONGTYPE") code = errc::wrong_type;
+        // A master turned replica by a failover: the connection is to the wrong server.
+        if (what.substr(0, 8) == "READONLY") code = errc::connection_failed;
         if (what.substr(0, 6) == "NOAUTH" || what.substr(0, 9) == "WRONGPASS" ||
             what.substr(0, 6) == "NOPERM") {
             code = errc::auth_failed;
@@ -78,18 +85,27 @@ inline error make_error(const redisContext* ctx, const redisReply* reply, std::s
     return error(errc::protocol_error, lock, server, "unexpected reply type");
 }
 
-/// Where to connect, and the name used in messages ("host:port" or the socket path).
+/// "host:port", IPv6 hosts in brackets: how messages name a server.
+inline std::string address_name(const std::string& host, int port) {
+    const std::string p = std::to_string(port);
+    return host.find(':') != std::string::npos ? "[" + host + "]:" + p : host + ":" + p;
+}
+
+/// Where to connect, and the name used in messages ("host:port", the socket path, or
+/// "master <name> via sentinel").
 struct endpoint {
     client_options options;
     std::string name;
+    /// Sentinel: bumped at every master switch; a connection opened before is stale.
+    std::atomic<std::uint64_t> epoch{0};
 
     explicit endpoint(client_options o) : options(std::move(o)) {
-        if (!options.unix_socket.empty()) {
+        if (!options.sentinels.empty()) {
+            name = "master " + options.sentinel_master + " via sentinel";
+        } else if (!options.unix_socket.empty()) {
             name = options.unix_socket;
-        } else if (options.host.find(':') != std::string::npos) {
-            name = "[" + options.host + "]:" + std::to_string(options.port);
         } else {
-            name = options.host + ":" + std::to_string(options.port);
+            name = address_name(options.host, options.port);
         }
     }
 };
@@ -130,35 +146,107 @@ inline reply_ptr command(redisContext* c, std::initializer_list<std::string_view
     return command_argv(c, n, argv, lens);
 }
 
-/// Opens a connection: connect with connect_timeout, set command_timeout, TCP keep-alive,
-/// AUTH (with the ACL user when one is given) and SELECT. Throws rlock::error.
+/// Opens a TCP (or, with an empty host, unix socket) connection with connect_timeout, sets
+/// command_timeout and TCP keep-alive. `server` names it in errors. Throws rlock::error.
+inline context_ptr dial(const client_options& o, const std::string& host, int port,
+                        std::string_view server) {
+    const timeval ctv = to_timeval(o.connect_timeout);
+    context_ptr c(host.empty() ? redisConnectUnixWithTimeout(o.unix_socket.c_str(), ctv)
+                               : redisConnectWithTimeout(host.c_str(), port, ctv));
+    if (!c) throw error(errc::connection_failed, "", server, "cannot allocate a hiredis context");
+    if (c->err) throw make_error(c.get(), nullptr, "", server);
+    if (redisSetTimeout(c.get(), to_timeval(o.command_timeout)) != REDIS_OK) {
+        throw make_error(c.get(), nullptr, "", server);
+    }
+    if (!host.empty()) redisEnableKeepAlive(c.get());
+    return c;
+}
+
+/// AUTH (with the ACL user when one is given) and SELECT, each only when asked for.
+inline void login(redisContext* c, const std::string& username, const std::string& password,
+                  int db, std::string_view server) {
+    if (!password.empty()) {
+        reply_ptr r = username.empty() ? command(c, {"AUTH", password})
+                                       : command(c, {"AUTH", username, password});
+        if (!r) throw make_error(c, nullptr, "", server);
+        if (r->type == REDIS_REPLY_ERROR) {
+            throw error(errc::auth_failed, "", server, std::string("AUTH: ") += reply_text(r.get()));
+        }
+    }
+    if (db != 0) {
+        const std::string n = std::to_string(db);
+        reply_ptr r = command(c, {"SELECT", n});
+        if (!r) throw make_error(c, nullptr, "", server);
+        if (r->type == REDIS_REPLY_ERROR) {
+            throw error(errc::auth_failed, "", server, "SELECT " + n + ": " += reply_text(r.get()));
+        }
+    }
+}
+
+/// Sentinel: asks each sentinel in turn where the master is, connects there and checks with
+/// ROLE that it is one (a sentinel may still name the old master while a failover is under
+/// way; an ACL that refuses ROLE skips the check, and a READONLY reply catches a replica
+/// later). Tries again every 50 ms until connect_timeout has passed. Auth errors are final.
+inline context_ptr connect_via_sentinel(const endpoint& ep) {
+    const client_options& o = ep.options;
+    const auto deadline = std::chrono::steady_clock::now() + o.connect_timeout;
+    std::string why;
+    for (;;) {
+        for (const server_address& s : o.sentinels) {
+            const std::string sentinel = address_name(s.host, s.port);
+            try {
+                context_ptr sc = dial(o, s.host, s.port, "sentinel " + sentinel);
+                login(sc.get(), o.sentinel_username, o.sentinel_password, 0, "sentinel " + sentinel);
+                reply_ptr r = command(sc.get(), {"SENTINEL", "get-master-addr-by-name",
+                                                 o.sentinel_master});
+                if (!r || r->type == REDIS_REPLY_ERROR) {
+                    throw make_error(sc.get(), r.get(), "", "sentinel " + sentinel);
+                }
+                if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                    r->element[0]->type != REDIS_REPLY_STRING ||
+                    r->element[1]->type != REDIS_REPLY_STRING) {
+                    why = "sentinel " + sentinel + " does not know a master named " +
+                          o.sentinel_master;
+                    continue;
+                }
+                const std::string host(reply_text(r->element[0]));
+                const int port = std::atoi(std::string(reply_text(r->element[1])).c_str());
+                const std::string master = address_name(host, port);
+                context_ptr c = dial(o, host, port, master);
+                login(c.get(), o.username, o.password, o.db, master);
+                reply_ptr role = command(c.get(), {"ROLE"});
+                if (!role) throw make_error(c.get(), nullptr, "", master);
+                if (role->type == REDIS_REPLY_ARRAY && role->elements > 0 &&
+                    reply_text(role->element[0]) != "master") {
+                    why = master;
+                    why.append(", named master by sentinel ").append(sentinel).append(", is a ");
+                    why.append(reply_text(role->element[0])).append(" (a failover is under way)");
+                    continue;
+                }
+                return c;
+            } catch (const error& e) {
+                if (e.value() == errc::auth_failed) throw;
+                why = e.what();
+            }
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline) {
+            throw error(errc::connection_failed, "", ep.name,
+                        "no master found through the sentinels within connect_timeout; last: " +
+                            why);
+        }
+        std::this_thread::sleep_for(
+            std::min<std::chrono::steady_clock::duration>(std::chrono::milliseconds(50), deadline - now));
+    }
+}
+
+/// Opens a connection: to the configured server, or through the sentinels to the master; then
+/// AUTH and SELECT. Throws rlock::error.
 inline context_ptr connect(const endpoint& ep) {
     const client_options& o = ep.options;
-    const timeval ctv = to_timeval(o.connect_timeout);
-    context_ptr c(o.unix_socket.empty() ? redisConnectWithTimeout(o.host.c_str(), o.port, ctv)
-                                        : redisConnectUnixWithTimeout(o.unix_socket.c_str(), ctv));
-    if (!c) throw error(errc::connection_failed, "", ep.name, "cannot allocate a hiredis context");
-    if (c->err) throw make_error(c.get(), nullptr, "", ep.name);
-    if (redisSetTimeout(c.get(), to_timeval(o.command_timeout)) != REDIS_OK) {
-        throw make_error(c.get(), nullptr, "", ep.name);
-    }
-    if (o.unix_socket.empty()) redisEnableKeepAlive(c.get());
-    if (!o.password.empty()) {
-        reply_ptr r = o.username.empty() ? command(c.get(), {"AUTH", o.password})
-                                         : command(c.get(), {"AUTH", o.username, o.password});
-        if (!r) throw make_error(c.get(), nullptr, "", ep.name);
-        if (r->type == REDIS_REPLY_ERROR) {
-            throw error(errc::auth_failed, "", ep.name, std::string("AUTH: ") += reply_text(r.get()));
-        }
-    }
-    if (o.db != 0) {
-        const std::string db = std::to_string(o.db);
-        reply_ptr r = command(c.get(), {"SELECT", db});
-        if (!r) throw make_error(c.get(), nullptr, "", ep.name);
-        if (r->type == REDIS_REPLY_ERROR) {
-            throw error(errc::auth_failed, "", ep.name, "SELECT " + db + ": " += reply_text(r.get()));
-        }
-    }
+    if (!o.sentinels.empty()) return connect_via_sentinel(ep);
+    context_ptr c = dial(o, o.unix_socket.empty() ? o.host : std::string(), o.port, ep.name);
+    login(c.get(), o.username, o.password, o.db, ep.name);
     return c;
 }
 

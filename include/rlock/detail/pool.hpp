@@ -3,6 +3,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <string_view>
 #include <utility>
@@ -18,14 +19,16 @@ public:
     pool(const pool&) = delete;
     pool& operator=(const pool&) = delete;
 
-    /// A checked-out connection; goes back to the pool on destruction unless it broke.
+    /// A checked-out connection; goes back to the pool on destruction unless it broke or a
+    /// master switch (Sentinel) made it stale.
     class handle {
     public:
-        handle(pool* p, context_ptr c) : pool_(p), ctx_(std::move(c)) {}
-        handle(handle&& o) noexcept : pool_(o.pool_), ctx_(std::move(o.ctx_)) {}
+        handle(pool* p, context_ptr c, std::uint64_t epoch)
+            : pool_(p), ctx_(std::move(c)), epoch_(epoch) {}
+        handle(handle&& o) noexcept : pool_(o.pool_), ctx_(std::move(o.ctx_)), epoch_(o.epoch_) {}
         handle& operator=(handle&&) = delete;
         ~handle() {
-            if (ctx_) pool_->give_back(std::move(ctx_));
+            if (ctx_) pool_->give_back(std::move(ctx_), epoch_);
         }
         redisContext* get() const noexcept { return ctx_.get(); }
         /// Closes the connection instead of pooling it: a reply may still be on its way.
@@ -38,6 +41,7 @@ public:
     private:
         pool* pool_;
         context_ptr ctx_;
+        std::uint64_t epoch_;
     };
 
     /// Waits up to command_timeout for an idle connection or room to open one.
@@ -45,6 +49,11 @@ public:
         std::unique_lock<std::mutex> g(mu_);
         const auto deadline = std::chrono::steady_clock::now() + ep_.options.command_timeout;
         const std::size_t cap = ep_.options.pool_size == 0 ? 1 : ep_.options.pool_size;
+        const std::uint64_t epoch = ep_.epoch.load();
+        while (!idle_.empty() && idle_.back().epoch != epoch) {  // from before a master switch
+            idle_.pop_back();
+            --open_;
+        }
         while (idle_.empty() && open_ >= cap) {
             if (cv_.wait_until(g, deadline) == std::cv_status::timeout && idle_.empty() &&
                 open_ >= cap) {
@@ -54,14 +63,14 @@ public:
             }
         }
         if (!idle_.empty()) {
-            context_ptr c = std::move(idle_.back());
+            pooled p = std::move(idle_.back());
             idle_.pop_back();
-            return handle(this, std::move(c));
+            return handle(this, std::move(p.ctx), p.epoch);
         }
         ++open_;
         g.unlock();
         try {
-            return handle(this, connect(ep_));
+            return handle(this, connect(ep_), epoch);
         } catch (...) {
             g.lock();
             --open_;
@@ -79,8 +88,11 @@ public:
             handle h = checkout(lock);
             try {
                 return f(h.get());
-            } catch (const error&) {
-                if (h.get()->err == 0) throw;  // an error reply: the connection is fine
+            } catch (const error& e) {
+                // An error reply leaves the connection fine, unless it says the server is a
+                // replica now (READONLY, reported as connection_failed): then all are stale.
+                if (h.get()->err == 0 && e.value() != errc::connection_failed) throw;
+                h.discard();
                 drop_idle();
                 if (!retry_safe || attempt > 0) throw;
             }
@@ -88,7 +100,7 @@ public:
     }
 
     void drop_idle() {
-        std::vector<context_ptr> dead;
+        std::vector<pooled> dead;
         {
             std::lock_guard<std::mutex> g(mu_);
             dead.swap(idle_);
@@ -108,22 +120,27 @@ private:
         cv_.notify_one();
     }
 
-    void give_back(context_ptr c) {
+    void give_back(context_ptr c, std::uint64_t epoch) {
         {
             std::lock_guard<std::mutex> g(mu_);
-            if (c->err) {
+            if (c->err || epoch != ep_.epoch.load()) {
                 --open_;
             } else {
-                idle_.push_back(std::move(c));
+                idle_.push_back({std::move(c), epoch});
             }
         }
         cv_.notify_one();
     }
 
+    struct pooled {
+        context_ptr ctx;
+        std::uint64_t epoch;
+    };
+
     const endpoint& ep_;
     std::mutex mu_;
     std::condition_variable cv_;
-    std::vector<context_ptr> idle_;
+    std::vector<pooled> idle_;
     std::size_t open_ = 0;
 };
 

@@ -73,6 +73,10 @@ public:
         if (thread_.joinable()) thread_.join();
     }
 
+    /// After a master switch (endpoint::epoch moved on): drop the connection and make a new
+    /// one, to the new master, subscribed to every channel again.
+    void master_switched() noexcept { poke(); }
+
     /// True once stop() has begun: waiters must not wait for messages any more.
     bool stopped() const {
         std::lock_guard<std::mutex> g(mu_);
@@ -152,6 +156,7 @@ private:
         std::chrono::milliseconds backoff{0};
         while (!stopped()) {
             context_ptr c;
+            const std::uint64_t epoch = ep_.epoch.load();
             try {
                 c = connect(ep_);
             } catch (const error&) {
@@ -172,7 +177,7 @@ private:
                 for (auto& [name, ch] : channels_) pending_.push_back(name);
                 wake_all_locked();
             }
-            serve(c.get());
+            serve(c.get(), epoch);
             std::lock_guard<std::mutex> g(mu_);
             wake_all_locked();
         }
@@ -240,10 +245,11 @@ private:
         }
     }
 
-    // Serves one connection until it breaks or stop() is called.
-    void serve(redisContext* c) {
+    // Serves one connection until it breaks, its master is replaced (Sentinel) or stop() is
+    // called.
+    void serve(redisContext* c, std::uint64_t epoch) {
         for (;;) {
-            if (stopped()) return;
+            if (stopped() || ep_.epoch.load() != epoch) return;
             if (!send_pending(c)) return;
             pollfd p[2] = {{c->fd, POLLIN, 0}, {wake_[0], POLLIN, 0}};
             if (::poll(p, 2, -1) < 0) {

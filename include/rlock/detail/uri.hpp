@@ -3,7 +3,10 @@
 
 #include <cctype>
 #include <string>
+#include <tuple>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "rlock/errors.hpp"
 
@@ -13,6 +16,8 @@ struct uri_parts {
     std::string host, unix_socket, username, password;
     int port = 6379;
     int db = 0;
+    std::vector<std::pair<std::string, int>> sentinels;  // redis-sentinel:// only
+    std::string sentinel_master;
 };
 
 // The password may sit in the URI: errors name the problem, never echo the URI itself.
@@ -54,6 +59,37 @@ inline std::string percent_decode(std::string_view uri, std::string_view text) {
     return out;
 }
 
+/// `host[:port]` or `[ipv6][:port]`, with `default_port` when the port is left out.
+inline std::pair<std::string, int> parse_host_port(std::string_view uri, std::string_view text,
+                                                   int default_port) {
+    std::pair<std::string, int> out{std::string(), default_port};
+    std::string_view port_text;
+    if (!text.empty() && text.front() == '[') {
+        auto close = text.find(']');
+        if (close == std::string_view::npos) bad_uri(uri, "unclosed [ in IPv6 host");
+        out.first = std::string(text.substr(1, close - 1));
+        text = text.substr(close + 1);
+        if (!text.empty()) {
+            if (text.front() != ':') bad_uri(uri, "junk after IPv6 host");
+            port_text = text.substr(1);
+            if (port_text.empty()) bad_uri(uri, "empty port");
+        }
+    } else {
+        auto colon = text.find(':');
+        out.first = std::string(text.substr(0, colon));
+        if (colon != std::string_view::npos) {
+            port_text = text.substr(colon + 1);
+            if (port_text.empty()) bad_uri(uri, "empty port");
+        }
+    }
+    if (out.first.empty()) bad_uri(uri, "no host");
+    if (!port_text.empty()) {
+        out.second = parse_uint(uri, port_text, 65535, "port");
+        if (out.second == 0) bad_uri(uri, "port 0");
+    }
+    return out;
+}
+
 inline uri_parts parse_uri(std::string_view uri) {
     uri_parts out;
     constexpr std::string_view tcp = "redis://", unix_scheme = "unix://";
@@ -79,10 +115,12 @@ inline uri_parts parse_uri(std::string_view uri) {
         }
         return out;
     }
-    if (uri.substr(0, tcp.size()) != tcp) {
-        bad_uri(uri, "scheme must be redis:// or unix://");
+    constexpr std::string_view sentinel_scheme = "redis-sentinel://";
+    const bool sentinel = uri.substr(0, sentinel_scheme.size()) == sentinel_scheme;
+    if (!sentinel && uri.substr(0, tcp.size()) != tcp) {
+        bad_uri(uri, "scheme must be redis://, redis-sentinel:// or unix://");
     }
-    std::string_view rest = uri.substr(tcp.size());
+    std::string_view rest = uri.substr(sentinel ? sentinel_scheme.size() : tcp.size());
     std::string_view path;
     if (auto slash = rest.find('/'); slash != std::string_view::npos) {
         path = rest.substr(slash + 1);
@@ -100,30 +138,25 @@ inline uri_parts parse_uri(std::string_view uri) {
             out.password = percent_decode(uri, userinfo.substr(colon + 1));
         }
     }
-    std::string_view port_text;
-    if (!rest.empty() && rest.front() == '[') {
-        auto close = rest.find(']');
-        if (close == std::string_view::npos) bad_uri(uri, "unclosed [ in IPv6 host");
-        out.host = std::string(rest.substr(1, close - 1));
-        rest = rest.substr(close + 1);
-        if (!rest.empty()) {
-            if (rest.front() != ':') bad_uri(uri, "junk after IPv6 host");
-            port_text = rest.substr(1);
-            if (port_text.empty()) bad_uri(uri, "empty port");
+    if (sentinel) {
+        // host[:port][,host[:port]...]/master-name[/db]
+        const auto slash = path.find('/');
+        out.sentinel_master = percent_decode(uri, path.substr(0, slash));
+        if (out.sentinel_master.empty()) bad_uri(uri, "no master name after the sentinel list");
+        if (slash != std::string_view::npos) {
+            out.db = parse_uint(uri, path.substr(slash + 1), 1 << 20, "db");
         }
-    } else {
-        auto colon = rest.find(':');
-        out.host = std::string(rest.substr(0, colon));
-        if (colon != std::string_view::npos) {
-            port_text = rest.substr(colon + 1);
-            if (port_text.empty()) bad_uri(uri, "empty port");
+        while (true) {
+            const auto comma = rest.find(',');
+            out.sentinels.push_back(parse_host_port(uri, rest.substr(0, comma), 26379));
+            if (comma == std::string_view::npos) break;
+            rest = rest.substr(comma + 1);
         }
+        out.host.clear();
+        out.port = 0;
+        return out;
     }
-    if (out.host.empty()) bad_uri(uri, "no host");
-    if (!port_text.empty()) {
-        out.port = parse_uint(uri, port_text, 65535, "port");
-        if (out.port == 0) bad_uri(uri, "port 0");
-    }
+    std::tie(out.host, out.port) = parse_host_port(uri, rest, 6379);
     if (!path.empty()) out.db = parse_uint(uri, path, 1 << 20, "db");
     return out;
 }

@@ -1,0 +1,163 @@
+// Sentinel: one thread per client that listens to the sentinels' `+switch-master` and, when the
+// master of this client's name moves, bumps the endpoint's epoch (so the pool and the watchdog
+// drop their connections to the old master) and tells the client (so the subscriber moves too).
+//
+// New connections find the master by themselves (detail::connect asks a sentinel); this thread
+// only makes the switch prompt for connections that already exist. A switch it missed while it
+// had no sentinel is found on reconnecting: it compares the master named then with the last
+// one it knew. A READONLY reply or a broken connection also replaces a connection, so a
+// missed message delays the move but does not stop it.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "rlock/detail/hiredis.hpp"
+
+namespace rlock::detail {
+
+class sentinel_watch {
+public:
+    sentinel_watch(endpoint& ep, std::function<void()> switched)
+        : ep_(ep), switched_(std::move(switched)) {
+        if (::pipe(wake_) != 0) {
+            throw error(errc::connection_failed, "", ep_.name, "cannot create the wake-up pipe");
+        }
+        for (int fd : wake_) {
+            ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+            ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+        }
+        thread_ = std::thread([this] { run(); });
+    }
+    sentinel_watch(const sentinel_watch&) = delete;
+    sentinel_watch& operator=(const sentinel_watch&) = delete;
+    ~sentinel_watch() {
+        stop();
+        ::close(wake_[0]);
+        ::close(wake_[1]);
+    }
+
+    void stop() {
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            if (stopping_) return;
+            stopping_ = true;
+        }
+        const char b = 1;
+        [[maybe_unused]] ssize_t n = ::write(wake_[1], &b, 1);
+        if (thread_.joinable()) thread_.join();
+    }
+
+private:
+    bool stopped() const {
+        std::lock_guard<std::mutex> g(mu_);
+        return stopping_;
+    }
+
+    // The master moved from the one last known: every connection to it is stale now.
+    void moved_to(const std::string& master) {
+        if (master == known_) return;
+        const bool first = known_.empty();
+        known_ = master;
+        if (first) return;
+        ++ep_.epoch;
+        switched_();
+    }
+
+    // Waits on the wake-up pipe for `ms` (cut short by stop()).
+    void pause(std::chrono::milliseconds ms) {
+        pollfd p{wake_[0], POLLIN, 0};
+        ::poll(&p, 1, static_cast<int>(ms.count()));
+    }
+
+    void run() {
+        const client_options& o = ep_.options;
+        std::size_t at = 0;
+        std::chrono::milliseconds backoff{0};
+        while (!stopped()) {
+            const server_address& s = o.sentinels[at % o.sentinels.size()];
+            const std::string where = "sentinel " + address_name(s.host, s.port);
+            context_ptr c;
+            try {
+                c = dial(o, s.host, s.port, where);
+                login(c.get(), o.sentinel_username, o.sentinel_password, 0, where);
+                reply_ptr r = command(c.get(), {"SENTINEL", "get-master-addr-by-name",
+                                                o.sentinel_master});
+                if (!r) throw make_error(c.get(), nullptr, "", where);
+                if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+                    moved_to(address_name(std::string(reply_text(r->element[0])),
+                                          std::atoi(std::string(reply_text(r->element[1])).c_str())));
+                }
+                r = command(c.get(), {"SUBSCRIBE", "+switch-master"});
+                if (!r || r->type != REDIS_REPLY_ARRAY) throw make_error(c.get(), r.get(), "", where);
+            } catch (const error&) {
+                ++at;  // the next sentinel
+                backoff = std::clamp(backoff * 2, std::chrono::milliseconds(50),
+                                     std::chrono::milliseconds(1000));
+                pause(backoff);
+                continue;
+            }
+            backoff = std::chrono::milliseconds(0);
+            serve(c.get());
+            ++at;
+        }
+    }
+
+    // Reads `+switch-master` messages until the connection breaks or stop() is called. The
+    // message is "<master name> <old ip> <old port> <new ip> <new port>".
+    void serve(redisContext* c) {
+        const std::string& name = ep_.options.sentinel_master;
+        for (;;) {
+            if (stopped()) return;
+            pollfd p[2] = {{c->fd, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+            if (::poll(p, 2, -1) < 0) {
+                if (errno == EINTR) continue;
+                return;
+            }
+            if (p[1].revents) return;  // stop()
+            if (!p[0].revents) continue;
+            if (redisBufferRead(c) != REDIS_OK) return;
+            for (;;) {
+                void* raw = nullptr;
+                if (redisGetReplyFromReader(c, &raw) != REDIS_OK) return;
+                if (!raw) break;
+                reply_ptr r(static_cast<redisReply*>(raw));
+                if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+                    reply_text(r->element[0]) != "message") {
+                    continue;
+                }
+                const std::string text(reply_text(r->element[2]));
+                std::string parts[5];
+                std::size_t n = 0, from = 0;
+                while (n < 5 && from <= text.size()) {
+                    const std::size_t space = std::min(text.find(' ', from), text.size());
+                    parts[n++] = text.substr(from, space - from);
+                    from = space + 1;
+                }
+                if (n == 5 && parts[0] == name) {
+                    moved_to(address_name(parts[3], std::atoi(parts[4].c_str())));
+                }
+            }
+        }
+    }
+
+    endpoint& ep_;
+    std::function<void()> switched_;
+    std::string known_;  // the master address last seen, "host:port"
+    mutable std::mutex mu_;
+    bool stopping_ = false;
+    int wake_[2] = {-1, -1};
+    std::thread thread_;
+};
+
+}  // namespace rlock::detail
