@@ -1562,6 +1562,29 @@ TEST(sentinel, a_failover_moves_holds_waiters_and_new_commands_to_the_new_master
     EXPECT_EQ(told.load(), 0);
 }
 
+// What a client still connected to a demoted master sees: READONLY, reported as
+// connection_failed (the connection is replaced; with Sentinel the new one goes to the new
+// master), carrying Redis's text, with nothing written.
+TEST(sentinel, a_replica_refuses_an_acquire_as_a_connection_error_naming_readonly) {
+    replicated r;
+    rlock::client c(r.replica.options());
+    rlock::mutex m(c, rlock_test::test_lock_name());
+    rlock::reentrant_lock l(c, rlock_test::test_lock_name(":r"));
+    auto refused = [&](const std::function<void()>& f) {
+        try {
+            f();
+            ADD_FAILURE() << "a replica granted a lock";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::connection_failed) << e.what();
+            EXPECT_NE(std::string(e.what()).find("READONLY"), std::string::npos) << e.what();
+        }
+    };
+    refused([&] { m.lock(); });
+    refused([&] { l.lock(); });
+    EXPECT_EQ(r.replica.integer({"EXISTS", m.name(), l.name()}), 0);
+    EXPECT_EQ(r.master.integer({"EXISTS", m.name(), l.name()}), 0);
+}
+
 TEST(sentinel, an_unknown_master_or_a_refused_sentinel_password_is_a_clear_error) {
     sentinel_deployment d(false);
     rlock::client_options o = rlock::client_options::from_uri(d.uri());

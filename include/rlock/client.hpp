@@ -162,8 +162,8 @@ public:
     /// One watchdog tick: renews every watched hold, in batches of `renew_batch` holds per
     /// script call, all calls pipelined on the watchdog's connection. Public for tests/benches.
     /// `conn_epoch` is the endpoint epoch `conn` was opened in (Sentinel: a stale one is
-    /// replaced). False when the renewals could not be sent or answered (not when a hold was
-    /// gone).
+    /// replaced). False when the connection failed (not when a hold was gone, nor on an error
+    /// reply): then the watchdog tries again soon.
     bool renew_all(context_ptr& conn, std::uint64_t& conn_epoch) {
         std::vector<registry::hold_ptr> expired;
         std::vector<registry::hold_ptr> holds = reg.take_watched(expired);
@@ -249,7 +249,9 @@ public:
                                (failure ? failure->what() : "no reply")));
             }
         }
-        return !failure;
+        // Only a connection that failed is worth trying again soon; an error reply is not.
+        return !failure || (failure->value() != errc::connection_failed &&
+                            failure->value() != errc::timeout);
     }
 
     /// Replica sync: `WAIT sync_replicas sync_timeout` on `c`, the connection that just wrote;
@@ -313,8 +315,9 @@ public:
         core_->start();
     }
 
-    /// From a URI: `redis://[user[:password]@]host[:port][/db]` or `unix:///path[?db=N]`; the
-    /// other fields come from `base`.
+    /// From a URI: `redis://[user[:password]@]host[:port][/db]`, `unix:///path[?db=N]` or
+    /// `redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/master[/db]`; the other
+    /// fields come from `base`.
     explicit client(std::string_view uri, client_options base = {})
         : client(client_options::from_uri(uri, std::move(base))) {}
 
@@ -325,7 +328,8 @@ public:
 
     /// The random UUID that starts every holder id of this client ("<id>:<threadId>").
     const std::string& id() const noexcept { return core_->id; }
-    /// "host:port" (IPv6 in brackets) or the unix socket path: what messages call the server.
+    /// "host:port" (IPv6 in brackets), the unix socket path, or "master <name> via sentinel":
+    /// what messages call the server.
     const std::string& server() const noexcept { return core_->ep.name; }
     const client_options& options() const noexcept { return core_->ep.options; }
 

@@ -514,8 +514,10 @@ private:
 
     // Runs the release script: the count left (0: released), or -1 when `value` does not hold
     // the lock. With may_retry a broken connection gets one more try, and a "not held" answer
-    // to that retry counts as released (the first try most likely did it).
+    // to that retry counts as released (the first try most likely did it) — unless the first
+    // try was refused by a replica (READONLY: it did not run), when "not held" is the truth.
     long long release(const std::string& value, bool may_retry) {
+        bool first_ran = true;  // as far as anyone can tell
         for (int round = 0;; ++round) {
             try {
                 const long long left = core_->pool.run(name(), false, [&](redisContext* c) {
@@ -524,10 +526,11 @@ private:
                     if (l >= 0 && core_->ep.options.sync_replicas > 0) core_->wait_for_replicas(c, name());
                     return l;
                 });
-                return (round > 0 && left < 0) ? 0 : left;
+                return (round > 0 && left < 0 && first_ran) ? 0 : left;
             } catch (const error& e) {
                 const bool io = e.value() == errc::connection_failed || e.value() == errc::timeout;
                 if (!io || !may_retry || round > 0) throw;
+                first_ran = !is_readonly(e.what());
             }
         }
     }

@@ -15,6 +15,8 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -42,6 +44,12 @@ inline std::string_view reply_text(const redisReply* r) noexcept {
 
 inline bool reply_is_error(const redisReply* r, std::string_view prefix = {}) noexcept {
     return r && r->type == REDIS_REPLY_ERROR && reply_text(r).substr(0, prefix.size()) == prefix;
+}
+
+/// A refusal to write by a replica (a master demoted by a failover): the command did not run.
+/// The whole phrase, so that a lock name cannot pass for it ("slave" before Redis 5).
+inline bool is_readonly(std::string_view what) noexcept {
+    return what.find("READONLY You can't write against a read only ") != std::string_view::npos;
 }
 
 /// The one place hiredis and Redis failures become rlock errors. `ctx` is consulted when it
@@ -74,7 +82,9 @@ inline error make_error(const redisContext* ctx, const redisReply* reply, std::s
         errc code = errc::server_error;
         if (what.substr(0, 9) == "WRONGTYPE") code = errc::wrong_type;
         // A master turned replica by a failover: the connection is to the wrong server.
-        if (what.substr(0, 8) == "READONLY") code = errc::connection_failed;
+        // Anywhere in the text: Redis 6 wraps it in a script error ("ERR Error running
+        // script ... -READONLY ...").
+        if (is_readonly(what)) code = errc::connection_failed;
         if (what.substr(0, 6) == "NOAUTH" || what.substr(0, 9) == "WRONGPASS" ||
             what.substr(0, 6) == "NOPERM") {
             code = errc::auth_failed;
@@ -99,6 +109,20 @@ struct endpoint {
     /// Sentinel: bumped at every master switch; a connection opened before is stale.
     std::atomic<std::uint64_t> epoch{0};
 
+    /// Sentinel: the master the last +switch-master named, if any.
+    std::optional<server_address> switched_to() const {
+        std::lock_guard<std::mutex> g(switch_mu_);
+        return switched_to_;
+    }
+    /// Sentinel: a +switch-master to `to`: remembers it and makes every connection stale.
+    void master_switched(server_address to) {
+        {
+            std::lock_guard<std::mutex> g(switch_mu_);
+            switched_to_ = std::move(to);
+        }
+        ++epoch;
+    }
+
     explicit endpoint(client_options o) : options(std::move(o)) {
         if (!options.sentinels.empty()) {
             name = "master " + options.sentinel_master + " via sentinel";
@@ -108,6 +132,10 @@ struct endpoint {
             name = address_name(options.host, options.port);
         }
     }
+
+private:
+    mutable std::mutex switch_mu_;
+    std::optional<server_address> switched_to_;
 };
 
 inline timeval to_timeval(std::chrono::milliseconds ms) {
@@ -183,47 +211,65 @@ inline void login(redisContext* c, const std::string& username, const std::strin
     }
 }
 
-/// Sentinel: asks each sentinel in turn where the master is, connects there and checks with
-/// ROLE that it is one (a sentinel may still name the old master while a failover is under
-/// way; an ACL that refuses ROLE skips the check, and a READONLY reply catches a replica
-/// later). Tries again every 50 ms until connect_timeout has passed. Auth errors are final.
+/// Sentinel: connects to `host:port` and checks with ROLE that it is a master (an ACL that
+/// refuses ROLE skips the check; a READONLY reply catches a replica later). Null, with `why`
+/// set, when it is not one.
+inline context_ptr connect_master(const endpoint& ep, const std::string& host, int port,
+                                  std::string_view named_by, std::string& why) {
+    const client_options& o = ep.options;
+    const std::string master = address_name(host, port);
+    context_ptr c = dial(o, host, port, master);
+    login(c.get(), o.username, o.password, o.db, master);
+    reply_ptr role = command(c.get(), {"ROLE"});
+    if (!role) throw make_error(c.get(), nullptr, "", master);
+    if (role->type == REDIS_REPLY_ARRAY && role->elements > 0 &&
+        reply_text(role->element[0]) != "master") {
+        why = master;
+        why.append(", named master by ").append(named_by).append(", is a ");
+        why.append(reply_text(role->element[0])).append(" (a failover is under way)");
+        return nullptr;
+    }
+    return c;
+}
+
+/// Sentinel: finds the master and connects to it. First the address the last +switch-master
+/// named (endpoint::switched_to: sentinels that did not run the failover may still name the old
+/// master, which stays a master until it is converted); then each sentinel in turn, asked
+/// `SENTINEL get-master-addr-by-name`. Every candidate must answer ROLE as a master. Tries
+/// again every 50 ms until connect_timeout has passed. Auth errors are final.
 inline context_ptr connect_via_sentinel(const endpoint& ep) {
     const client_options& o = ep.options;
     const auto deadline = std::chrono::steady_clock::now() + o.connect_timeout;
-    std::string why;
+    std::string why = "no sentinel answered";
     for (;;) {
-        for (const server_address& s : o.sentinels) {
-            const std::string sentinel = address_name(s.host, s.port);
+        if (const std::optional<server_address> last = ep.switched_to()) {
             try {
-                context_ptr sc = dial(o, s.host, s.port, "sentinel " + sentinel);
-                login(sc.get(), o.sentinel_username, o.sentinel_password, 0, "sentinel " + sentinel);
+                if (context_ptr c = connect_master(ep, last->host, last->port, "+switch-master", why)) {
+                    return c;
+                }
+            } catch (const error& e) {
+                if (e.value() == errc::auth_failed) throw;
+                why = e.what();
+            }
+        }
+        for (const server_address& s : o.sentinels) {
+            if (std::chrono::steady_clock::now() >= deadline) break;
+            const std::string sentinel = "sentinel " + address_name(s.host, s.port);
+            try {
+                context_ptr sc = dial(o, s.host, s.port, sentinel);
+                login(sc.get(), o.sentinel_username, o.sentinel_password, 0, sentinel);
                 reply_ptr r = command(sc.get(), {"SENTINEL", "get-master-addr-by-name",
                                                  o.sentinel_master});
-                if (!r || r->type == REDIS_REPLY_ERROR) {
-                    throw make_error(sc.get(), r.get(), "", "sentinel " + sentinel);
-                }
+                if (!r || r->type == REDIS_REPLY_ERROR) throw make_error(sc.get(), r.get(), "", sentinel);
                 if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
                     r->element[0]->type != REDIS_REPLY_STRING ||
                     r->element[1]->type != REDIS_REPLY_STRING) {
-                    why = "sentinel " + sentinel + " does not know a master named " +
-                          o.sentinel_master;
+                    why = sentinel + " does not know a master named " + o.sentinel_master;
                     continue;
                 }
                 const std::string host(reply_text(r->element[0]));
                 const int port = std::atoi(std::string(reply_text(r->element[1])).c_str());
-                const std::string master = address_name(host, port);
-                context_ptr c = dial(o, host, port, master);
-                login(c.get(), o.username, o.password, o.db, master);
-                reply_ptr role = command(c.get(), {"ROLE"});
-                if (!role) throw make_error(c.get(), nullptr, "", master);
-                if (role->type == REDIS_REPLY_ARRAY && role->elements > 0 &&
-                    reply_text(role->element[0]) != "master") {
-                    why = master;
-                    why.append(", named master by sentinel ").append(sentinel).append(", is a ");
-                    why.append(reply_text(role->element[0])).append(" (a failover is under way)");
-                    continue;
-                }
-                return c;
+                if (context_ptr c = connect_master(ep, host, port, sentinel, why)) return c;
             } catch (const error& e) {
                 if (e.value() == errc::auth_failed) throw;
                 why = e.what();

@@ -2,11 +2,13 @@
 // master of this client's name moves, bumps the endpoint's epoch (so the pool and the watchdog
 // drop their connections to the old master) and tells the client (so the subscriber moves too).
 //
-// New connections find the master by themselves (detail::connect asks a sentinel); this thread
-// only makes the switch prompt for connections that already exist. A switch it missed while it
-// had no sentinel is found on reconnecting: it compares the master named then with the last
-// one it knew. A READONLY reply or a broken connection also replaces a connection, so a
-// missed message delays the move but does not stop it.
+// New connections find the master by themselves (detail::connect: the address of the last
+// switch first, then the sentinels); this thread makes the switch prompt for connections that
+// already exist, and remembers where the master went (endpoint::master_switched) for sentinels
+// that have not heard of it yet. A switch it missed while it had no sentinel is found on
+// reconnecting: it compares the master named then with the last one it knew. A READONLY reply
+// or a broken connection also replaces a connection, so a missed message delays the move but
+// does not stop it.
 #pragma once
 
 #include <fcntl.h>
@@ -64,13 +66,21 @@ private:
         return stopping_;
     }
 
-    // The master moved from the one last known: every connection to it is stale now.
-    void moved_to(const std::string& master) {
+    // A sentinel named `master` on (re)connecting. If it is not the one last known (always, the
+    // first time: a failover may have come between the client's first connection and now),
+    // every connection is made again; they ask for the master themselves. Not remembered as a
+    // switch: a sentinel that did not run the failover may still name the old master.
+    void named(const std::string& master) {
         if (master == known_) return;
-        const bool first = known_.empty();
         known_ = master;
-        if (first) return;
         ++ep_.epoch;
+        switched_();
+    }
+
+    // A +switch-master of this client's master to host:port.
+    void switched(const std::string& host, int port) {
+        known_ = address_name(host, port);
+        ep_.master_switched({host, port});
         switched_();
     }
 
@@ -91,15 +101,17 @@ private:
             try {
                 c = dial(o, s.host, s.port, where);
                 login(c.get(), o.sentinel_username, o.sentinel_password, 0, where);
-                reply_ptr r = command(c.get(), {"SENTINEL", "get-master-addr-by-name",
-                                                o.sentinel_master});
-                if (!r) throw make_error(c.get(), nullptr, "", where);
-                if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
-                    moved_to(address_name(std::string(reply_text(r->element[0])),
-                                          std::atoi(std::string(reply_text(r->element[1])).c_str())));
-                }
-                r = command(c.get(), {"SUBSCRIBE", "+switch-master"});
+                reply_ptr r = command(c.get(), {"SUBSCRIBE", "+switch-master"});
                 if (!r || r->type != REDIS_REPLY_ARRAY) throw make_error(c.get(), r.get(), "", where);
+                // Subscribed first, then asked (on a second connection): no switch falls between.
+                context_ptr q = dial(o, s.host, s.port, where);
+                login(q.get(), o.sentinel_username, o.sentinel_password, 0, where);
+                r = command(q.get(), {"SENTINEL", "get-master-addr-by-name", o.sentinel_master});
+                if (!r) throw make_error(q.get(), nullptr, "", where);
+                if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+                    named(address_name(std::string(reply_text(r->element[0])),
+                                       std::atoi(std::string(reply_text(r->element[1])).c_str())));
+                }
             } catch (const error&) {
                 ++at;  // the next sentinel
                 backoff = std::clamp(backoff * 2, std::chrono::milliseconds(50),
@@ -144,16 +156,14 @@ private:
                     parts[n++] = text.substr(from, space - from);
                     from = space + 1;
                 }
-                if (n == 5 && parts[0] == name) {
-                    moved_to(address_name(parts[3], std::atoi(parts[4].c_str())));
-                }
+                if (n == 5 && parts[0] == name) switched(parts[3], std::atoi(parts[4].c_str()));
             }
         }
     }
 
     endpoint& ep_;
     std::function<void()> switched_;
-    std::string known_;  // the master address last seen, "host:port"
+    std::string known_;  // the master address last named or switched to, "host:port"
     mutable std::mutex mu_;
     bool stopping_ = false;
     int wake_[2] = {-1, -1};
