@@ -325,6 +325,37 @@ TEST_F(network, a_reply_cut_mid_way_is_a_clear_error_or_a_real_hold_never_two_ho
     std::printf("[   info   ] %d cuts: %d lock() calls held, %d threw\n", cuts, held, refused);
 }
 
+// A final unlock whose first try runs on the server but whose reply comes too late (this
+// connection's replies are slowed past command_timeout) is tried again on a new connection, which
+// finds the lock no longer held: that is the first try's work, not a loss. unlock() returns, the
+// key is gone, and on_lock_lost is not called. Fails when the retry's "not held" is taken for a
+// loss. Watched holds, with no renewal tick during the test.
+TEST_F(network, a_final_unlock_whose_reply_comes_too_late_is_retried_without_a_false_loss) {
+    rlock::client c(through_proxy(30s, 500ms));
+    auto late_reply = [&](auto& lock, const std::string& key) {
+        SCOPED_TRACE(key);
+        lock.lock();
+        lock.unlock();  // the release script is cached now: the slowed try runs it, not NOSCRIPT
+        lock.lock();
+        ASSERT_EQ(server.integer({"EXISTS", key}), 1);
+        const std::size_t before = proxy.accepted();
+        proxy.slow_replies_on_open_connections(1500ms);
+        EXPECT_NO_THROW(lock.unlock());
+        proxy.slow_replies_on_open_connections(0ms);
+        EXPECT_GT(proxy.accepted(), before) << "unlock was not retried on a new connection";
+        EXPECT_EQ(server.integer({"EXISTS", key}), 0);
+    };
+    rlock::mutex m(c, name());
+    late_reply(m, m.name());
+    rlock::reentrant_lock r(c, name() + ":r");
+    late_reply(r, r.name());
+    rlock::fair_lock f(c, name() + ":f");
+    late_reply(f, f.name());
+    rlock::read_write_lock rw(c, name() + ":rw");
+    late_reply(rw, rw.name());
+    EXPECT_EQ(lost.calls, 0) << last_message(lost);
+}
+
 // ---------------------------------------------------------------------------------------------
 // clock_*: the worker under libfaketime; its wall clock jumps by hours and days while it holds
 // watched and leased locks and waits in try_lock_for. Redis runs on the real clock.

@@ -24,6 +24,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -111,6 +112,28 @@ public:
         poke();
     }
 
+    /// Delays what the server sends on the connections open now by `d`, for as long as they
+    /// stay open; connections made later pass through. A reply then arrives after the client
+    /// gave up on it, while the client's retry (on a new connection) goes through at once.
+    /// Returns once the proxy thread has applied it.
+    void slow_replies_on_open_connections(std::chrono::milliseconds d) {
+        std::uint64_t want;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            slow_pending_ = d;
+            want = ++slow_asked_;
+        }
+        poke();
+        for (int i = 0; i < 2000; ++i) {  // bounded: 2 s
+            {
+                std::lock_guard<std::mutex> g(mu_);
+                if (slow_applied_ >= want) return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        throw std::runtime_error("tcp_proxy: slow_replies_on_open_connections not applied");
+    }
+
     /// Connections reset by reset_all() or cut_after() so far.
     std::size_t resets() const {
         std::lock_guard<std::mutex> g(mu_);
@@ -146,6 +169,7 @@ private:
         int client = -1, server = -1;
         half up, down;  // client -> server, server -> client
         bool dead = false;
+        std::chrono::milliseconds slow{0};  // extra delay of server -> client
     };
 
     static constexpr std::size_t max_queued = 1 << 20;  // stop reading beyond this (backpressure)
@@ -287,6 +311,10 @@ private:
                 delay = delay_;
                 reset = reset_pending_;
                 reset_pending_ = false;
+                if (slow_applied_ < slow_asked_) {
+                    for (auto& l : links_) l->slow = slow_pending_;
+                    slow_applied_ = slow_asked_;
+                }
             }
             if (reset) {
                 for (auto& l : links_) close_link(*l, true);
@@ -342,7 +370,8 @@ private:
                 const short cr = fds[2 + 2 * i].revents, sr = fds[3 + 2 * i].revents;
                 if (l.dead || !forwarding) continue;
                 const bool ok = (!(cr & (POLLIN | POLLHUP | POLLERR)) || read_into(l.up, delay)) &&
-                                (!(sr & (POLLIN | POLLHUP | POLLERR)) || read_into(l.down, delay));
+                                (!(sr & (POLLIN | POLLHUP | POLLERR)) ||
+                                 read_into(l.down, std::max(delay, l.slow)));
                 if (!ok) close_link(l, false);
             }
         }
@@ -363,6 +392,8 @@ private:
     std::size_t resets_ = 0;
     std::size_t open_ = 0;
     std::size_t accepted_ = 0;
+    std::chrono::milliseconds slow_pending_{0};
+    std::uint64_t slow_asked_ = 0, slow_applied_ = 0;
     bool stop_ = false;
     std::thread thread_;
 };
