@@ -11,9 +11,7 @@
 // does not stop it.
 #pragma once
 
-#include <fcntl.h>
 #include <poll.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -25,29 +23,19 @@
 #include <utility>
 
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/wake_pipe.hpp"
 
 namespace rlock::detail {
 
 class sentinel_watch {
 public:
     sentinel_watch(endpoint& ep, std::function<void()> switched)
-        : ep_(ep), switched_(std::move(switched)) {
-        if (::pipe(wake_) != 0) {
-            throw error(errc::connection_failed, "", ep_.name, "cannot create the wake-up pipe");
-        }
-        for (int fd : wake_) {
-            ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-            ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-        }
+        : ep_(ep), switched_(std::move(switched)), wake_(ep.name) {
         thread_ = std::thread([this] { run(); });
     }
     sentinel_watch(const sentinel_watch&) = delete;
     sentinel_watch& operator=(const sentinel_watch&) = delete;
-    ~sentinel_watch() {
-        stop();
-        ::close(wake_[0]);
-        ::close(wake_[1]);
-    }
+    ~sentinel_watch() { stop(); }
 
     void stop() {
         {
@@ -55,8 +43,7 @@ public:
             if (stopping_) return;
             stopping_ = true;
         }
-        const char b = 1;
-        [[maybe_unused]] ssize_t n = ::write(wake_[1], &b, 1);
+        wake_.poke();
         if (thread_.joinable()) thread_.join();
     }
 
@@ -86,7 +73,7 @@ private:
 
     // Waits on the wake-up pipe for `ms` (cut short by stop()).
     void pause(std::chrono::milliseconds ms) {
-        pollfd p{wake_[0], POLLIN, 0};
+        pollfd p{wake_.fd(), POLLIN, 0};
         ::poll(&p, 1, static_cast<int>(ms.count()));
     }
 
@@ -131,7 +118,7 @@ private:
         const std::string& name = ep_.options.sentinel_master;
         for (;;) {
             if (stopped()) return;
-            pollfd p[2] = {{c->fd, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+            pollfd p[2] = {{c->fd, POLLIN, 0}, {wake_.fd(), POLLIN, 0}};
             if (::poll(p, 2, -1) < 0) {
                 if (errno == EINTR) continue;
                 return;
@@ -166,7 +153,7 @@ private:
     std::string known_;  // the master address last named or switched to, "host:port"
     mutable std::mutex mu_;
     bool stopping_ = false;
-    int wake_[2] = {-1, -1};
+    wake_pipe wake_;
     std::thread thread_;
 };
 

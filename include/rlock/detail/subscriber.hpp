@@ -11,9 +11,7 @@
 // for SUBSCRIBE / UNSUBSCRIBE by queueing the channel name and writing to the pipe.
 #pragma once
 
-#include <fcntl.h>
 #include <poll.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -29,6 +27,7 @@
 #include <vector>
 
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/wake_pipe.hpp"
 
 namespace rlock::detail {
 
@@ -43,24 +42,13 @@ class subscriber {
     };
 
 public:
-    explicit subscriber(const endpoint& ep) : ep_(ep) {
-        if (::pipe(wake_) != 0) {
-            throw error(errc::connection_failed, "", ep_.name, "cannot create the wake-up pipe");
-        }
-        for (int fd : wake_) {
-            ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-            ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-        }
+    explicit subscriber(const endpoint& ep) : ep_(ep), wake_(ep.name) {
         thread_ = std::thread([this] { run(); });
     }
     subscriber(const subscriber&) = delete;
     subscriber& operator=(const subscriber&) = delete;
 
-    ~subscriber() {
-        stop();
-        ::close(wake_[0]);
-        ::close(wake_[1]);
-    }
+    ~subscriber() { stop(); }
 
     void stop() {
         {
@@ -137,10 +125,7 @@ public:
     };
 
 private:
-    void poke() noexcept {
-        const char b = 1;
-        [[maybe_unused]] ssize_t n = ::write(wake_[1], &b, 1);  // full pipe: already poked
-    }
+    void poke() noexcept { wake_.poke(); }
 
     // Bumps every channel's generation so that its waiters retry now: used when the connection
     // was lost or re-made, since messages may have gone by unseen.
@@ -164,9 +149,9 @@ private:
                 // depend on it: they also wake on their holder's TTL.
                 backoff = std::clamp(backoff * 2, std::chrono::milliseconds(10),
                                      std::chrono::milliseconds(1000));
-                pollfd p{wake_[0], POLLIN, 0};
+                pollfd p{wake_.fd(), POLLIN, 0};
                 ::poll(&p, 1, static_cast<int>(backoff.count()));
-                drain();
+                wake_.drain();
                 continue;
             }
             backoff = std::chrono::milliseconds(0);
@@ -180,12 +165,6 @@ private:
             serve(c.get(), epoch);
             std::lock_guard<std::mutex> g(mu_);
             wake_all_locked();
-        }
-    }
-
-    void drain() noexcept {
-        char buf[64];
-        while (::read(wake_[0], buf, sizeof buf) > 0) {
         }
     }
 
@@ -251,12 +230,12 @@ private:
         for (;;) {
             if (stopped() || ep_.epoch.load() != epoch) return;
             if (!send_pending(c)) return;
-            pollfd p[2] = {{c->fd, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+            pollfd p[2] = {{c->fd, POLLIN, 0}, {wake_.fd(), POLLIN, 0}};
             if (::poll(p, 2, -1) < 0) {
                 if (errno == EINTR) continue;
                 return;
             }
-            if (p[1].revents) drain();
+            if (p[1].revents) wake_.drain();
             if (p[0].revents) {
                 if (redisBufferRead(c) != REDIS_OK) return;
                 for (;;) {
@@ -276,7 +255,7 @@ private:
     std::vector<std::string> pending_;
     std::unordered_map<std::string, int> inflight_;  // the thread's own: replies still due
     bool stopping_ = false;
-    int wake_[2] = {-1, -1};
+    wake_pipe wake_;
     std::thread thread_;
 };
 
