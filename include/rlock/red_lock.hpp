@@ -137,8 +137,9 @@ public:
 
     /// Releases on every node in parallel (the renewals stop first); returns on how many nodes
     /// our key was deleted. Throws not_owner only to a thread that does not hold it; never
-    /// throws for unreachable nodes. Fewer than a majority released (a node lost its data, a key
-    /// was deleted, nodes unreachable) means the hold was lost: on_lock_lost hears of it, once.
+    /// throws for unreachable nodes. A majority of nodes answering "not held" (a node lost its
+    /// data, a key was deleted) means the hold was lost: on_lock_lost hears of it, once. A node
+    /// that does not answer in time is left to expire our key with its lease, not reported.
     std::size_t unlock() {
         const std::uint64_t thread = detail::current_thread_number();
         const bool was_lost = lost();  // read before the holds leave the registries
@@ -156,18 +157,22 @@ public:
         if (token.empty()) {
             throw error(errc::not_owner, name_, "", "unlock by a thread that does not hold the red_lock");
         }
-        std::size_t released = 0;
+        std::size_t released = 0, unanswered = 0;
         for (const auto& r : release_all(token)) {
             if (r.reply && r.reply->type == REDIS_REPLY_INTEGER && r.reply->integer == 0) ++released;
+            if (r.failure) ++unanswered;  // paused, slow or unreachable: may still hold our key
         }
         // Reported here, once, as basic_lock's unlock reports a lost hold: a watched hold whose
         // validity ran out before any watchdog tick said so (the process was paused, say), and
         // any hold still in its validity that fewer than a majority of nodes still had at
         // unlock: its key was deleted or a node lost its data (a holder with a bare majority
         // loses it to one FLUSHALL or restart), and another client may have held the lock
-        // meanwhile. Only a leased hold past its validity is expected to be gone.
+        // meanwhile. A node that did not answer in time is not evidence of that (it may be
+        // paused with our key, which then expires with its lease): only nodes that answered
+        // "not held" count against the hold. Only a leased hold past its validity is expected
+        // to be gone.
         const bool expected = was_lost && !watched;
-        const bool short_of_quorum = released < quorum() && !expected;
+        const bool short_of_quorum = released + unanswered < quorum() && !expected;
         if (((was_lost && watched) || short_of_quorum) && group && group->tell &&
             !group->told.exchange(true)) {
             try {
