@@ -319,7 +319,12 @@ private:
             std::size_t failed = 0;
             for (std::size_t i = 0; i < n; ++i) {
                 if (accepted(results[i])) got.push_back(i);
-                if (results[i].failure || (results[i].reply && results[i].reply->type == REDIS_REPLY_ERROR)) ++failed;
+                // A node not waited for once the round was decided (a majority refused) was
+                // reachable as far as anyone knows: the lock is busy, not the quorum out of reach.
+                if ((results[i].failure && !results[i].abandoned) ||
+                    (results[i].reply && results[i].reply->type == REDIS_REPLY_ERROR)) {
+                    ++failed;
+                }
             }
             const auto validity = lease - std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start) - drift(lease);
             if (got.size() >= need && validity.count() > 0) {

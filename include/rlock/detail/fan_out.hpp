@@ -23,6 +23,8 @@ namespace rlock::detail {
 struct node_result {
     reply_ptr reply;              // set when the node answered (possibly with an error reply)
     std::optional<error> failure; // set when it could not be asked or did not answer in time
+    bool abandoned = false;       // no answer yet when `decided` ended the round: not a failure
+                                  // of the node, just not waited for
 };
 
 /// Sends `make(node index)` (argv of one command) to every node, reads the replies until each
@@ -105,9 +107,11 @@ inline std::vector<node_result> fan_out(
     }
     for (std::size_t i = 0; i < n; ++i) {
         if (!pending[i]) continue;
+        out[i].abandoned = early;
         out[i].failure = error(errc::timeout, lock, nodes[i]->ep.name,
-                               "no reply within the per-node timeout (" +
-                                   std::to_string(per_node.count()) + " ms)");
+                               early ? std::string("not waited for: the round was decided without it")
+                                     : "no reply within the per-node timeout (" +
+                                           std::to_string(per_node.count()) + " ms)");
         conns[i]->discard();
     }
     // A script the node had forgotten (SCRIPT FLUSH, restart): send it with its body, once.
