@@ -211,6 +211,28 @@ inline void login(redisContext* c, const std::string& username, const std::strin
     }
 }
 
+/// Sentinel: a connection to sentinel `s`, AUTHed as the sentinel user. `where` names it.
+inline context_ptr open_sentinel(const client_options& o, const server_address& s,
+                                 std::string_view where) {
+    context_ptr c = dial(o, s.host, s.port, where);
+    login(c.get(), o.sentinel_username, o.sentinel_password, 0, where);
+    return c;
+}
+
+/// Sentinel: `SENTINEL get-master-addr-by-name` on `c`; empty when the sentinel does not know
+/// the master. Throws on I/O errors and error replies (NOAUTH: auth_failed).
+inline std::optional<server_address> ask_master(redisContext* c, const client_options& o,
+                                                std::string_view where) {
+    reply_ptr r = command(c, {"SENTINEL", "get-master-addr-by-name", o.sentinel_master});
+    if (!r || r->type == REDIS_REPLY_ERROR) throw make_error(c, r.get(), "", where);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_STRING) {
+        return std::nullopt;
+    }
+    return server_address{std::string(reply_text(r->element[0])),
+                          std::atoi(std::string(reply_text(r->element[1])).c_str())};
+}
+
 /// Sentinel: connects to `host:port` and checks with ROLE that it is a master (an ACL that
 /// refuses ROLE skips the check; a READONLY reply catches a replica later). Null, with `why`
 /// set, when it is not one.
@@ -256,20 +278,15 @@ inline context_ptr connect_via_sentinel(const endpoint& ep) {
             if (std::chrono::steady_clock::now() >= deadline) break;
             const std::string sentinel = "sentinel " + address_name(s.host, s.port);
             try {
-                context_ptr sc = dial(o, s.host, s.port, sentinel);
-                login(sc.get(), o.sentinel_username, o.sentinel_password, 0, sentinel);
-                reply_ptr r = command(sc.get(), {"SENTINEL", "get-master-addr-by-name",
-                                                 o.sentinel_master});
-                if (!r || r->type == REDIS_REPLY_ERROR) throw make_error(sc.get(), r.get(), "", sentinel);
-                if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-                    r->element[0]->type != REDIS_REPLY_STRING ||
-                    r->element[1]->type != REDIS_REPLY_STRING) {
+                context_ptr sc = open_sentinel(o, s, sentinel);
+                const std::optional<server_address> master = ask_master(sc.get(), o, sentinel);
+                if (!master) {
                     why = sentinel + " does not know a master named " + o.sentinel_master;
                     continue;
                 }
-                const std::string host(reply_text(r->element[0]));
-                const int port = std::atoi(std::string(reply_text(r->element[1])).c_str());
-                if (context_ptr c = connect_master(ep, host, port, sentinel, why)) return c;
+                if (context_ptr c = connect_master(ep, master->host, master->port, sentinel, why)) {
+                    return c;
+                }
             } catch (const error& e) {
                 if (e.value() == errc::auth_failed) throw;
                 why = e.what();
@@ -281,6 +298,9 @@ inline context_ptr connect_via_sentinel(const endpoint& ep) {
                         "no master found through the sentinels within connect_timeout; last: " +
                             why);
         }
+        // A backoff, not a wait for a lock: no sentinel named a usable master yet (a failover
+        // is under way, or the master is down), and no message announces that one is ready.
+        // Bounded by connect_timeout; lock waiters never sleep here.
         std::this_thread::sleep_for(
             std::min<std::chrono::steady_clock::duration>(std::chrono::milliseconds(50), deadline - now));
     }

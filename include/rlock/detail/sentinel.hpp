@@ -86,18 +86,12 @@ private:
             const std::string where = "sentinel " + address_name(s.host, s.port);
             context_ptr c;
             try {
-                c = dial(o, s.host, s.port, where);
-                login(c.get(), o.sentinel_username, o.sentinel_password, 0, where);
+                c = open_sentinel(o, s, where);
                 reply_ptr r = command(c.get(), {"SUBSCRIBE", "+switch-master"});
                 if (!r || r->type != REDIS_REPLY_ARRAY) throw make_error(c.get(), r.get(), "", where);
                 // Subscribed first, then asked (on a second connection): no switch falls between.
-                context_ptr q = dial(o, s.host, s.port, where);
-                login(q.get(), o.sentinel_username, o.sentinel_password, 0, where);
-                r = command(q.get(), {"SENTINEL", "get-master-addr-by-name", o.sentinel_master});
-                if (!r) throw make_error(q.get(), nullptr, "", where);
-                if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
-                    named(address_name(std::string(reply_text(r->element[0])),
-                                       std::atoi(std::string(reply_text(r->element[1])).c_str())));
+                if (const auto master = ask_master(open_sentinel(o, s, where).get(), o, where)) {
+                    named(address_name(master->host, master->port));
                 }
             } catch (const error&) {
                 ++at;  // the next sentinel
