@@ -86,6 +86,47 @@ TEST(client_uri, parses_a_sentinel_list_and_the_master_name) {
     EXPECT_EQ(code_of([&] { rlock::client c(half); }), rlock::errc::invalid_argument);
 }
 
+TEST(client_uri, parses_cluster_seed_nodes) {
+    auto o = rlock::client_options::from_uri("redis-cluster://bob:s%40cret@10.0.0.1:7000,[::1],n3:7002");
+    EXPECT_TRUE(o.cluster);
+    ASSERT_EQ(o.cluster_nodes.size(), 3u);
+    EXPECT_EQ(o.cluster_nodes[0].host, "10.0.0.1");
+    EXPECT_EQ(o.cluster_nodes[0].port, 7000);
+    EXPECT_EQ(o.cluster_nodes[1].host, "::1");
+    EXPECT_EQ(o.cluster_nodes[1].port, 6379);  // a Redis server's default port
+    EXPECT_EQ(o.cluster_nodes[2].host, "n3");
+    EXPECT_EQ(o.cluster_nodes[2].port, 7002);
+    EXPECT_EQ(o.username, "bob");
+    EXPECT_EQ(o.password, "s@cret");
+    EXPECT_EQ(o.db, 0);
+    o = rlock::client_options::from_uri("redis://h:1", o);  // nothing of the cluster is left
+    EXPECT_FALSE(o.cluster);
+    EXPECT_TRUE(o.cluster_nodes.empty());
+
+    for (const char* bad : {"redis-cluster://", "redis-cluster://h:1,", "redis-cluster://h:1/2",
+                            "redis-cluster://h:0"}) {
+        EXPECT_EQ(code_of([&] { (void)rlock::client_options::from_uri(bad); }),
+                  rlock::errc::invalid_argument)
+            << bad;
+    }
+    // Options that cannot describe a cluster are refused before anything is sent.
+    rlock::client_options c;
+    c.cluster = true;
+    c.db = 1;
+    EXPECT_EQ(code_of([&] { rlock::client x(c); }), rlock::errc::invalid_argument);
+    c.db = 0;
+    c.sentinels.push_back({"127.0.0.1", 1});
+    c.sentinel_master = "m";
+    EXPECT_EQ(code_of([&] { rlock::client x(c); }), rlock::errc::invalid_argument);
+    c.sentinels.clear();
+    c.sentinel_master.clear();
+    c.cluster_nodes.push_back({"", 7000});
+    EXPECT_EQ(code_of([&] { rlock::client x(c); }), rlock::errc::invalid_argument);
+    c.cluster = false;
+    c.cluster_nodes = {{"127.0.0.1", 7000}};  // seeds without cluster: a half-done config
+    EXPECT_EQ(code_of([&] { rlock::client x(c); }), rlock::errc::invalid_argument);
+}
+
 TEST(client_uri, keeps_the_other_fields_of_the_base_options) {
     rlock::client_options base;
     base.lock_watchdog_timeout = 5s;

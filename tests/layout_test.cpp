@@ -209,3 +209,46 @@ TEST(reentrant_lock, a_lost_hold_cannot_be_re_entered) {
 }
 
 }  // namespace
+
+TEST(name_layout, a_name_with_a_brace_of_its_own_is_not_wrapped_in_braces_again_as_redisson_does) {
+    // Redisson's prefixName / suffixName: `prefix:name` and `name:suffix` when the name has a
+    // '{', so the name's own hash tag keeps every key of the lock in one cluster slot.
+    rlock::client c(server().options());
+    const std::string n = "{" + name() + "}.cart";
+    rlock::lock_options fenced;
+    fenced.fencing = true;
+    {
+        rlock::mutex m(c, n, fenced);
+        rlock_test::raw_subscriber sub(server().port(), "rlock_lock__channel:" + n);
+        m.lock();
+        EXPECT_EQ(server().integer({"EXISTS", "redisson_lock_token:" + n}), 1);
+        m.unlock();
+        EXPECT_EQ(sub.next(), "0");
+    }
+    {
+        rlock::fair_lock holder(c, n + ".fair");
+        rlock::client other(server().options());
+        rlock::fair_lock waiter(other, n + ".fair");
+        holder.lock();
+        EXPECT_FALSE(waiter.try_lock_for(50ms));  // queued, then left: no queue keys behind
+        auto queued = std::async(std::launch::async, [&] {
+            if (!waiter.try_lock_for(10s)) return false;
+            waiter.unlock();
+            return true;
+        });
+        ASSERT_TRUE(rlock_test::eventually(
+            [&] { return server().integer({"LLEN", "redisson_lock_queue:" + n + ".fair"}) == 1; }));
+        EXPECT_EQ(server().integer({"ZCARD", "redisson_lock_timeout:" + n + ".fair"}), 1);
+        holder.unlock();
+        EXPECT_TRUE(queued.get());
+        EXPECT_EQ(server().integer({"EXISTS", "redisson_lock_queue:" + n + ".fair"}), 0);
+    }
+    {
+        rlock::read_write_lock rw(c, n + ".rw");
+        rw.lock_shared();
+        const std::string holder = c.id() + ":" + std::to_string(rlock::detail::current_thread_number());
+        EXPECT_EQ(server().integer({"EXISTS", n + ".rw:" + holder + ":rwlock_timeout:1"}), 1);
+        rw.unlock_shared();
+        EXPECT_EQ(server().integer({"EXISTS", n + ".rw:" + holder + ":rwlock_timeout:1"}), 0);
+    }
+}

@@ -89,7 +89,11 @@ TEST_F(red_lock_test, three_nodes_down_is_quorum_not_reached_and_leaves_no_key) 
     } catch (const rlock::error& e) {
         EXPECT_EQ(e.code(), rlock::errc::quorum_not_reached);
         const std::string what = e.what();
-        EXPECT_NE(what.find(clients[0]->server() + " accepted"), std::string::npos) << what;
+        // Node 0 answers, or (on a loaded machine) is cut off once three failures decided the
+        // round; either way it is not called failed, and its key is released (checked below).
+        EXPECT_TRUE(what.find(clients[0]->server() + " accepted") != std::string::npos ||
+                    what.find(clients[0]->server() + " not waited for") != std::string::npos)
+            << what;
         EXPECT_NE(what.find(clients[4]->server() + " failed"), std::string::npos) << what;
     }
     EXPECT_LT(steady::now() - start, 3s);

@@ -48,14 +48,23 @@ namespace detail {
 
 inline client_options validated(client_options o) {
     auto bad = [](const std::string& why) { throw error(errc::invalid_argument, "", "", why); };
-    if (!o.sentinels.empty()) {
-        if (o.sentinel_master.empty()) bad("client_options: sentinel_master is empty");
-        for (const server_address& s : o.sentinels) {
-            if (s.host.empty()) bad("client_options: a sentinel's host is empty");
-            if (s.port <= 0 || s.port > 65535) {
-                bad("client_options: sentinel port " + std::to_string(s.port) + " is out of range");
-            }
+    auto check_address = [&](const server_address& s, const char* what) {
+        if (s.host.empty()) bad(std::string("client_options: a ") + what + "'s host is empty");
+        if (s.port <= 0 || s.port > 65535) {
+            bad(std::string("client_options: ") + what + " port " + std::to_string(s.port) +
+                " is out of range");
         }
+    };
+    if (!o.cluster && !o.cluster_nodes.empty()) bad("client_options: cluster_nodes without cluster");
+    if (o.cluster) {
+        if (!o.sentinels.empty()) bad("client_options: cluster and sentinels exclude each other");
+        if (!o.unix_socket.empty()) bad("client_options: a cluster is reached over TCP, not unix_socket");
+        if (o.db != 0) bad("client_options: Redis Cluster has only db 0");
+        if (o.cluster_nodes.empty()) check_address({o.host, o.port}, "cluster node");
+        for (const server_address& s : o.cluster_nodes) check_address(s, "cluster node");
+    } else if (!o.sentinels.empty()) {
+        if (o.sentinel_master.empty()) bad("client_options: sentinel_master is empty");
+        for (const server_address& s : o.sentinels) check_address(s, "sentinel");
     } else {
         if (!o.sentinel_master.empty()) bad("client_options: sentinel_master without sentinels");
         if (o.unix_socket.empty() && o.host.empty()) bad("client_options: host is empty");
@@ -159,11 +168,12 @@ public:
         }
     }
 
-    /// One watchdog tick: renews every watched hold, in batches of `renew_batch` holds per
-    /// script call, all calls pipelined on the watchdog's connection. Public for tests/benches.
-    /// `conn_epoch` is the endpoint epoch `conn` was opened in (Sentinel: a stale one is
-    /// replaced). False when the connection failed (not when a hold was gone, nor on an error
-    /// reply): then the watchdog tries again soon.
+    /// One watchdog tick: renews every watched hold, in batches of up to `renew_batch` holds of
+    /// one kind (and, in a cluster, one slot) per script call, all calls to one server
+    /// pipelined: on the watchdog's connection, or (Redis Cluster) on a pooled connection to
+    /// each master. `conn_epoch` is the endpoint epoch `conn` was opened in (Sentinel: a stale
+    /// one is replaced). False when a connection failed (not when a hold was gone, nor on an
+    /// error reply): then the watchdog tries again soon.
     bool renew_all(context_ptr& conn, std::uint64_t& conn_epoch) {
         std::vector<registry::hold_ptr> expired;
         std::vector<registry::hold_ptr> holds = reg.take_watched(expired);
@@ -172,73 +182,32 @@ public:
                                 "the lease ran out before the watchdog could renew it"));
         }
         if (holds.empty()) return true;
-        // Group by kind (one script per kind); stable so that batches are deterministic.
-        std::stable_sort(holds.begin(), holds.end(),
-                         [](const auto& a, const auto& b) { return a->kind < b->kind; });
-        std::vector<char> ok(holds.size(), 0), gone(holds.size(), 0);
-        std::optional<error> failure;
+        renewal r(holds.size());
         const auto sent = clock::now();
-        try {
-            if (!conn || conn->err || conn_epoch != ep.epoch.load()) {
-                conn.reset();
-                conn_epoch = ep.epoch.load();
-                conn = connect(ep);
-            }
-            const std::string lease = std::to_string(ep.options.lock_watchdog_timeout.count());
-            std::vector<script_call> calls;
-            std::vector<std::size_t> first;  // index of each call's first hold
-            calls.reserve(holds.size() / renew_batch + 4);
-            for (std::size_t i = 0; i < holds.size();) {
-                std::size_t j = i;
-                while (j < holds.size() && j - i < renew_batch && holds[j]->kind == holds[i]->kind) ++j;
-                script_call& call = calls.emplace_back();
-                call.start(holds[i]->kind->renew(), j - i);
-                for (std::size_t k = i; k < j; ++k) call.push(holds[k]->name);
-                call.push(lease);
-                for (std::size_t k = i; k < j; ++k) call.push(holds[k]->value);
-                first.push_back(i);
-                i = j;
-            }
-            for (script_call& call : calls) {
-                call.use_body(false);
-                if (redisAppendCommandArgv(conn.get(), call.argc(), call.argv.data(),
-                                           call.lens.data()) != REDIS_OK) {
-                    throw make_error(conn.get(), nullptr, "", ep.name);
+        make_batches(holds, r);
+        if (ep.slots) {
+            renew_in_cluster(holds, r);
+        } else {
+            try {
+                if (!conn || conn->err || conn_epoch != ep.epoch.load()) {
+                    conn.reset();
+                    conn_epoch = ep.epoch.load();
+                    conn = connect(ep);
                 }
+                std::vector<batch*> all;
+                for (batch& b : r.batches) all.push_back(&b);
+                send_batches(conn.get(), all, holds, r, nullptr);
+                // Replica sync: a shortfall is not a loss (the renewals are on the master).
+                if (ep.options.sync_replicas > 0) wait_for_replicas(conn.get(), "");
+            } catch (const error& e) {
+                r.failure = e;
+                // Broken, or READONLY (a failover made it a replica): make a new one next time.
+                if (conn && (conn->err || e.value() == errc::connection_failed)) conn.reset();
             }
-            std::vector<reply_ptr> replies;
-            for (std::size_t c = 0; c < calls.size(); ++c) {
-                void* raw = nullptr;
-                if (redisGetReply(conn.get(), &raw) != REDIS_OK) {
-                    throw make_error(conn.get(), nullptr, "", ep.name);
-                }
-                replies.emplace_back(static_cast<redisReply*>(raw));
-            }
-            for (std::size_t c = 0; c < calls.size(); ++c) {
-                reply_ptr& r = replies[c];
-                if (reply_is_error(r.get(), "NOSCRIPT")) {
-                    r = run_script(conn.get(), calls[c], "", ep.name);
-                }
-                if (!r || r->type != REDIS_REPLY_ARRAY) {
-                    throw make_error(conn.get(), r.get(), holds[first[c]]->name, ep.name);
-                }
-                for (std::size_t e = 0; e < r->elements; ++e) {
-                    const bool renewed = r->element[e]->type == REDIS_REPLY_INTEGER &&
-                                         r->element[e]->integer == 1;
-                    ok[first[c] + e] = static_cast<char>(renewed);
-                    gone[first[c] + e] = static_cast<char>(!renewed);
-                }
-            }
-            // Replica sync: a shortfall is not a loss (the renewals are on the master).
-            if (ep.options.sync_replicas > 0) wait_for_replicas(conn.get(), "");
-        } catch (const error& e) {
-            failure = e;
-            // Broken, or READONLY (a failover made it a replica): make a new one next time.
-            if (conn && (conn->err || e.value() == errc::connection_failed)) conn.reset();
         }
-        for (const std::size_t i : reg.renewed(holds, ok, gone, sent)) {
+        for (const std::size_t i : reg.renewed(holds, r.ok, r.gone, sent)) {
             const hold& h = *holds[i];
-            if (gone[i]) {
+            if (r.gone[i]) {
                 tell_hold(h, error(errc::lock_lost, h.name, ep.name,
                                    "the watchdog found the hold gone: the key expired, was "
                                    "deleted or belongs to another holder now"));
@@ -246,12 +215,12 @@ public:
                 tell_hold(h,
                      error(errc::lock_lost, h.name, ep.name,
                            std::string("the lease ran out before the watchdog could renew it: ") +
-                               (failure ? failure->what() : "no reply")));
+                               (r.failure ? r.failure->what() : "no reply")));
             }
         }
         // Only a connection that failed is worth trying again soon; an error reply is not.
-        return !failure || (failure->value() != errc::connection_failed &&
-                            failure->value() != errc::timeout);
+        return !r.failure || (r.failure->value() != errc::connection_failed &&
+                              r.failure->value() != errc::timeout);
     }
 
     /// Replica sync: `WAIT sync_replicas sync_timeout` on `c`, the connection that just wrote;
@@ -273,6 +242,151 @@ public:
     registry reg;
 
 private:
+    /// One renew script call: holds [first, first + count) of the tick's list, all of one kind
+    /// and one slot.
+    struct batch {
+        script_call call;
+        std::size_t first = 0, count = 0;
+        int slot = 0;
+    };
+    /// What one watchdog tick found, per hold, and the last failure.
+    struct renewal {
+        explicit renewal(std::size_t n) : ok(n, 0), gone(n, 0) {}
+        std::vector<char> ok, gone;
+        std::vector<batch> batches;
+        std::string lease;  // the calls point into it
+        std::optional<error> failure;
+    };
+
+    /// Sorts `holds` by slot (in a cluster) and kind, and cuts them into script calls.
+    void make_batches(std::vector<registry::hold_ptr>& holds, renewal& r) const {
+        std::vector<int> slot(holds.size(), 0);
+        std::vector<std::size_t> order(holds.size());
+        for (std::size_t i = 0; i < holds.size(); ++i) {
+            order[i] = i;
+            if (ep.slots) slot[i] = key_slot(holds[i]->name);
+        }
+        // Stable, so that batches are deterministic.
+        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+            return slot[a] != slot[b] ? slot[a] < slot[b] : holds[a]->kind < holds[b]->kind;
+        });
+        std::vector<registry::hold_ptr> sorted;
+        std::vector<int> sorted_slot;
+        for (const std::size_t i : order) {
+            sorted.push_back(std::move(holds[i]));
+            sorted_slot.push_back(slot[i]);
+        }
+        holds.swap(sorted);
+        r.lease = std::to_string(ep.options.lock_watchdog_timeout.count());
+        r.batches.reserve(holds.size() / renew_batch + 4);
+        for (std::size_t i = 0; i < holds.size();) {
+            std::size_t j = i;
+            while (j < holds.size() && j - i < renew_batch && holds[j]->kind == holds[i]->kind &&
+                   sorted_slot[j] == sorted_slot[i]) {
+                ++j;
+            }
+            batch& b = r.batches.emplace_back();
+            b.first = i;
+            b.count = j - i;
+            b.slot = sorted_slot[i];
+            b.call.start(holds[i]->kind->renew(), j - i);
+            for (std::size_t k = i; k < j; ++k) b.call.push(holds[k]->name);
+            b.call.push(r.lease);
+            for (std::size_t k = i; k < j; ++k) b.call.push(holds[k]->value);
+            i = j;
+        }
+    }
+
+    /// Pipelines `list` on `c` and records each renewal. A call a cluster node redirected
+    /// (MOVED, ASK, TRYAGAIN) goes to `redirected` when given, to be sent on its own; any
+    /// other error reply, and a broken connection, throw.
+    void send_batches(redisContext* c, const std::vector<batch*>& list,
+                      const std::vector<registry::hold_ptr>& holds, renewal& r,
+                      std::vector<batch*>* redirected) const {
+        for (batch* b : list) {
+            b->call.use_body(false);
+            if (redisAppendCommandArgv(c, b->call.argc(), b->call.argv.data(), b->call.lens.data()) !=
+                REDIS_OK) {
+                throw make_error(c, nullptr, "", ep.name);
+            }
+        }
+        std::vector<reply_ptr> replies;
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            void* raw = nullptr;
+            if (redisGetReply(c, &raw) != REDIS_OK) throw make_error(c, nullptr, "", ep.name);
+            replies.emplace_back(static_cast<redisReply*>(raw));
+        }
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            batch& b = *list[i];
+            reply_ptr& reply = replies[i];
+            if (redirected && reply && reply->type == REDIS_REPLY_ERROR &&
+                parse_redirect(reply_text(reply.get())).kind != redirect::none) {
+                redirected->push_back(&b);
+                continue;
+            }
+            if (reply_is_error(reply.get(), "NOSCRIPT")) reply = run_script(c, b.call, "", ep.name);
+            record(reply.get(), b, holds, r, c);
+        }
+    }
+
+    /// Records the reply of one renew call: per hold 1 renewed, 0 gone.
+    void record(const redisReply* reply, const batch& b, const std::vector<registry::hold_ptr>& holds,
+                renewal& r, const redisContext* c) const {
+        if (!reply || reply->type != REDIS_REPLY_ARRAY) {
+            throw make_error(c, reply, holds[b.first]->name, ep.name);
+        }
+        for (std::size_t e = 0; e < reply->elements && e < b.count; ++e) {
+            const bool renewed = reply->element[e]->type == REDIS_REPLY_INTEGER &&
+                                 reply->element[e]->integer == 1;
+            r.ok[b.first + e] = static_cast<char>(renewed);
+            r.gone[b.first + e] = static_cast<char>(!renewed);
+        }
+    }
+
+    /// Redis Cluster: the batches of each master pipelined on a pooled connection to it; a
+    /// batch redirected there (its slot has moved) is sent again on its own, where the pool
+    /// follows the redirection. A master that fails does not stop the others' renewals.
+    void renew_in_cluster(const std::vector<registry::hold_ptr>& holds, renewal& r) {
+        std::vector<std::pair<std::string, std::vector<batch*>>> per_node;
+        for (batch& b : r.batches) {
+            const std::optional<server_address> m = ep.slots->master_of(b.slot);
+            const std::string at = m ? address_name(m->host, m->port) : std::string();
+            auto it = std::find_if(per_node.begin(), per_node.end(), [&](const auto& p) { return p.first == at; });
+            if (it == per_node.end()) it = per_node.insert(per_node.end(), {at, {}});
+            it->second.push_back(&b);
+        }
+        std::vector<batch*> redirected;
+        auto on_error = [&](const error& e) {
+            if (!r.failure || e.value() == errc::connection_failed || e.value() == errc::timeout) r.failure = e;
+        };
+        for (auto& node : per_node) {
+            try {
+                std::vector<batch*> moved;
+                pool.run(holds[node.second.front()->first]->name, true, [&](redisContext* c) {
+                    moved.clear();
+                    send_batches(c, node.second, holds, r, &moved);
+                    if (ep.options.sync_replicas > 0) wait_for_replicas(c, "");
+                    return 0;
+                });
+                redirected.insert(redirected.end(), moved.begin(), moved.end());
+            } catch (const error& e) {
+                on_error(e);
+            }
+        }
+        for (batch* b : redirected) {
+            try {
+                const std::string& name = holds[b->first]->name;
+                pool.run(name, true, [&](redisContext* c) {
+                    reply_ptr reply = run_script(c, b->call, name, ep.name);
+                    record(reply.get(), *b, holds, r, c);
+                    return 0;
+                });
+            } catch (const error& e) {
+                on_error(e);
+            }
+        }
+    }
+
     void watchdog_loop() {
         context_ptr conn;
         std::uint64_t conn_epoch = 0;

@@ -131,7 +131,9 @@ public:
             }
         }
         one_node_ = std::all_of(parts_.begin(), parts_.end(), [&](const part& p) {
-            return p.code && !p.fencing && p.core == parts_.front().core;
+            // In a cluster one script reaches one slot only.
+            return p.code && !p.fencing && p.core == parts_.front().core &&
+                   (!p.core->ep.slots || detail::key_slot(p.name) == detail::key_slot(parts_.front().name));
         });
     }
     multi_lock(const multi_lock&) = delete;

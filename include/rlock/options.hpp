@@ -48,6 +48,16 @@ struct client_options {
     std::string sentinel_username;  ///< ACL user on the sentinels; empty: AUTH with the password
     std::string sentinel_password;  ///< empty: no AUTH on the sentinels
 
+    /// Redis Cluster. When true, `cluster_nodes` (or, when it is empty, `host`:`port`) are seed
+    /// nodes: the client loads the slot map (CLUSTER SLOTS) from the first that answers and
+    /// sends each lock's commands to the master that serves the lock's slot. MOVED replies
+    /// (a resharding, a failover) update the map, ASK replies (a slot being migrated) are
+    /// followed with ASKING, and TRYAGAIN / CLUSTERDOWN or an unreachable master are retried
+    /// with a fresh map until command_timeout has passed. `db` must be 0 and `unix_socket`
+    /// empty. Every key of a lock hashes to the slot of its name (see docs/design.md).
+    bool cluster = false;
+    std::vector<server_address> cluster_nodes;  ///< seed nodes (their port: set it)
+
     std::chrono::milliseconds connect_timeout{1000};
     /// Bound on each command round trip, and on waiting for a free pooled connection.
     std::chrono::milliseconds command_timeout{1000};
@@ -75,7 +85,9 @@ struct client_options {
 
     /// Parses `redis://[user[:password]@]host[:port][/db]`, `unix:///path/to.sock[?db=N]` or
     /// `redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/master-name[/db]` (the
-    /// sentinels, port 26379 by default; user and password are the master's) into the connection
+    /// sentinels, port 26379 by default; user and password are the master's) or
+    /// `redis-cluster://[user[:password]@]host[:port][,host[:port]...]` (seed nodes, port 6379
+    /// by default; sets `cluster`) into the connection
     /// fields of a copy of `base` (user and password percent-decoded, IPv6 hosts in brackets).
     /// Throws `error` with `errc::invalid_argument` on a malformed URI.
     static client_options from_uri(std::string_view uri, client_options base);
@@ -113,6 +125,11 @@ inline client_options client_options::from_uri(std::string_view uri, client_opti
     base.sentinels.clear();
     for (auto& [host, port] : parts.sentinels) base.sentinels.push_back({std::move(host), port});
     base.sentinel_master = std::move(parts.sentinel_master);
+    base.cluster = parts.cluster;
+    base.cluster_nodes.clear();
+    if (parts.cluster) {
+        for (auto& [host, port] : parts.seeds) base.cluster_nodes.push_back({std::move(host), port});
+    }
     return base;
 }
 

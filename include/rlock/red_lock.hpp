@@ -81,7 +81,7 @@ public:
             nodes_.push_back(core);
         }
         keys_.name = name_;
-        keys_.channel = "rlock_lock__channel:{" + name_ + "}";
+        keys_.channel = detail::prefixed_key("rlock_lock__channel", name_);
     }
     red_lock(const red_lock&) = delete;
     red_lock& operator=(const red_lock&) = delete;
@@ -247,8 +247,8 @@ private:
         return detail::fan_out(
             nodes_, name_,
             [&](std::size_t, detail::script_call& call) {
-                call = detail::script_call(detail::mutex_kind::release_script(), {keys_.name, keys_.channel},
-                                           {token});
+                call = detail::script_call(detail::mutex_kind::release_script(), {keys_.name},
+                                           {token, keys_.channel});
             },
             node_timeout(std::chrono::milliseconds(
                 std::max<long long>(1000, nodes_.front()->ep.options.command_timeout.count()))));
@@ -260,7 +260,9 @@ private:
             if (!m.empty()) m += "; ";
             m += nodes_[i]->ep.name + " ";
             const auto& r = results[i];
-            if (r.failure) {
+            if (r.abandoned) {
+                m += "not waited for (the round was decided without it)";
+            } else if (r.failure) {
                 m += "failed: ";
                 m += r.failure->what();
             } else if (r.reply && r.reply->type == REDIS_REPLY_STATUS) {

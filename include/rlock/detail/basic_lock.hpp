@@ -29,9 +29,9 @@ namespace rlock::detail {
 struct lock_keys {
     std::string name;      // the lock key itself
     std::string channel;   // where unlocks are published (fair_lock: the prefix of each waiter's)
-    std::string fencing;   // redisson_lock_token:{name}
-    std::string queue;     // redisson_lock_queue:{name}     (fair_lock)
-    std::string timeouts;  // redisson_lock_timeout:{name}   (fair_lock)
+    std::string fencing;   // redisson_lock_token:{name}     (each: prefixed_key's rule for
+    std::string queue;     // redisson_lock_queue:{name}      names that have a '{' of their
+    std::string timeouts;  // redisson_lock_timeout:{name}    own)
 };
 
 /// What one acquire attempt asks for.
@@ -55,16 +55,32 @@ struct acquire_result {
 };
 
 /// Deletes the key whoever holds it and, if it existed, publishes `0` on its channel.
-/// KEYS[1] lock key, KEYS[2] channel. Returns 1 when a key was deleted, else 0.
+/// KEYS[1] lock key; ARGV[1] channel (not a key: in a cluster a declared key that does not
+/// exist makes a migrating slot refuse the script). Returns 1 when a key was deleted, else 0.
 inline const script& force_unlock_script() {
     static const script s(R"lua(
 if redis.call('del', KEYS[1]) == 1 then
-    redis.call('publish', KEYS[2], '0')
+    redis.call('publish', ARGV[1], '0')
     return 1
 end
 return 0
 )lua");
     return s;
+}
+
+/// An acquire script call: KEYS[1] the lock key, KEYS[2] the fencing counter only when fencing
+/// is on (in a cluster a declared key that does not exist makes a migrating slot refuse the
+/// script with TRYAGAIN), then `args`.
+inline script_call acquire_call(const script& s, const lock_keys& k, bool fencing,
+                                std::initializer_list<std::string_view> args) {
+    script_call call;
+    call.argv.reserve(4 + args.size());
+    call.lens.reserve(4 + args.size());
+    call.start(s, fencing ? 2 : 1);
+    call.push(k.name);
+    if (fencing) call.push(k.fencing);
+    for (std::string_view a : args) call.push(a);
+    return call;
 }
 
 /// Kind hooks with their usual meaning; a Kind derives from this and hides what it changes.
@@ -87,7 +103,7 @@ struct kind_defaults {
     }
     /// Deletes the lock whoever holds it and wakes its waiters; true when it was held.
     static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
-        return eval_integer(c, force_unlock_script(), {k.name, k.channel}, {}, k.name, server) == 1;
+        return eval_integer(c, force_unlock_script(), {k.name}, {k.channel}, k.name, server) == 1;
     }
     /// The value stored for this thread's hold.
     static std::string value_for(client_core& core, std::uint64_t thread, bool reentrant) {
@@ -153,10 +169,16 @@ public:
             throw error(errc::invalid_argument, name, core_->ep.name,
                         "lock_options::fair_lock_wait_timeout must be positive");
         }
-        keys_.channel = std::string(Kind::channel_prefix) + "{" + name + "}";
-        keys_.fencing = "redisson_lock_token:{" + name + "}";
-        keys_.queue = "redisson_lock_queue:{" + name + "}";
-        keys_.timeouts = "redisson_lock_timeout:{" + name + "}";
+        keys_.channel = prefixed_key(Kind::channel_prefix, name);
+        keys_.fencing = prefixed_key("redisson_lock_token", name);
+        keys_.queue = prefixed_key("redisson_lock_queue", name);
+        keys_.timeouts = prefixed_key("redisson_lock_timeout", name);
+        if (core_->ep.slots && key_slot(name) != key_slot(keys_.channel)) {
+            // "a{b" or "a{}b": no hash tag, so `prefix:name` hashes apart from `name`.
+            throw error(errc::invalid_argument, name, core_->ep.name,
+                        "in a cluster a lock name with '{' needs a hash tag ({tag} with a non-empty "
+                        "tag), or its keys land in different slots");
+        }
         keys_.name = std::move(name);
     }
     basic_lock(const basic_lock&) = delete;

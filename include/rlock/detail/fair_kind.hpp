@@ -71,7 +71,7 @@ inline std::string with_fair_helpers(std::string_view body) {
 struct fair_kind : kind_defaults {
     static constexpr bool reentrant = true;
     static constexpr bool abandons = true;
-    static constexpr std::string_view channel_prefix = "redisson_lock__channel:";
+    static constexpr std::string_view channel_prefix = "redisson_lock__channel";
 
     /// Acquire, re-enter, or queue.
     /// KEYS[1] lock hash, KEYS[2] queue, KEYS[3] deadlines, KEYS[4] fencing counter,

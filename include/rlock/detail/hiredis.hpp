@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "rlock/detail/cluster.hpp"
 #include "rlock/detail/sha1.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/options.hpp"
@@ -52,6 +53,23 @@ inline bool is_readonly(std::string_view what) noexcept {
     return what.find("READONLY You can't write against a read only ") != std::string_view::npos;
 }
 
+/// Redis Cluster: the redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) in the last error reply
+/// make_error turned into an error on this thread. The pool clears it before it runs a
+/// command and reads it when the command threw.
+inline redirect& last_redirect() noexcept {
+    static thread_local redirect r;
+    return r;
+}
+
+/// Redis Cluster: true on a thread while the pool retries a command on the node an ASK named
+/// (its slot is being migrated there). Every command is then sent as ASKING + command, and a
+/// script as EVAL with its body: the node may not have it cached, and a NOSCRIPT reply would
+/// use up the ASKING.
+inline bool& asking() noexcept {
+    static thread_local bool a = false;
+    return a;
+}
+
 /// The one place hiredis and Redis failures become rlock errors. `ctx` is consulted when it
 /// carries an I/O or protocol error (then `reply` is usually null); otherwise `reply` is an
 /// error reply. `lock` and `server` name where it happened.
@@ -80,6 +98,7 @@ inline error make_error(const redisContext* ctx, const redisReply* reply, std::s
     if (reply && reply->type == REDIS_REPLY_ERROR) {
         const std::string_view what = reply_text(reply);
         errc code = errc::server_error;
+        if (redirect r = parse_redirect(what); r.kind != redirect::none) last_redirect() = std::move(r);
         if (what.substr(0, 9) == "WRONGTYPE") code = errc::wrong_type;
         // A master turned replica by a failover: the connection is to the wrong server.
         // Anywhere in the text: Redis 6 wraps it in a script error ("ERR Error running
@@ -123,8 +142,22 @@ struct endpoint {
         ++epoch;
     }
 
+    /// Redis Cluster: which master serves each slot; null without client_options::cluster.
+    std::unique_ptr<slot_map> slots;
+    /// Redis Cluster: the seed nodes (cluster_nodes, or host:port when that is empty).
+    std::vector<server_address> seeds;
+
     explicit endpoint(client_options o) : options(std::move(o)) {
-        if (!options.sentinels.empty()) {
+        if (options.cluster) {
+            seeds = options.cluster_nodes;
+            if (seeds.empty()) seeds.push_back({options.host, options.port});
+            name = "cluster";
+            for (std::size_t i = 0; i < seeds.size(); ++i) {
+                name += i == 0 ? " " : ",";
+                name += address_name(seeds[i].host, seeds[i].port);
+            }
+            slots = std::make_unique<slot_map>();
+        } else if (!options.sentinels.empty()) {
             name = "master " + options.sentinel_master + " via sentinel";
         } else if (!options.unix_socket.empty()) {
             name = options.unix_socket;
@@ -147,6 +180,19 @@ inline timeval to_timeval(std::chrono::milliseconds ms) {
 
 /// Sends one command and reads its reply. Returns null only with ctx->err set.
 inline reply_ptr command_argv(redisContext* c, int argc, const char** argv, const std::size_t* lens) {
+    if (asking()) {
+        // ASKING and the command in one round trip; ASKING's own +OK is dropped.
+        if (redisAppendCommand(c, "ASKING") != REDIS_OK ||
+            redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK) {
+            return nullptr;
+        }
+        void* raw = nullptr;
+        if (redisGetReply(c, &raw) != REDIS_OK) return nullptr;
+        reply_ptr ok(static_cast<redisReply*>(raw));
+        raw = nullptr;
+        if (redisGetReply(c, &raw) != REDIS_OK) return nullptr;
+        return reply_ptr(static_cast<redisReply*>(raw));
+    }
     return reply_ptr(static_cast<redisReply*>(redisCommandArgv(c, argc, argv, lens)));
 }
 
@@ -306,10 +352,55 @@ inline context_ptr connect_via_sentinel(const endpoint& ep) {
     }
 }
 
-/// Opens a connection: to the configured server, or through the sentinels to the master; then
-/// AUTH and SELECT. Throws rlock::error.
+/// Redis Cluster: a connection to the node `at`, AUTHed (a cluster has db 0 only).
+inline context_ptr connect_node(const endpoint& ep, const server_address& at) {
+    const std::string where = address_name(at.host, at.port);
+    context_ptr c = dial(ep.options, at.host, at.port, where);
+    login(c.get(), ep.options.username, ep.options.password, 0, where);
+    return c;
+}
+
+/// Redis Cluster: calls `f(connection, address)` on the first node that can be reached — the
+/// masters the slot map knows, then the seeds — and returns what it returns. Auth errors, and
+/// whatever `f` throws, end the search at once.
+template <class F>
+auto on_any_node(const endpoint& ep, F&& f) -> decltype(f(std::declval<context_ptr>(), ep.seeds.front())) {
+    std::vector<server_address> candidates = ep.slots->masters();
+    candidates.insert(candidates.end(), ep.seeds.begin(), ep.seeds.end());
+    std::string why;
+    for (const server_address& a : candidates) {
+        context_ptr c;
+        try {
+            c = connect_node(ep, a);
+        } catch (const error& e) {
+            if (e.value() == errc::auth_failed) throw;
+            why = e.what();
+            continue;
+        }
+        return f(std::move(c), a);
+    }
+    throw error(errc::connection_failed, "", ep.name, "no cluster node could be reached; last: " + why);
+}
+
+/// Redis Cluster: loads the slot map with CLUSTER SLOTS from the first node that answers.
+/// Throws when none does, or when the node refuses (a server without cluster support).
+inline void load_slots(const endpoint& ep) {
+    on_any_node(ep, [&](context_ptr c, const server_address& a) {
+        const std::string where = address_name(a.host, a.port);
+        reply_ptr r = command(c.get(), {"CLUSTER", "SLOTS"});
+        if (!r || r->type == REDIS_REPLY_ERROR) throw make_error(c.get(), r.get(), "", where);
+        if (!ep.slots->load(r.get(), a.host)) {
+            throw error(errc::protocol_error, "", where, "CLUSTER SLOTS: no slots served, or a reply rlock cannot read");
+        }
+        return 0;
+    });
+}
+
+/// Opens a connection: to the configured server, through the sentinels to the master, or (Redis
+/// Cluster) to any node; then AUTH and SELECT. Throws rlock::error.
 inline context_ptr connect(const endpoint& ep) {
     const client_options& o = ep.options;
+    if (ep.slots) return on_any_node(ep, [](context_ptr c, const server_address&) { return c; });
     if (!o.sentinels.empty()) return connect_via_sentinel(ep);
     context_ptr c = dial(o, o.unix_socket.empty() ? o.host : std::string(), o.port, ep.name);
     login(c.get(), o.username, o.password, o.db, ep.name);
@@ -382,7 +473,7 @@ struct script_call {
 /// body, which reloads the cache, once. Throws on I/O errors and on error replies.
 inline reply_ptr run_script(redisContext* c, script_call& call, std::string_view lock,
                             std::string_view server) {
-    call.use_body(false);
+    call.use_body(asking());
     reply_ptr r = command_argv(c, call.argc(), call.argv.data(), call.lens.data());
     if (reply_is_error(r.get(), "NOSCRIPT")) {
         call.use_body(true);

@@ -12,12 +12,12 @@ namespace rlock::detail {
 
 struct mutex_kind : kind_defaults {
     static constexpr bool reentrant = false;
-    static constexpr std::string_view channel_prefix = "rlock_lock__channel:";
+    static constexpr std::string_view channel_prefix = "rlock_lock__channel";
 
     /// Acquire by script: with fencing, and for a client's first acquisition (to learn that
     /// scripts may run before anything is written); otherwise a plain SET NX PX does it.
-    /// KEYS[1] lock key, KEYS[2] redisson_lock_token:{name}; ARGV[1] token, ARGV[2] lease ms,
-    /// ARGV[3] '1' to INCR the fencing counter.
+    /// KEYS[1] lock key, KEYS[2] redisson_lock_token:{name} (with fencing only); ARGV[1] token,
+    /// ARGV[2] lease ms, ARGV[3] '1' to INCR the fencing counter.
     /// Returns {1, fencing token or 0} when set, {0, PTTL of the holder's key} when refused.
     static const script& acquire_fenced_script() {
         static const script s(R"lua(
@@ -33,7 +33,7 @@ return {0, redis.call('pttl', KEYS[1])}
     }
 
     /// Compare-and-delete, then wake the waiters.
-    /// KEYS[1] lock key, KEYS[2] channel; ARGV[1] token.
+    /// KEYS[1] lock key; ARGV[1] token, ARGV[2] channel.
     /// Returns 0 when deleted (and `0` published), -1 when the key holds another value or none
     /// (or another type). Any other error reading it (an ACL's refusal) is the script's error.
     static const script& release_script() {
@@ -42,7 +42,7 @@ local value = redis.pcall('get', KEYS[1])
 if type(value) == 'table' and value.err and not string.find(value.err, 'WRONGTYPE', 1, true) then return value end
 if value == ARGV[1] then
     redis.call('del', KEYS[1])
-    redis.call('publish', KEYS[2], '0')
+    redis.call('publish', ARGV[2], '0')
     return 0
 end
 return -1
@@ -74,9 +74,11 @@ return out
                                   std::string_view server) {
         const std::string_view token = a.value, lease = a.lease;
         acquire_result out;
-        if (a.fencing || a.scripted) {
-            script_call call(acquire_fenced_script(), {k.name, k.fencing},
-                             {token, lease, a.fencing ? "1" : "0"});
+        // By script too while a Redis Cluster slot migrates (asking()): ASKING applies to one
+        // command, and the SET + PTTL pipeline is two.
+        if (a.fencing || a.scripted || asking()) {
+            script_call call = acquire_call(acquire_fenced_script(), k, a.fencing,
+                                            {token, lease, a.fencing ? "1" : "0"});
             reply_ptr r = run_script(c, call, k.name, server);
             parse_pair(r.get(), out, k.name, server);
             return out;
@@ -110,7 +112,7 @@ return out
 
     static long long release(redisContext* c, const lock_keys& k, std::string_view token,
                              std::string_view server) {
-        return eval_integer(c, release_script(), {k.name, k.channel}, {token}, k.name, server);
+        return eval_integer(c, release_script(), {k.name}, {token, k.channel}, k.name, server);
     }
 
     static bool held(redisContext* c, const lock_keys& k, std::string_view token,

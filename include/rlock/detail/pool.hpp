@@ -1,20 +1,35 @@
 // The connection pool: hiredis contexts are not thread-safe, so each command checks one out.
+// With Redis Cluster there is one pool per master, and run() routes each command by its lock's
+// slot, following the cluster's redirections.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "rlock/detail/cluster.hpp"
 #include "rlock/detail/hiredis.hpp"
 
 namespace rlock::detail {
 
 class pool {
+    struct node_pool;
+
 public:
+    using clock = std::chrono::steady_clock;
+    /// Redirections one command may follow (a resharding under way moves a slot once or twice).
+    static constexpr int max_redirects = 16;
+
     explicit pool(const endpoint& ep) : ep_(ep) {}
     pool(const pool&) = delete;
     pool& operator=(const pool&) = delete;
@@ -23,67 +38,47 @@ public:
     /// master switch (Sentinel) made it stale.
     class handle {
     public:
-        handle(pool* p, context_ptr c, std::uint64_t epoch)
-            : pool_(p), ctx_(std::move(c)), epoch_(epoch) {}
-        handle(handle&& o) noexcept : pool_(o.pool_), ctx_(std::move(o.ctx_)), epoch_(o.epoch_) {}
+        handle(pool* p, node_pool* n, context_ptr c, std::uint64_t epoch)
+            : pool_(p), node_(n), ctx_(std::move(c)), epoch_(epoch) {}
+        handle(handle&& o) noexcept
+            : pool_(o.pool_), node_(o.node_), ctx_(std::move(o.ctx_)), epoch_(o.epoch_) {}
         handle& operator=(handle&&) = delete;
         ~handle() {
-            if (ctx_) pool_->give_back(std::move(ctx_), epoch_);
+            if (ctx_) pool_->give_back(*node_, std::move(ctx_), epoch_);
         }
         redisContext* get() const noexcept { return ctx_.get(); }
         /// Closes the connection instead of pooling it: a reply may still be on its way.
         void discard() noexcept {
             if (!ctx_) return;
             ctx_.reset();
-            pool_->forget();
+            pool_->forget(*node_);
         }
 
     private:
         pool* pool_;
+        node_pool* node_;
         context_ptr ctx_;
         std::uint64_t epoch_;
     };
 
-    /// Waits up to command_timeout for an idle connection or room to open one.
+    /// Waits up to command_timeout for an idle connection or room to open one: to the server,
+    /// or (Redis Cluster) to the master the slot map names for `lock`'s slot.
     handle checkout(std::string_view lock) {
-        std::unique_lock<std::mutex> g(mu_);
-        const auto deadline = std::chrono::steady_clock::now() + ep_.options.command_timeout;
-        const std::size_t cap = ep_.options.pool_size == 0 ? 1 : ep_.options.pool_size;
-        const std::uint64_t epoch = ep_.epoch.load();
-        while (!idle_.empty() && idle_.back().epoch != epoch) {  // from before a master switch
-            idle_.pop_back();
-            --open_;
-        }
-        while (idle_.empty() && open_ >= cap) {
-            if (cv_.wait_until(g, deadline) == std::cv_status::timeout && idle_.empty() &&
-                open_ >= cap) {
-                throw error(errc::timeout, lock, ep_.name,
-                            "no pooled connection free within command_timeout (pool_size " +
-                                std::to_string(cap) + ")");
-            }
-        }
-        if (!idle_.empty()) {
-            pooled p = std::move(idle_.back());
-            idle_.pop_back();
-            return handle(this, std::move(p.ctx), p.epoch);
-        }
-        ++open_;
-        g.unlock();
-        try {
-            return handle(this, connect(ep_), epoch);
-        } catch (...) {
-            g.lock();
-            --open_;
-            cv_.notify_one();
-            throw;
-        }
+        if (!ep_.slots) return checkout_at(single_, lock);
+        return checkout_at(node(master_for(key_slot(lock), lock)), lock);
     }
 
     /// Runs f(redisContext*) on a pooled connection. When the connection breaks (I/O error,
     /// timeout) the other idle connections are dropped too: after a restart they are all dead.
     /// With `retry_safe` (the command is idempotent) it is tried once more on a new connection.
+    ///
+    /// Redis Cluster: on the master of `lock`'s slot. MOVED updates the slot map and goes
+    /// there; ASK goes to the named node once, with ASKING; TRYAGAIN, CLUSTERDOWN and a master
+    /// that cannot be reached (nothing was sent) are tried again with a fresh map every 25 ms
+    /// until command_timeout has passed; a `retry_safe` command whose connection broke too.
     template <class F>
     auto run(std::string_view lock, bool retry_safe, F&& f) -> decltype(f(std::declval<redisContext*>())) {
+        if (ep_.slots) return run_clustered(lock, retry_safe, f);
         for (int attempt = 0;; ++attempt) {
             handle h = checkout(lock);
             try {
@@ -99,49 +94,217 @@ public:
         }
     }
 
+    /// Closes every idle connection (of every node).
     void drop_idle() {
         std::vector<pooled> dead;
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            dead.swap(idle_);
-            open_ -= dead.size();
-        }
-        cv_.notify_all();
+        std::lock_guard<std::mutex> g(mu_);
+        drop_idle_locked(single_, dead);
+        for (auto& n : nodes_) drop_idle_locked(*n, dead);
     }
 
     const endpoint& ep() const noexcept { return ep_; }
 
 private:
-    void forget() noexcept {
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            --open_;
-        }
-        cv_.notify_one();
-    }
-
-    void give_back(context_ptr c, std::uint64_t epoch) {
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            if (c->err || epoch != ep_.epoch.load()) {
-                --open_;
-            } else {
-                idle_.push_back({std::move(c), epoch});
-            }
-        }
-        cv_.notify_one();
-    }
-
     struct pooled {
         context_ptr ctx;
         std::uint64_t epoch;
     };
+    /// The connections to one server: the only one, or one cluster master.
+    struct node_pool {
+        server_address at;  // Redis Cluster: the master; otherwise unused
+        std::string name;   // how messages name it
+        std::vector<pooled> idle;
+        std::size_t open = 0;
+        std::condition_variable cv;
+    };
+
+    handle checkout_at(node_pool& n, std::string_view lock) {
+        std::unique_lock<std::mutex> g(mu_);
+        const auto deadline = clock::now() + ep_.options.command_timeout;
+        const std::size_t cap = ep_.options.pool_size == 0 ? 1 : ep_.options.pool_size;
+        const std::uint64_t epoch = ep_.epoch.load();
+        while (!n.idle.empty() && n.idle.back().epoch != epoch) {  // from before a master switch
+            n.idle.pop_back();
+            --n.open;
+        }
+        while (n.idle.empty() && n.open >= cap) {
+            if (n.cv.wait_until(g, deadline) == std::cv_status::timeout && n.idle.empty() &&
+                n.open >= cap) {
+                throw error(errc::timeout, lock, ep_.slots ? n.name : ep_.name,
+                            "no pooled connection free within command_timeout (pool_size " +
+                                std::to_string(cap) + ")");
+            }
+        }
+        if (!n.idle.empty()) {
+            pooled p = std::move(n.idle.back());
+            n.idle.pop_back();
+            return handle(this, &n, std::move(p.ctx), p.epoch);
+        }
+        ++n.open;
+        g.unlock();
+        try {
+            return handle(this, &n, ep_.slots ? connect_node(ep_, n.at) : connect(ep_), epoch);
+        } catch (...) {
+            g.lock();
+            --n.open;
+            n.cv.notify_one();
+            throw;
+        }
+    }
+
+    template <class F>
+    auto run_clustered(std::string_view lock, bool retry_safe, F& f) -> decltype(f(std::declval<redisContext*>())) {
+        const int slot = key_slot(lock);
+        const auto deadline = clock::now() + ep_.options.command_timeout;
+        std::optional<server_address> ask_to;  // set: the next try goes there, with ASKING
+        for (int round = 0;; ++round) {
+            node_pool* n = nullptr;
+            std::optional<handle> h;
+            try {
+                n = &node(ask_to ? *ask_to : master_for(slot, lock));
+                h.emplace(checkout_at(*n, lock));
+            } catch (const error& e) {
+                // Nothing was sent. A master that cannot be reached may have failed over: a
+                // fresh map names its successor once the cluster has promoted one.
+                if (e.value() != errc::connection_failed && e.value() != errc::timeout) throw;
+                ep_.slots->mark_stale();
+                ask_to.reset();
+                if (!pause_before_retry(deadline)) throw;
+                continue;
+            }
+            last_redirect() = redirect{};
+            // Set for this one run of f, and cleared however it ends.
+            struct asking_scope {
+                explicit asking_scope(bool on) noexcept { asking() = on; }
+                ~asking_scope() { asking() = false; }
+                asking_scope(const asking_scope&) = delete;
+                asking_scope& operator=(const asking_scope&) = delete;
+            };
+            try {
+                const asking_scope scope(ask_to.has_value());
+                return f(h->get());
+            } catch (const error& e) {
+                const redirect r = std::move(last_redirect());
+                last_redirect() = redirect{};
+                if (r.kind == redirect::moved && round < max_redirects) {
+                    ep_.slots->moved(r.slot, named_host(r.to, *n));
+                    ask_to.reset();
+                    continue;
+                }
+                if (r.kind == redirect::ask && round < max_redirects) {
+                    ask_to = named_host(r.to, *n);
+                    continue;
+                }
+                if (r.kind == redirect::try_again) {
+                    ep_.slots->mark_stale();
+                    ask_to.reset();
+                    if (pause_before_retry(deadline)) continue;
+                    throw on_node(e, lock, *n);
+                }
+                if (h->get()->err == 0 && e.value() != errc::connection_failed) throw on_node(e, lock, *n);
+                h->discard();
+                drop_idle(*n);
+                ep_.slots->mark_stale();
+                ask_to.reset();
+                if (!retry_safe || !pause_before_retry(deadline)) throw on_node(e, lock, *n);
+            }
+        }
+    }
+
+    /// Redis Cluster: the master of `slot`, from the slot map, which is loaded again first when
+    /// a redirection or a failure made it stale. A map that cannot be loaded is used as it is,
+    /// when it names a master at all.
+    server_address master_for(int slot, std::string_view lock) {
+        if (ep_.slots->stale()) {
+            std::lock_guard<std::mutex> g(load_mu_);
+            if (ep_.slots->stale()) {  // not loaded by another thread meanwhile
+                try {
+                    load_slots(ep_);
+                } catch (const error&) {
+                    if (!ep_.slots->master_of(slot)) throw;
+                }
+            }
+        }
+        if (std::optional<server_address> m = ep_.slots->master_of(slot)) return std::move(*m);
+        throw error(errc::server_error, lock, ep_.name,
+                    "no master serves slot " + std::to_string(slot) + " (the cluster is down)");
+    }
+
+    /// The pool of the node at `at`, made on first use.
+    node_pool& node(const server_address& at) {
+        std::lock_guard<std::mutex> g(mu_);
+        for (auto& n : nodes_) {
+            if (n->at.port == at.port && n->at.host == at.host) return *n;
+        }
+        auto& n = nodes_.emplace_back(std::make_unique<node_pool>());
+        n->at = at;
+        n->name = "cluster node " + address_name(at.host, at.port);
+        return *n;
+    }
+
+    /// A redirection with an empty host means the node that sent it.
+    static server_address named_host(server_address to, const node_pool& from) {
+        if (to.host.empty()) to.host = from.at.host;
+        return to;
+    }
+
+    /// Waits before the next try of a command the cluster could not run yet; false when the
+    /// command's time is up instead. A backoff bounded by command_timeout, not a wait for a
+    /// lock: no message announces that a failover or a slot migration has finished.
+    static bool pause_before_retry(clock::time_point deadline) {
+        const auto now = clock::now();
+        if (now >= deadline) return false;
+        std::this_thread::sleep_for(std::min<clock::duration>(std::chrono::milliseconds(25), deadline - now));
+        return true;
+    }
+
+    /// `e`, thrown by a command that named the whole cluster, naming the node that failed.
+    error on_node(const error& e, std::string_view lock, const node_pool& n) const {
+        const std::string prefix = error(e.value(), lock, ep_.name, "").what();
+        const std::string_view what = e.what();
+        if (what.substr(0, prefix.size()) != prefix) return e;
+        return error(e.value(), lock, n.name, what.substr(prefix.size()));
+    }
+
+    void drop_idle(node_pool& n) {
+        std::vector<pooled> dead;
+        std::lock_guard<std::mutex> g(mu_);
+        drop_idle_locked(n, dead);
+    }
+
+    // Closes the connections after the pool's lock is released (`dead` outlives the guard).
+    void drop_idle_locked(node_pool& n, std::vector<pooled>& dead) {
+        n.open -= n.idle.size();
+        for (pooled& p : n.idle) dead.push_back(std::move(p));
+        n.idle.clear();
+        n.cv.notify_all();
+    }
+
+    void forget(node_pool& n) noexcept {
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            --n.open;
+        }
+        n.cv.notify_one();
+    }
+
+    void give_back(node_pool& n, context_ptr c, std::uint64_t epoch) {
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            if (c->err || epoch != ep_.epoch.load()) {
+                --n.open;
+            } else {
+                n.idle.push_back({std::move(c), epoch});
+            }
+        }
+        n.cv.notify_one();
+    }
 
     const endpoint& ep_;
     std::mutex mu_;
-    std::condition_variable cv_;
-    std::vector<pooled> idle_;
-    std::size_t open_ = 0;
+    std::mutex load_mu_;  // one slot map load at a time
+    node_pool single_;    // the connections without Redis Cluster
+    std::vector<std::unique_ptr<node_pool>> nodes_;  // Redis Cluster: one per master, kept
 };
 
 }  // namespace rlock::detail

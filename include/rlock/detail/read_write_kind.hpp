@@ -4,7 +4,8 @@
 //     <holder id>               -> read reentry count        (one field per reading thread)
 //     <holder id>:write         -> write reentry count       (the writing thread)
 // and for every read hold n of a holder a key `{name}:<holder id>:rwlock_timeout:<n>` with that
-// hold's own PEXPIRE. Unlocks publish on `redisson_rwlock:{name}`: `0` when the last reader
+// hold's own PEXPIRE (`name:<holder id>:...` when the name has a '{' of its own, as Redisson's
+// suffixName does). Unlocks publish on `redisson_rwlock:{name}`: `0` when the last reader
 // leaves, `1` when the writer leaves (also when it leaves while keeping read holds: a
 // downgrade, after which waiting readers may enter).
 //
@@ -31,6 +32,9 @@ namespace rlock::detail {
 /// returns how many readers are alive and the longest remaining hold (ms).
 inline constexpr std::string_view rw_lua_helpers = R"lua(
 local function hold_key(hash, holder, n)
+    if string.find(hash, '{', 1, true) then
+        return hash .. ':' .. holder .. ':rwlock_timeout:' .. n
+    end
     return '{' .. hash .. '}:' .. holder .. ':rwlock_timeout:' .. n
 end
 local function live_readers(hash)
@@ -67,10 +71,10 @@ inline std::string with_rw_helpers(std::string_view body) {
 
 struct rw_read_kind : kind_defaults {
     static constexpr bool reentrant = true;
-    static constexpr std::string_view channel_prefix = "redisson_rwlock:";
+    static constexpr std::string_view channel_prefix = "redisson_rwlock";
 
     /// Take or re-enter a read hold.
-    /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name};
+    /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name} (with fencing only);
     /// ARGV[1] lease ms, ARGV[2] holder id, ARGV[3] "<holder id>:write", ARGV[4] '1' fencing,
     /// ARGV[5] '1' re-entry (must find the holder's field).
     /// Allowed when the lock is free, in read mode, or in write mode held by this very holder
@@ -103,7 +107,7 @@ return {1, n, fencing_token(KEYS[2], ARGV[4])}
         return s;
     }
 
-    /// Leave one read level. KEYS[1] lock hash, KEYS[2] channel; ARGV[1] holder id.
+    /// Leave one read level. KEYS[1] lock hash; ARGV[1] holder id, ARGV[2] channel.
     /// Deletes the hold's own key. When the holder's last level goes and no live reader (nor
     /// writer) remains, deletes the hash and publishes `0`; otherwise the hash lives on for the
     /// longest remaining reader hold. Returns -1 not held, n > 0 levels left, 0 released.
@@ -123,7 +127,7 @@ if count > 1 then
 end
 if mode == 'read' and redis.call('hlen', KEYS[1]) == 2 then
     redis.call('del', hold_key(KEYS[1], ARGV[1], 1), KEYS[1])
-    redis.call('publish', KEYS[2], '0')
+    redis.call('publish', ARGV[2], '0')
     return 0
 end
 redis.call('del', hold_key(KEYS[1], ARGV[1], 1))
@@ -135,7 +139,7 @@ if alive > 0 then
     return 0
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], '0')
+redis.call('publish', ARGV[2], '0')
 return 0
 )lua");
         static const script s(body);
@@ -175,7 +179,7 @@ return out
     }
 
     /// Deletes the whole lock (every reader's hold keys too) and publishes `1`.
-    /// KEYS[1] lock hash, KEYS[2] channel. Returns 1 when it was held.
+    /// KEYS[1] lock hash; ARGV[1] channel. Returns 1 when it was held.
     static const script& force_unlock_script() {
         static const std::string body = with_rw_helpers(R"lua(
 if redis.call('exists', KEYS[1]) == 0 then return 0 end
@@ -186,7 +190,7 @@ for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
     end
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], '1')
+redis.call('publish', ARGV[1], '1')
 return 1
 )lua");
         static const script s(body);
@@ -198,14 +202,15 @@ return 1
     static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
                                   std::string_view server) {
         const std::string write_field = std::string(a.value) + ":write";
-        script_call call(acquire_script(), {k.name, k.fencing},
-                         {a.lease, a.value, write_field, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
+        script_call call = acquire_call(acquire_script(), k, a.fencing,
+                                        {a.lease, a.value, write_field, a.fencing ? "1" : "0",
+                                         a.reentry ? "1" : "0"});
         return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
     }
 
     static long long release(redisContext* c, const lock_keys& k, std::string_view holder,
                              std::string_view server) {
-        return eval_integer(c, release_script(), {k.name, k.channel}, {holder}, k.name, server);
+        return eval_integer(c, release_script(), {k.name}, {holder, k.channel}, k.name, server);
     }
 
     static bool held(redisContext* c, const lock_keys& k, std::string_view holder,
@@ -214,16 +219,16 @@ return 1
     }
 
     static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
-        return eval_integer(c, force_unlock_script(), {k.name, k.channel}, {}, k.name, server) == 1;
+        return eval_integer(c, force_unlock_script(), {k.name}, {k.channel}, k.name, server) == 1;
     }
 };
 
 struct rw_write_kind : kind_defaults {
     static constexpr bool reentrant = true;
-    static constexpr std::string_view channel_prefix = "redisson_rwlock:";
+    static constexpr std::string_view channel_prefix = "redisson_rwlock";
 
     /// Take or re-enter the write hold.
-    /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name};
+    /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name} (with fencing only);
     /// ARGV[1] lease ms, ARGV[2] "<holder id>:write", ARGV[3] '1' fencing, ARGV[4] '1' re-entry.
     /// In read mode, readers whose hold keys have all expired are dropped first; the write
     /// side is free once no live reader is left. Returns {1, count, token} / {0, PTTL}.
@@ -257,7 +262,7 @@ return {0, redis.call('pttl', KEYS[1])}
         return s;
     }
 
-    /// Leave one write level. KEYS[1] lock hash, KEYS[2] channel; ARGV[1] "<holder id>:write".
+    /// Leave one write level. KEYS[1] lock hash; ARGV[1] "<holder id>:write", ARGV[2] channel.
     /// The last level deletes the hash, or, when the holder still has read holds (a
     /// downgrade), switches mode to read and gives the hash the longest remaining read hold's
     /// TTL; either way it publishes `1` to wake every waiter.
@@ -286,7 +291,7 @@ else
         redis.call('pexpire', KEYS[1], longest)
     end
 end
-redis.call('publish', KEYS[2], '1')
+redis.call('publish', ARGV[2], '1')
 return 0
 )lua");
         static const script s(body);
@@ -332,14 +337,14 @@ return out
 
     static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
                                   std::string_view server) {
-        script_call call(acquire_script(), {k.name, k.fencing},
-                         {a.lease, a.value, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
+        script_call call = acquire_call(acquire_script(), k, a.fencing,
+                                        {a.lease, a.value, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
         return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
     }
 
     static long long release(redisContext* c, const lock_keys& k, std::string_view field,
                              std::string_view server) {
-        return eval_integer(c, release_script(), {k.name, k.channel}, {field}, k.name, server);
+        return eval_integer(c, release_script(), {k.name}, {field, k.channel}, k.name, server);
     }
 
     static bool held(redisContext* c, const lock_keys& k, std::string_view field,

@@ -13,10 +13,10 @@ namespace rlock::detail {
 
 struct reentrant_kind : kind_defaults {
     static constexpr bool reentrant = true;
-    static constexpr std::string_view channel_prefix = "redisson_lock__channel:";
+    static constexpr std::string_view channel_prefix = "redisson_lock__channel";
 
     /// Acquire or re-enter (Redisson's tryLockInnerAsync, with RFencedLock's counter).
-    /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name};
+    /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name} (with fencing only);
     /// ARGV[1] lease ms, ARGV[2] holder id, ARGV[3] '1' to INCR the fencing counter,
     /// ARGV[4] '1' for a re-entry, which must find the holder's field: a re-entry never
     /// re-creates a hold that is gone.
@@ -41,7 +41,7 @@ return {1, n, token}
         return s;
     }
 
-    /// Leave one level. KEYS[1] lock hash, KEYS[2] channel; ARGV[1] holder id.
+    /// Leave one level. KEYS[1] lock hash; ARGV[1] holder id, ARGV[2] channel.
     /// Returns -1 when the holder has no field (not held, expired, or not a hash), the count
     /// left when still held, 0 when this was the last level (deleted, `0` published).
     /// An inner level keeps the TTL as it is: the watchdog or the lease governs it. The count is
@@ -59,7 +59,7 @@ if (tonumber(count) or 0) > 1 then
     return redis.call('hincrby', KEYS[1], ARGV[1], -1)
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], '0')
+redis.call('publish', ARGV[2], '0')
 return 0
 )lua");
         return s;
@@ -87,8 +87,8 @@ return out
 
     static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
                                   std::string_view server) {
-        script_call call(acquire_script(), {k.name, k.fencing},
-                         {a.lease, a.value, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
+        script_call call = acquire_call(acquire_script(), k, a.fencing,
+                                        {a.lease, a.value, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
         return parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
     }
 
@@ -114,7 +114,7 @@ return out
 
     static long long release(redisContext* c, const lock_keys& k, std::string_view holder,
                              std::string_view server) {
-        return eval_integer(c, release_script(), {k.name, k.channel}, {holder}, k.name, server);
+        return eval_integer(c, release_script(), {k.name}, {holder, k.channel}, k.name, server);
     }
 
     static bool held(redisContext* c, const lock_keys& k, std::string_view holder,

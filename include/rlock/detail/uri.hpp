@@ -18,6 +18,8 @@ struct uri_parts {
     int db = 0;
     std::vector<std::pair<std::string, int>> sentinels;  // redis-sentinel:// only
     std::string sentinel_master;
+    bool cluster = false;                                 // redis-cluster://
+    std::vector<std::pair<std::string, int>> seeds;       // redis-cluster:// only
 };
 
 // The password may sit in the URI: errors name the problem, never echo the URI itself.
@@ -115,12 +117,15 @@ inline uri_parts parse_uri(std::string_view uri) {
         }
         return out;
     }
-    constexpr std::string_view sentinel_scheme = "redis-sentinel://";
+    constexpr std::string_view sentinel_scheme = "redis-sentinel://", cluster_scheme = "redis-cluster://";
     const bool sentinel = uri.substr(0, sentinel_scheme.size()) == sentinel_scheme;
-    if (!sentinel && uri.substr(0, tcp.size()) != tcp) {
-        bad_uri(uri, "scheme must be redis://, redis-sentinel:// or unix://");
+    out.cluster = uri.substr(0, cluster_scheme.size()) == cluster_scheme;
+    if (!sentinel && !out.cluster && uri.substr(0, tcp.size()) != tcp) {
+        bad_uri(uri, "scheme must be redis://, redis-sentinel://, redis-cluster:// or unix://");
     }
-    std::string_view rest = uri.substr(sentinel ? sentinel_scheme.size() : tcp.size());
+    std::string_view rest = uri.substr(sentinel ? sentinel_scheme.size()
+                                       : out.cluster ? cluster_scheme.size()
+                                                     : tcp.size());
     std::string_view path;
     if (auto slash = rest.find('/'); slash != std::string_view::npos) {
         path = rest.substr(slash + 1);
@@ -137,6 +142,19 @@ inline uri_parts parse_uri(std::string_view uri) {
             out.username = percent_decode(uri, userinfo.substr(0, colon));
             out.password = percent_decode(uri, userinfo.substr(colon + 1));
         }
+    }
+    if (out.cluster) {
+        // host[:port][,host[:port]...][/]: a cluster has no db but 0.
+        if (!path.empty() && path != "0") bad_uri(uri, "Redis Cluster has no database but 0");
+        while (true) {
+            const auto comma = rest.find(',');
+            out.seeds.push_back(parse_host_port(uri, rest.substr(0, comma), 6379));
+            if (comma == std::string_view::npos) break;
+            rest = rest.substr(comma + 1);
+        }
+        out.host = out.seeds.front().first;
+        out.port = out.seeds.front().second;
+        return out;
     }
     if (sentinel) {
         // host[:port][,host[:port]...]/master-name[/db]

@@ -1,0 +1,307 @@
+// Redis Cluster (issue 7): real clusters of 3 masters with a replica each, made by the test.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+
+#include "rlock/rlock.hpp"
+#include "support/helpers.hpp"
+#include "support/redis_cluster.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using rlock_test::eventually;
+using rlock_test::redis_cluster;
+using rlock_test::redis_server;
+
+namespace {
+
+/// A lock name starting with `stem` whose slot `master` serves.
+std::string name_on(redis_cluster& c, const redis_server& master, const std::string& stem) {
+    for (int i = 0; i < 1000; ++i) {
+        std::string n = stem + "." + std::to_string(i);
+        if (&c.master_for_slot(redis_cluster::key_slot(n)) == &master) return n;
+    }
+    throw std::runtime_error("test: no name found on that master");
+}
+
+/// Subscribers of `channel` over the whole cluster (PUBSUB NUMSUB counts one node's own).
+long long subscribers(redis_cluster& c, const std::string& channel) {
+    long long n = 0;
+    for (auto& s : c.nodes()) {
+        if (s->pid() <= 0) continue;
+        auto r = s->cmd({"PUBSUB", "NUMSUB", channel});
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) n += r->element[1]->integer;
+    }
+    return n;
+}
+
+/// Locks with `a`, checks the key is on `master` and that `b` is refused, unlocks, and checks
+/// the key is gone and `b` gets the lock.
+template <class Lock>
+void lock_excludes_on(Lock& a, Lock& b, const redis_server& master) {
+    a.lock();
+    EXPECT_EQ(master.integer({"EXISTS", a.name()}), 1) << a.name() << " is not on its slot's master";
+    EXPECT_FALSE(b.try_lock()) << a.name();
+    a.unlock();
+    EXPECT_EQ(master.integer({"EXISTS", a.name()}), 0) << a.name();
+    EXPECT_TRUE(b.try_lock()) << a.name();
+    b.unlock();
+}
+
+}  // namespace
+
+TEST(cluster, key_slot_matches_the_servers) {
+    redis_server node({"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"});
+    std::vector<std::string> keys = {"", "foo", "{user1000}.following", "{user1000}.followers",
+                                     "a{}b", "{}", "a{b}c", "a}b{c", "{{a}}", "x{y",
+                                     std::string("\xff\0z{\x80}", 6)};
+    for (int i = 0; i < 300; ++i) keys.push_back("lock:" + std::to_string(i * 7919));
+    for (const std::string& k : keys) {
+        EXPECT_EQ(rlock::detail::key_slot(k), node.integer({"CLUSTER", "KEYSLOT", k})) << k;
+    }
+}
+
+TEST(cluster, every_lock_kind_runs_on_the_master_of_its_slot_and_excludes_other_clients) {
+    redis_cluster c;
+    rlock::client a(c.uri()), b(c.uri());
+    EXPECT_EQ(a.server().substr(0, 8), "cluster ");
+    const auto masters = c.masters();
+    ASSERT_EQ(masters.size(), 3u);
+    const std::string stem = rlock_test::test_lock_name();
+    for (const redis_server* m : masters) {
+        {
+            const std::string n = name_on(c, *m, stem + ".mutex");
+            rlock::mutex x(a, n), y(b, n);
+            lock_excludes_on(x, y, *m);
+        }
+        {
+            const std::string n = name_on(c, *m, stem + ".reentrant");
+            rlock::reentrant_lock x(a, n), y(b, n);
+            lock_excludes_on(x, y, *m);
+        }
+        {
+            const std::string n = name_on(c, *m, stem + ".fair");
+            rlock::fair_lock x(a, n), y(b, n);
+            lock_excludes_on(x, y, *m);
+        }
+        {
+            const std::string n = name_on(c, *m, stem + ".rw");
+            rlock::read_write_lock x(a, n), y(b, n);
+            lock_excludes_on(x, y, *m);
+            x.lock_shared();  // a read hold's own key lands in the same slot
+            EXPECT_TRUE(y.try_lock_shared());
+            y.unlock_shared();
+            EXPECT_FALSE(y.try_lock_for(10ms)) << "a writer got in beside a reader";
+            x.unlock_shared();
+            EXPECT_EQ(m->integer({"EXISTS", n}), 0);
+        }
+    }
+}
+
+TEST(cluster, an_unlock_on_one_master_wakes_a_waiter_whose_subscriber_is_on_another_node) {
+    redis_cluster c;
+    rlock::client a(c.uri()), b(c.uri());
+    for (const redis_server* m : c.masters()) {
+        const std::string n = name_on(c, *m, rlock_test::test_lock_name());
+        rlock::reentrant_lock holder(a, n);
+        holder.lock();  // watched: a 30 s lease, so only the unlock message can end the wait
+        auto waiter = std::async(std::launch::async, [&] {
+            rlock::reentrant_lock w(b, n);
+            if (!w.try_lock_for(10s)) return false;
+            w.unlock();
+            return true;
+        });
+        ASSERT_TRUE(eventually([&] { return subscribers(c, "redisson_lock__channel:{" + n + "}") == 1; }, 10s));
+        holder.unlock();
+        EXPECT_TRUE(waiter.get()) << "the waiter on " << n << " did not get the unlock message";
+    }
+}
+
+TEST(cluster, the_watchdog_renews_holds_on_every_master_in_per_node_batches) {
+    redis_cluster c;
+    rlock_test::lost_log lost;
+    rlock::client_options o = rlock::client_options::from_uri(c.uri());
+    o.lock_watchdog_timeout = 600ms;
+    o.on_lock_lost = lost.handler();
+    rlock::client a(o);
+    std::vector<std::unique_ptr<rlock::reentrant_lock>> locks;
+    std::vector<const redis_server*> where;
+    for (const redis_server* m : c.masters()) {
+        for (int i = 0; i < 3; ++i) {  // several slots per master
+            const std::string n = name_on(c, *m, rlock_test::test_lock_name() + std::to_string(i));
+            locks.push_back(std::make_unique<rlock::reentrant_lock>(a, n));
+            locks.back()->lock();
+            where.push_back(m);
+        }
+    }
+    rlock::read_write_lock rw(a, name_on(c, *c.masters()[1], rlock_test::test_lock_name() + ".rw"));
+    rw.lock_shared();
+    std::this_thread::sleep_for(2s);  // more than three leases
+    for (std::size_t i = 0; i < locks.size(); ++i) {
+        EXPECT_GT(where[i]->integer({"PTTL", locks[i]->name()}), 0) << locks[i]->name() << " was not renewed";
+        EXPECT_FALSE(locks[i]->lost());
+    }
+    EXPECT_FALSE(rw.lost());
+    EXPECT_GT(c.masters()[1]->integer({"PTTL", rw.name()}), 0);
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+    for (auto& l : locks) l->unlock();
+    rw.unlock_shared();
+    for (std::size_t i = 0; i < locks.size(); ++i) EXPECT_EQ(where[i]->integer({"EXISTS", locks[i]->name()}), 0);
+}
+
+TEST(cluster, names_with_a_hash_tag_keep_their_keys_in_the_tags_slot_as_redisson_names_them) {
+    redis_cluster c;
+    rlock::client a(c.uri());
+    const std::string x = "{acct-" + rlock_test::test_lock_name() + "}.debit";
+    const std::string y = "{acct-" + rlock_test::test_lock_name() + "}.credit";
+    const int slot = redis_cluster::key_slot(x);
+    ASSERT_EQ(slot, redis_cluster::key_slot(y));
+    redis_server& m = c.master_for_slot(slot);
+    rlock::lock_options fenced;
+    fenced.fencing = true;
+    rlock::fair_lock f(a, x, fenced);
+    f.lock();
+    // Redisson's prefixName: a name with its own '{' is not wrapped in braces again.
+    EXPECT_EQ(m.integer({"EXISTS", "redisson_lock_token:" + x}), 1);
+    f.unlock();
+    rlock::read_write_lock rw(a, y);
+    rw.lock_shared();
+    const std::string holder = a.id() + ":" + std::to_string(rlock::detail::current_thread_number());
+    EXPECT_EQ(m.integer({"EXISTS", y + ":" + holder + ":rwlock_timeout:1"}), 1);
+    rw.unlock_shared();
+
+    // Two parts in one slot, and two on different masters: both all-or-nothing.
+    rlock::mutex p(a, x), q(a, y);
+    rlock::mutex far(a, name_on(c, c.masters()[0] == &m ? *c.masters()[1] : *c.masters()[0],
+                                rlock_test::test_lock_name()));
+    {
+        rlock::multi_lock same{p, q};
+        std::lock_guard<rlock::multi_lock> g(same);
+        EXPECT_EQ(m.integer({"EXISTS", x}), 1);
+        EXPECT_EQ(m.integer({"EXISTS", y}), 1);
+    }
+    {
+        rlock::multi_lock apart{p, far};
+        std::lock_guard<rlock::multi_lock> g(apart);
+        EXPECT_TRUE(p.is_locked());
+        EXPECT_TRUE(far.is_locked());
+    }
+    EXPECT_FALSE(p.is_locked());
+    EXPECT_FALSE(far.is_locked());
+
+    // A '{' without a tag would scatter the lock's keys over slots: refused, nothing sent.
+    try {
+        rlock::reentrant_lock bad(a, "orders{7");
+        FAIL() << "a name without a usable hash tag was accepted in a cluster";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find("orders{7"), std::string::npos) << e.what();
+    }
+}
+
+TEST(cluster, a_lock_whose_slot_migrates_stays_held_and_exclusive_through_ask_and_moved) {
+    redis_cluster c;
+    rlock_test::lost_log lost;
+    rlock::client_options o = rlock::client_options::from_uri(c.uri());
+    o.lock_watchdog_timeout = 600ms;
+    o.command_timeout = 3s;
+    o.on_lock_lost = lost.handler();
+    rlock::client a(o), b(o);
+    redis_server& from = *c.masters()[0];
+    redis_server& to = *c.masters()[1];
+    const std::string n = name_on(c, from, rlock_test::test_lock_name());
+    const std::string m = name_on(c, from, rlock_test::test_lock_name() + ".mutex");
+    const int slot = redis_cluster::key_slot(n), mslot = redis_cluster::key_slot(m);
+    rlock::reentrant_lock held(a, n), other(b, n);
+    rlock::mutex mheld(a, m), mother(b, m);
+    held.lock();
+    mheld.lock();
+
+    c.begin_migration(slot, from, to);
+    if (mslot != slot) c.begin_migration(mslot, from, to);
+    EXPECT_FALSE(other.try_lock()) << "refused on the source, which still has the key";
+    c.move_keys(slot, from, to);
+    if (mslot != slot) c.move_keys(mslot, from, to);
+    ASSERT_TRUE(rlock::detail::reply_is_error(from.cmd({"EXISTS", n}).get(), "ASK"))
+        << "the key did not leave the source";
+    // The source answers ASK now: each attempt goes to the target with ASKING, where the key
+    // moved with its holder, and is refused there.
+    EXPECT_FALSE(other.try_lock());
+    EXPECT_FALSE(mother.try_lock());
+    EXPECT_TRUE(held.is_locked());
+    std::this_thread::sleep_for(900ms);  // renewals in the middle of the migration (ASK)
+    EXPECT_FALSE(held.lost());
+    EXPECT_FALSE(mheld.lost());
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+    mheld.unlock();  // on the target, through ASK
+    ASSERT_TRUE(mother.try_lock()) << "the mutex's unlock did not reach the target";
+    mother.unlock();
+
+    c.end_migration(slot, to);
+    if (mslot != slot) c.end_migration(mslot, to);
+    // After the migration: MOVED, followed to the new owner.
+    EXPECT_FALSE(other.try_lock());
+    std::this_thread::sleep_for(700ms);  // renewals on the new owner
+    EXPECT_GT(to.integer({"PTTL", n}), 0);
+    held.unlock();
+    EXPECT_EQ(to.integer({"EXISTS", n}), 0) << "the unlock did not reach the new owner";
+    ASSERT_TRUE(other.try_lock());
+    EXPECT_EQ(to.integer({"EXISTS", n}), 1);
+    other.unlock();
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+}
+
+TEST(cluster, a_master_failover_keeps_holds_renewed_and_waiters_get_the_lock_on_the_new_master) {
+    redis_cluster c;
+    rlock_test::lost_log lost;
+    rlock::client_options o = rlock::client_options::from_uri(c.uri());
+    o.lock_watchdog_timeout = 3s;  // longer than a manual failover
+    o.command_timeout = 3s;
+    o.on_lock_lost = lost.handler();
+    rlock::client holder(o), other(o), third(o);
+    redis_server& old_master = *c.masters()[0];
+    const std::string n = name_on(c, old_master, rlock_test::test_lock_name());
+    rlock::reentrant_lock l(holder, n);
+    l.lock();
+    std::atomic<bool> waiter_got{false};
+    auto waiter = std::async(std::launch::async, [&] {
+        rlock::reentrant_lock w(other, n);
+        if (!w.try_lock_for(30s)) return false;
+        waiter_got = true;
+        w.unlock();
+        return true;
+    });
+    ASSERT_TRUE(eventually([&] { return subscribers(c, "redisson_lock__channel:{" + n + "}") == 1; }, 10s));
+
+    redis_server& new_master = c.fail_over(old_master);
+    ASSERT_NE(&new_master, &old_master);
+    EXPECT_EQ(new_master.integer({"EXISTS", n}), 1) << "the hold did not reach the replica";
+    rlock::reentrant_lock intruder(third, n);
+    EXPECT_FALSE(intruder.try_lock()) << "exclusion broke across the failover";
+    std::this_thread::sleep_for(4s);  // more than a lease: only renewals on the new master keep it
+    EXPECT_GT(new_master.integer({"PTTL", n}), 0);
+    EXPECT_FALSE(l.lost());
+    EXPECT_FALSE(waiter_got.load()) << "the waiter got a lock that was still held";
+    l.unlock();
+    EXPECT_TRUE(waiter.get()) << "the waiter did not get the lock after the failover";
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+    EXPECT_EQ(new_master.integer({"EXISTS", n}), 0);
+}
+
+TEST(cluster, a_server_without_cluster_support_is_a_clear_error) {
+    redis_server plain;
+    rlock::client_options o = plain.options();
+    o.cluster = true;
+    try {
+        rlock::client c(o);
+        FAIL() << "a client in cluster mode connected to a server without cluster support";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::server_error);
+        EXPECT_NE(std::string(e.what()).find("cluster support disabled"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(std::to_string(plain.port())), std::string::npos) << e.what();
+    }
+}
