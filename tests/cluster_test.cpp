@@ -39,16 +39,18 @@ long long subscribers(redis_cluster& c, const std::string& channel) {
     return n;
 }
 
-/// Locks with `a`, checks the key is on `master` and that `b` is refused, unlocks, and checks
-/// the key is gone and `b` gets the lock.
+/// Two clients' locks of kind `Lock` on `name`: the first locks, the key is on `master` and the
+/// second is refused; after the unlock the key is gone and the second gets the lock.
 template <class Lock>
-void lock_excludes_on(Lock& a, Lock& b, const redis_server& master) {
+void lock_excludes_on(rlock::client& first, rlock::client& second, const std::string& name,
+                      const redis_server& master) {
+    Lock a(first, name), b(second, name);
     a.lock();
-    EXPECT_EQ(master.integer({"EXISTS", a.name()}), 1) << a.name() << " is not on its slot's master";
-    EXPECT_FALSE(b.try_lock()) << a.name();
+    EXPECT_EQ(master.integer({"EXISTS", name}), 1) << name << " is not on its slot's master";
+    EXPECT_FALSE(b.try_lock()) << name;
     a.unlock();
-    EXPECT_EQ(master.integer({"EXISTS", a.name()}), 0) << a.name();
-    EXPECT_TRUE(b.try_lock()) << a.name();
+    EXPECT_EQ(master.integer({"EXISTS", name}), 0) << name;
+    EXPECT_TRUE(b.try_lock()) << name;
     b.unlock();
 }
 
@@ -73,32 +75,18 @@ TEST(cluster, every_lock_kind_runs_on_the_master_of_its_slot_and_excludes_other_
     ASSERT_EQ(masters.size(), 3u);
     const std::string stem = rlock_test::test_lock_name();
     for (const redis_server* m : masters) {
-        {
-            const std::string n = name_on(c, *m, stem + ".mutex");
-            rlock::mutex x(a, n), y(b, n);
-            lock_excludes_on(x, y, *m);
-        }
-        {
-            const std::string n = name_on(c, *m, stem + ".reentrant");
-            rlock::reentrant_lock x(a, n), y(b, n);
-            lock_excludes_on(x, y, *m);
-        }
-        {
-            const std::string n = name_on(c, *m, stem + ".fair");
-            rlock::fair_lock x(a, n), y(b, n);
-            lock_excludes_on(x, y, *m);
-        }
-        {
-            const std::string n = name_on(c, *m, stem + ".rw");
-            rlock::read_write_lock x(a, n), y(b, n);
-            lock_excludes_on(x, y, *m);
-            x.lock_shared();  // a read hold's own key lands in the same slot
-            EXPECT_TRUE(y.try_lock_shared());
-            y.unlock_shared();
-            EXPECT_FALSE(y.try_lock_for(10ms)) << "a writer got in beside a reader";
-            x.unlock_shared();
-            EXPECT_EQ(m->integer({"EXISTS", n}), 0);
-        }
+        lock_excludes_on<rlock::mutex>(a, b, name_on(c, *m, stem + ".mutex"), *m);
+        lock_excludes_on<rlock::reentrant_lock>(a, b, name_on(c, *m, stem + ".reentrant"), *m);
+        lock_excludes_on<rlock::fair_lock>(a, b, name_on(c, *m, stem + ".fair"), *m);
+        const std::string n = name_on(c, *m, stem + ".rw");
+        lock_excludes_on<rlock::read_write_lock>(a, b, n, *m);  // the write side
+        rlock::read_write_lock x(a, n), y(b, n);
+        x.lock_shared();  // a read hold's own key lands in the same slot
+        EXPECT_TRUE(y.try_lock_shared());
+        y.unlock_shared();
+        EXPECT_FALSE(y.try_lock_for(10ms)) << "a writer got in beside a reader";
+        x.unlock_shared();
+        EXPECT_EQ(m->integer({"EXISTS", n}), 0);
     }
 }
 
