@@ -4,8 +4,11 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <list>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "rlock/rlock.hpp"
 #include "support/helpers.hpp"
@@ -54,7 +57,117 @@ void lock_excludes_on(rlock::client& first, rlock::client& second, const std::st
     b.unlock();
 }
 
+/// Replies built by hand, as hiredis would hand them over, for the parsers.
+class reply_tree {
+public:
+    redisReply* integer(long long v) {
+        redisReply* r = make(REDIS_REPLY_INTEGER);
+        r->integer = v;
+        return r;
+    }
+    redisReply* text(std::string s) {
+        std::string& kept = texts_.emplace_back(std::move(s));
+        redisReply* r = make(REDIS_REPLY_STRING);
+        r->str = kept.data();
+        r->len = kept.size();
+        return r;
+    }
+    redisReply* nil() { return make(REDIS_REPLY_NIL); }
+    redisReply* array(std::vector<redisReply*> elements) {
+        std::vector<redisReply*>& kept = arrays_.emplace_back(std::move(elements));
+        redisReply* r = make(REDIS_REPLY_ARRAY);
+        r->element = kept.data();
+        r->elements = kept.size();
+        return r;
+    }
+    /// One CLUSTER SLOTS range: [first, last, [host, port, id]].
+    redisReply* range(long long first, long long last, redisReply* host, long long port) {
+        return array({integer(first), integer(last), array({host, integer(port), text("id")})});
+    }
+
+private:
+    redisReply* make(int type) {
+        redisReply& r = replies_.emplace_back();
+        r.type = type;
+        return &r;
+    }
+    std::list<redisReply> replies_;
+    std::list<std::string> texts_;
+    std::list<std::vector<redisReply*>> arrays_;
+};
+
 }  // namespace
+
+TEST(cluster_parse, redirections_name_the_slot_and_node_and_malformed_ones_are_not_followed) {
+    using rlock::detail::parse_redirect;
+    using rlock::detail::redirect;
+    redirect r = parse_redirect("MOVED 3999 127.0.0.1:6381");
+    EXPECT_EQ(r.kind, redirect::moved);
+    EXPECT_EQ(r.slot, 3999);
+    EXPECT_EQ(r.to.host, "127.0.0.1");
+    EXPECT_EQ(r.to.port, 6381);
+    r = parse_redirect("ASK 12 [::1]:7000");
+    EXPECT_EQ(r.kind, redirect::ask);
+    EXPECT_EQ(r.slot, 12);
+    EXPECT_EQ(r.to.host, "::1");
+    EXPECT_EQ(r.to.port, 7000);
+    r = parse_redirect("MOVED 5 :7001");  // the node we asked, on another port
+    EXPECT_EQ(r.kind, redirect::moved);
+    EXPECT_EQ(r.to.host, "");
+    EXPECT_EQ(r.to.port, 7001);
+    EXPECT_EQ(parse_redirect("TRYAGAIN Multiple keys request during rehashing of slot").kind,
+              redirect::try_again);
+    EXPECT_EQ(parse_redirect("CLUSTERDOWN The cluster is down").kind, redirect::try_again);
+    for (const char* bad : {"MOVED  127.0.0.1:1", "MOVED 3999 127.0.0.1:", "MOVED 16384 h:1",
+                            "MOVED 1 h:65536", "MOVED x1 h:1", "ASK 1 h", "ERR MOVED 1 h:1",
+                            "NOSCRIPT No matching script", ""}) {
+        EXPECT_EQ(parse_redirect(bad).kind, redirect::none) << bad;
+    }
+    const rlock::error busy(rlock::errc::server_error, "l", "cluster node h:1",
+                            "TRYAGAIN Multiple keys request during rehashing of slot");
+    EXPECT_TRUE(rlock::detail::says_try_again(busy.what()));
+    const rlock::error moved(rlock::errc::server_error, "l", "cluster node h:1", "MOVED 1 h:2");
+    EXPECT_FALSE(rlock::detail::says_try_again(moved.what()));
+}
+
+TEST(cluster_parse, the_slot_map_reads_every_endpoint_form_of_cluster_slots) {
+    rlock::detail::slot_map map;
+    reply_tree t;
+    // An address; NULL (cluster-preferred-endpoint-type unknown-endpoint) and "" (before Redis
+    // 7): the node asked; "?": not known yet, so its slots stay unknown.
+    const redisReply* r = t.array({t.range(0, 5460, t.text("10.0.0.1"), 7000),
+                                   t.range(5461, 10922, t.nil(), 7001),
+                                   t.range(10923, 16000, t.text(""), 7002),
+                                   t.range(16001, 16383, t.text("?"), 7003)});
+    ASSERT_TRUE(map.load(r, "10.0.0.9"));
+    EXPECT_FALSE(map.stale());
+    auto at = [&](int slot) {
+        const auto m = map.master_of(slot);
+        return m ? m->host + ":" + std::to_string(m->port) : std::string("unknown");
+    };
+    EXPECT_EQ(at(0), "10.0.0.1:7000");
+    EXPECT_EQ(at(5460), "10.0.0.1:7000");
+    EXPECT_EQ(at(5461), "10.0.0.9:7001");
+    EXPECT_EQ(at(16000), "10.0.0.9:7002");
+    EXPECT_EQ(at(16001), "unknown");
+    EXPECT_EQ(map.masters().size(), 3u);
+
+    // MOVED corrects one slot at once and asks for a full load.
+    map.moved(0, {"10.0.0.2", 7004});
+    EXPECT_EQ(at(0), "10.0.0.2:7004");
+    EXPECT_EQ(at(1), "10.0.0.1:7000");
+    EXPECT_TRUE(map.stale());
+
+    // What is not a slot map leaves the map as it was.
+    EXPECT_FALSE(map.load(t.array({t.range(0, 16383, t.text("?"), 7000)}), "10.0.0.9"));
+    EXPECT_FALSE(map.load(t.array({t.range(0, 16384, t.text("h"), 7000)}), "10.0.0.9"));
+    EXPECT_FALSE(map.load(t.array({t.array({t.integer(0), t.integer(1)})}), "10.0.0.9"));
+    EXPECT_FALSE(map.load(t.array({t.range(0, 1, t.integer(5), 7000)}), "10.0.0.9"));
+    EXPECT_FALSE(map.load(t.text("ERR This instance has cluster support disabled"), "10.0.0.9"));
+    EXPECT_FALSE(map.load(t.array({}), "10.0.0.9"));
+    EXPECT_EQ(at(0), "10.0.0.2:7004");
+    EXPECT_EQ(at(16000), "10.0.0.9:7002");
+}
 
 TEST(cluster, key_slot_matches_the_servers) {
     redis_server node({"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"});

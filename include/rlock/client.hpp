@@ -218,8 +218,9 @@ public:
                                (r.failure ? r.failure->what() : "no reply")));
             }
         }
-        // Only a connection that failed is worth trying again soon; an error reply is not.
-        return !r.failure || (r.failure->value() != errc::connection_failed &&
+        // Only a connection that failed, or a cluster that could not run the renewal yet, is
+        // worth trying again soon; another error reply is not.
+        return !r.failure || (!r.retry_soon && r.failure->value() != errc::connection_failed &&
                               r.failure->value() != errc::timeout);
     }
 
@@ -256,6 +257,7 @@ private:
         std::vector<batch> batches;
         std::string lease;  // the calls point into it
         std::optional<error> failure;
+        bool retry_soon = false;  // Redis Cluster: a node said TRYAGAIN or CLUSTERDOWN to the end
     };
 
     /// Sorts `holds` by slot (in a cluster) and kind, and cuts them into script calls.
@@ -358,6 +360,7 @@ private:
         std::vector<batch*> redirected;
         auto on_error = [&](const error& e) {
             if (!r.failure || e.value() == errc::connection_failed || e.value() == errc::timeout) r.failure = e;
+            if (says_try_again(e.what())) r.retry_soon = true;
         };
         for (auto& node : per_node) {
             try {

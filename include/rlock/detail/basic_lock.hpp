@@ -510,7 +510,13 @@ private:
         if (wanted <= 0) return;
         const long long acked = core_->wait_for_replicas(c, name());
         if (acked >= wanted) return;
-        Kind::release(c, keys_, value, server());
+        try {
+            Kind::release(c, keys_, value, server());
+        } catch (const error&) {
+            // Not a redirection for the pool to follow: that would run the acquire again.
+            last_redirect() = redirect{};
+            throw;
+        }
         throw error(errc::replica_sync_failed, name(), server(),
                     std::to_string(acked) + " of the " + std::to_string(wanted) +
                         " replicas asked for acknowledged the acquire within " +

@@ -83,6 +83,7 @@ inline redirect parse_redirect(std::string_view text) noexcept {
     const std::size_t space = text.find(' ');
     const std::size_t colon = text.rfind(':');
     if (space == std::string_view::npos || colon == std::string_view::npos || colon < space) return r;
+    if (space == 0 || colon + 1 == text.size()) return r;  // no slot, or no port
     int slot = 0, port = 0;
     for (const char ch : text.substr(0, space)) {
         if (ch < '0' || ch > '9') return r;
@@ -100,6 +101,13 @@ inline redirect parse_redirect(std::string_view text) noexcept {
     r.slot = slot;
     r.to = server_address{std::string(host), port};
     return r;
+}
+
+/// True when an rlock::error's message carries a TRYAGAIN or CLUSTERDOWN reply: the command
+/// did not run, and may run if tried again later.
+inline bool says_try_again(std::string_view what) noexcept {
+    return what.find(": TRYAGAIN") != std::string_view::npos ||
+           what.find(": CLUSTERDOWN") != std::string_view::npos;
 }
 
 /// Which master serves each slot. Thread-safe; a MOVED updates one slot at once and marks the
@@ -158,19 +166,27 @@ public:
             }
             const long long first = range->element[0]->integer, last = range->element[1]->integer;
             const redisReply* node = range->element[2];
+            const int host_type = node->element[0]->type;
             if (first < 0 || last >= cluster_slots || first > last ||
-                node->element[0]->type != REDIS_REPLY_STRING ||
+                (host_type != REDIS_REPLY_STRING && host_type != REDIS_REPLY_NIL) ||
                 node->element[1]->type != REDIS_REPLY_INTEGER) {
                 return false;
             }
-            std::string host(node->element[0]->str, node->element[0]->len);
-            if (host.empty() || host == "?") host = asked;  // the node does not know its own address
+            // NULL (cluster-preferred-endpoint-type unknown-endpoint) and "" (before Redis 7)
+            // mean the address we asked at; "?" a node whose address is not known yet: its
+            // slots stay unknown until a later load or a MOVED names it.
+            std::string host = host_type == REDIS_REPLY_NIL
+                                   ? std::string()
+                                   : std::string(node->element[0]->str, node->element[0]->len);
+            if (host == "?") continue;
+            if (host.empty()) host = asked;
             server_address a{std::move(host), static_cast<int>(node->element[1]->integer)};
             std::size_t at = 0;
             while (at < masters.size() && (masters[at].host != a.host || masters[at].port != a.port)) ++at;
             if (at == masters.size()) masters.push_back(std::move(a));
             for (long long s = first; s <= last; ++s) owner[static_cast<std::size_t>(s)] = static_cast<std::uint16_t>(at);
         }
+        if (masters.empty()) return false;
         std::lock_guard<std::mutex> g(mu_);
         owner_ = owner;
         masters_ = std::move(masters);

@@ -156,19 +156,22 @@ private:
     auto run_clustered(std::string_view lock, bool retry_safe, F& f) -> decltype(f(std::declval<redisContext*>())) {
         const int slot = key_slot(lock);
         const auto deadline = clock::now() + ep_.options.command_timeout;
-        std::optional<server_address> ask_to;  // set: the next try goes there, with ASKING
-        for (int round = 0;; ++round) {
+        std::optional<server_address> to;  // set: the next try goes there (MOVED, ASK)
+        bool ask = false;                  // ... with ASKING (ASK)
+        int redirects = 0;
+        for (;;) {
             node_pool* n = nullptr;
             std::optional<handle> h;
             try {
-                n = &node(ask_to ? *ask_to : master_for(slot, lock));
+                n = &node(to ? *to : master_for(slot, lock));
                 h.emplace(checkout_at(*n, lock));
             } catch (const error& e) {
                 // Nothing was sent. A master that cannot be reached may have failed over: a
                 // fresh map names its successor once the cluster has promoted one.
                 if (e.value() != errc::connection_failed && e.value() != errc::timeout) throw;
                 ep_.slots->mark_stale();
-                ask_to.reset();
+                to.reset();
+                ask = false;
                 if (!pause_before_retry(deadline)) throw;
                 continue;
             }
@@ -181,23 +184,25 @@ private:
                 asking_scope& operator=(const asking_scope&) = delete;
             };
             try {
-                const asking_scope scope(ask_to.has_value());
+                const asking_scope scope(ask);
                 return f(h->get());
             } catch (const error& e) {
                 const redirect r = std::move(last_redirect());
                 last_redirect() = redirect{};
-                if (r.kind == redirect::moved && round < max_redirects) {
-                    ep_.slots->moved(r.slot, named_host(r.to, *n));
-                    ask_to.reset();
-                    continue;
-                }
-                if (r.kind == redirect::ask && round < max_redirects) {
-                    ask_to = named_host(r.to, *n);
+                const bool redirected = r.kind == redirect::moved || r.kind == redirect::ask;
+                if (redirected && ++redirects <= max_redirects) {
+                    // Straight to the node named: a map loaded now could still say otherwise
+                    // (the cluster's gossip lags the migration). MOVED also corrects the map,
+                    // and marks it for a full load (a failover moves many slots at once).
+                    to = named_host(r.to, *n);
+                    ask = r.kind == redirect::ask;
+                    if (!ask) ep_.slots->moved(r.slot, *to);
                     continue;
                 }
                 if (r.kind == redirect::try_again) {
                     ep_.slots->mark_stale();
-                    ask_to.reset();
+                    to.reset();
+                    ask = false;
                     if (pause_before_retry(deadline)) continue;
                     throw on_node(e, lock, *n);
                 }
@@ -205,19 +210,31 @@ private:
                 h->discard();
                 drop_idle(*n);
                 ep_.slots->mark_stale();
-                ask_to.reset();
+                to.reset();
+                ask = false;
                 if (!retry_safe || !pause_before_retry(deadline)) throw on_node(e, lock, *n);
             }
         }
     }
 
     /// Redis Cluster: the master of `slot`, from the slot map, which is loaded again first when
-    /// a redirection or a failure made it stale. A map that cannot be loaded is used as it is,
-    /// when it names a master at all.
+    /// a redirection or a failure made it stale. One load at a time, at most one per
+    /// `reload_gap` while loads fail: a thread that finds another loading, or a load that
+    /// failed just now, uses the map as it is when it names a master for the slot (a wrong one
+    /// answers MOVED). Only a slot the map knows no master of waits for a load.
     server_address master_for(int slot, std::string_view lock) {
         if (ep_.slots->stale()) {
-            std::lock_guard<std::mutex> g(load_mu_);
-            if (ep_.slots->stale()) {  // not loaded by another thread meanwhile
+            const bool known = ep_.slots->master_of(slot).has_value();
+            std::unique_lock<std::mutex> g(load_mu_, std::defer_lock);
+            if (known) {
+                (void)g.try_lock();
+            } else {
+                g.lock();
+            }
+            // Not loaded by another thread meanwhile, and not tried just now.
+            if (g.owns_lock() && ep_.slots->stale() &&
+                (!known || clock::now() - last_load_ >= reload_gap)) {
+                last_load_ = clock::now();
                 try {
                     load_slots(ep_);
                 } catch (const error&) {
@@ -303,6 +320,8 @@ private:
     const endpoint& ep_;
     std::mutex mu_;
     std::mutex load_mu_;  // one slot map load at a time
+    static constexpr std::chrono::milliseconds reload_gap{25};
+    clock::time_point last_load_{};  // the last load's start; guarded by load_mu_
     node_pool single_;    // the connections without Redis Cluster
     std::vector<std::unique_ptr<node_pool>> nodes_;  // Redis Cluster: one per master, kept
 };
