@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <list>
 #include <memory>
@@ -353,6 +354,87 @@ TEST(cluster, a_lock_whose_slot_migrates_stays_held_and_exclusive_through_ask_an
     ASSERT_TRUE(other.try_lock());
     EXPECT_EQ(to.integer({"EXISTS", n}), 1);
     other.unlock();
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+}
+
+// A read-write lock's scripts also touch its read holds' keys, which they cannot declare. While
+// its slot migrates, some of those keys may be on the new node and some on the old: no script
+// may then run half-way on the old node, nor on the new one (via ASK) where it would take a
+// reader whose hold keys are still on the old node for dead. Every operation waits for the
+// migration to end instead, and then runs where all the keys are.
+TEST(cluster, read_write_locks_wait_out_a_migration_that_has_moved_part_of_their_keys) {
+    redis_cluster c;
+    rlock_test::lost_log lost;
+    rlock::client_options o = rlock::client_options::from_uri(c.uri());
+    o.command_timeout = 10s;
+    o.lock_watchdog_timeout = 2s;  // renewals fall in the migration too
+    o.on_lock_lost = lost.handler();
+    rlock::client a(o), b(o), w(o);
+    redis_server& from = *c.masters()[0];
+    redis_server& to = *c.masters()[1];
+    const std::string tag = name_on(c, from, rlock_test::test_lock_name());
+    const std::string x = "{" + tag + "}.x", y = "{" + tag + "}.y";
+    const int slot = redis_cluster::key_slot(x);
+    ASSERT_EQ(slot, redis_cluster::key_slot(y));
+    rlock::read_write_lock ax(a, x), bx(b, x), wx(w, x), ay(a, y), by(b, y), wy(w, y);
+    // a's reads are taken and given back on threads of their own (a hold is its thread's), the
+    // give-back once `go` is set, in the middle of the migration.
+    std::promise<void> go;
+    const std::shared_future<void> released = go.get_future().share();
+    auto read_until_go = [&](rlock::read_write_lock& l, std::promise<void>& held) {
+        l.lock_shared();
+        held.set_value();
+        released.wait();
+        l.unlock_shared();
+    };
+    std::promise<void> held_x, held_y;
+    auto unlock_x = std::async(std::launch::async, read_until_go, std::ref(ax), std::ref(held_x));
+    auto unlock_y = std::async(std::launch::async, read_until_go, std::ref(ay), std::ref(held_y));
+    held_x.get_future().get();
+    held_y.get_future().get();
+    bx.lock_shared();
+    by.lock_shared();
+
+    // x: its hold keys have moved, its hash has not; y: its hash has moved, its hold keys not.
+    c.begin_migration(slot, from, to);
+    rlock::detail::reply_ptr keys = from.cmd({"CLUSTER", "GETKEYSINSLOT", std::to_string(slot), "100"});
+    ASSERT_EQ(keys->type, REDIS_REPLY_ARRAY);
+    ASSERT_EQ(keys->elements, 6u);  // two hashes, four hold keys
+    for (std::size_t i = 0; i < keys->elements; ++i) {
+        const std::string k(keys->element[i]->str, keys->element[i]->len);
+        if (k != y && k.compare(0, x.size() + 1, x + ":") != 0) continue;
+        rlock::detail::reply_ptr r =
+            from.cmd({"MIGRATE", "127.0.0.1", std::to_string(to.port()), k, "0", "5000"});
+        ASSERT_EQ(r->type, REDIS_REPLY_STATUS) << k;
+    }
+    go.set_value();
+    auto write_then_unlock = [](rlock::read_write_lock& l) {
+        const bool got = l.try_lock_for(9s);
+        if (got) l.unlock();
+        return got;
+    };
+    auto write_x = std::async(std::launch::async, write_then_unlock, std::ref(wx));
+    auto write_y = std::async(std::launch::async, write_then_unlock, std::ref(wy));
+    std::this_thread::sleep_for(400ms);
+    EXPECT_EQ(write_x.wait_for(0s), std::future_status::timeout) << "a writer got in beside readers";
+    EXPECT_EQ(write_y.wait_for(0s), std::future_status::timeout) << "a writer got in beside readers";
+    // Nothing ran half-way on the old node: x's hash still counts both readers.
+    EXPECT_EQ(from.integer({"HLEN", x}), 3);
+
+    c.move_keys(slot, from, to);
+    c.end_migration(slot, to);
+    unlock_x.get();
+    unlock_y.get();
+    EXPECT_EQ(write_x.wait_for(300ms), std::future_status::timeout) << "x's second reader still holds";
+    EXPECT_EQ(write_y.wait_for(0s), std::future_status::timeout) << "y's second reader still holds";
+    EXPECT_EQ(to.integer({"HLEN", x}), 2);  // mode and b's hold
+    EXPECT_EQ(to.integer({"HLEN", y}), 2);
+    bx.unlock_shared();
+    by.unlock_shared();
+    EXPECT_TRUE(write_x.get());
+    EXPECT_TRUE(write_y.get());
+    EXPECT_EQ(to.integer({"EXISTS", x}), 0);
+    EXPECT_EQ(to.integer({"EXISTS", y}), 0);
     EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
 }
 

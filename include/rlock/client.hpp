@@ -379,11 +379,14 @@ private:
         for (batch* b : redirected) {
             try {
                 const std::string& name = holds[b->first]->name;
-                pool.run(name, true, [&](redisContext* c) {
-                    reply_ptr reply = run_script(c, b->call, name, ep.name);
-                    record(reply.get(), *b, holds, r, c);
-                    return 0;
-                });
+                pool.run(
+                    name, true,
+                    [&](redisContext* c) {
+                        reply_ptr reply = run_script(c, b->call, name, ep.name);
+                        record(reply.get(), *b, holds, r, c);
+                        return 0;
+                    },
+                    holds[b->first]->kind->follows_ask);
             } catch (const error& e) {
                 on_error(e);
             }

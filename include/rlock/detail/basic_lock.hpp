@@ -97,6 +97,10 @@ struct kind_defaults {
     static void abandon(redisContext*, const lock_keys&, std::string_view /*value*/,
                         std::string_view /*server*/) {}
     static constexpr bool abandons = false;
+    /// Redis Cluster: the kind's scripts touch only keys they declare, so they may follow an
+    /// ASK to a slot's new node before all of the lock's keys are there (false:
+    /// read_write_lock, whose hold keys are not declared, waits for the migration to end).
+    static constexpr bool follows_ask = true;
     /// Longest single wait: a queued fair waiter must refresh its place (0: no limit).
     static std::chrono::milliseconds heartbeat(const lock_options&) {
         return std::chrono::milliseconds(0);
@@ -277,7 +281,7 @@ public:
         return core_->pool.run(name(), true, [&](redisContext* c) {
             return reply_integer(run_command(c, {"EXISTS", name()}, name(), server()).get(), name(),
                                  server()) == 1;
-        });
+        }, Kind::follows_ask);
     }
 
     /// True when the calling thread holds the lock: it has a hold that is not lost by this
@@ -286,7 +290,8 @@ public:
         registry::hold_ptr h = core_->reg.find(&Kind::info, name(), current_thread_number());
         if (!h || core_->reg.is_lost(*h)) return false;
         return core_->pool.run(name(), true,
-                               [&](redisContext* c) { return Kind::held(c, keys_, h->value, server()); });
+                               [&](redisContext* c) { return Kind::held(c, keys_, h->value, server()); },
+                               Kind::follows_ask);
     }
 
     /// The lock key's remaining time to live: zero when the lock is free,
@@ -295,7 +300,7 @@ public:
         const long long ttl = core_->pool.run(name(), true, [&](redisContext* c) {
             return reply_integer(run_command(c, {"PTTL", name()}, name(), server()).get(), name(),
                                  server());
-        });
+        }, Kind::follows_ask);
         if (ttl == -1) return std::chrono::milliseconds::max();
         return std::chrono::milliseconds(std::max(0LL, ttl));
     }
@@ -313,7 +318,8 @@ public:
     /// their holds lost at the next renewal. True when the lock was held.
     bool force_unlock() {
         return core_->pool.run(name(), true,
-                               [&](redisContext* c) { return Kind::force_unlock(c, keys_, server()); });
+                               [&](redisContext* c) { return Kind::force_unlock(c, keys_, server()); },
+                               Kind::follows_ask);
     }
 
     /// The fencing token of the calling thread's current hold: the value of
@@ -485,7 +491,7 @@ private:
                     acquire_result got = Kind::acquire(c, keys_, spec, server());
                     if (got.acquired) sync_or_undo(c, value);
                     return got;
-                });
+                }, Kind::follows_ask);
                 core_->scripts_allowed.store(true, std::memory_order_relaxed);
                 return r;
             } catch (const error& e) {
@@ -532,7 +538,7 @@ private:
                 core_->pool.run(name(), true, [&](redisContext* c) {
                     Kind::abandon(c, keys_, value, server());
                     return 0;
-                });
+                }, Kind::follows_ask);
             } catch (...) {
             }
         } else {
@@ -553,7 +559,7 @@ private:
                     // Replica sync: a shortfall is not an error here (see client_options).
                     if (l >= 0 && core_->ep.options.sync_replicas > 0) core_->wait_for_replicas(c, name());
                     return l;
-                });
+                }, Kind::follows_ask);
                 return (round > 0 && left < 0 && first_ran) ? 0 : left;
             } catch (const error& e) {
                 const bool io = e.value() == errc::connection_failed || e.value() == errc::timeout;

@@ -74,7 +74,11 @@ inline redirect parse_redirect(std::string_view text) noexcept {
     redirect r;
     const bool moved = text.substr(0, 6) == "MOVED ";
     const bool ask = text.substr(0, 4) == "ASK ";
-    if (text.substr(0, 8) == "TRYAGAIN" || text.substr(0, 11) == "CLUSTERDOWN") {
+    // A script that reached an undeclared key already migrated away ("ERR Script attempted
+    // to access a non local key in a cluster node"): rlock's scripts fail so before they write.
+    if (text.substr(0, 8) == "TRYAGAIN" || text.substr(0, 11) == "CLUSTERDOWN" ||
+        (text.substr(0, 4) == "ERR " &&
+         text.find("attempted to access a non local key") != std::string_view::npos)) {
         r.kind = redirect::try_again;
         return r;
     }
@@ -107,7 +111,8 @@ inline redirect parse_redirect(std::string_view text) noexcept {
 /// did not run, and may run if tried again later.
 inline bool says_try_again(std::string_view what) noexcept {
     return what.find(": TRYAGAIN") != std::string_view::npos ||
-           what.find(": CLUSTERDOWN") != std::string_view::npos;
+           what.find(": CLUSTERDOWN") != std::string_view::npos ||
+           what.find("attempted to access a non local key") != std::string_view::npos;
 }
 
 /// Which master serves each slot. Thread-safe; a MOVED updates one slot at once and marks the

@@ -76,9 +76,13 @@ public:
     /// there; ASK goes to the named node once, with ASKING; TRYAGAIN, CLUSTERDOWN and a master
     /// that cannot be reached (nothing was sent) are tried again with a fresh map every 25 ms
     /// until command_timeout has passed; a `retry_safe` command whose connection broke too.
+    ///
+    /// Without `follow_ask` an ASK is waited out like TRYAGAIN: for scripts that touch keys they
+    /// do not declare (read_write_lock's hold keys), which may still be on the source.
     template <class F>
-    auto run(std::string_view lock, bool retry_safe, F&& f) -> decltype(f(std::declval<redisContext*>())) {
-        if (ep_.slots) return run_clustered(lock, retry_safe, f);
+    auto run(std::string_view lock, bool retry_safe, F&& f, bool follow_ask = true)
+        -> decltype(f(std::declval<redisContext*>())) {
+        if (ep_.slots) return run_clustered(lock, retry_safe, f, follow_ask);
         for (int attempt = 0;; ++attempt) {
             handle h = checkout(lock);
             try {
@@ -153,7 +157,8 @@ private:
     }
 
     template <class F>
-    auto run_clustered(std::string_view lock, bool retry_safe, F& f) -> decltype(f(std::declval<redisContext*>())) {
+    auto run_clustered(std::string_view lock, bool retry_safe, F& f, bool follow_ask)
+        -> decltype(f(std::declval<redisContext*>())) {
         const int slot = key_slot(lock);
         const auto deadline = clock::now() + ep_.options.command_timeout;
         std::optional<server_address> to;  // set: the next try goes there (MOVED, ASK)
@@ -187,8 +192,9 @@ private:
                 const asking_scope scope(ask);
                 return f(h->get());
             } catch (const error& e) {
-                const redirect r = std::move(last_redirect());
+                redirect r = std::move(last_redirect());
                 last_redirect() = redirect{};
+                if (r.kind == redirect::ask && !follow_ask) r.kind = redirect::try_again;
                 const bool redirected = r.kind == redirect::moved || r.kind == redirect::ask;
                 if (redirected && ++redirects <= max_redirects) {
                     // Straight to the node named: a map loaded now could still say otherwise

@@ -28,6 +28,11 @@
 namespace rlock::detail {
 
 /// Lua helpers shared by the read-write scripts (prepended to their bodies).
+/// touch_holds(hash) reads every reader's hold keys and changes nothing: in Redis Cluster,
+/// while the lock's slot migrates, a hold key already moved makes the script fail there ("non
+/// local key"), so a script calls it before its first write and fails with nothing changed
+/// (the pool then waits for the migration to end; see follows_ask). Hold keys are created
+/// before the hash counts them, for the same reason.
 /// live_readers(hash) drops the reader fields none of whose hold keys is alive any more, and
 /// returns how many readers are alive and the longest remaining hold (ms).
 inline constexpr std::string_view rw_lua_helpers = R"lua(
@@ -36,6 +41,15 @@ local function hold_key(hash, holder, n)
         return hash .. ':' .. holder .. ':rwlock_timeout:' .. n
     end
     return '{' .. hash .. '}:' .. holder .. ':rwlock_timeout:' .. n
+end
+local function touch_holds(hash)
+    for _, field in ipairs(redis.call('hkeys', hash)) do
+        if field ~= 'mode' and string.sub(field, -6) ~= ':write' then
+            for i = 1, tonumber(redis.call('hget', hash, field)) or 0 do
+                redis.call('pttl', hold_key(hash, field, i))
+            end
+        end
+    end
 end
 local function live_readers(hash)
     local alive, longest = 0, 0
@@ -72,6 +86,7 @@ inline std::string with_rw_helpers(std::string_view body) {
 struct rw_read_kind : kind_defaults {
     static constexpr bool reentrant = true;
     static constexpr std::string_view channel_prefix = "redisson_rwlock";
+    static constexpr bool follows_ask = false;  // the hold keys are not declared
 
     /// Take or re-enter a read hold.
     /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name} (with fencing only);
@@ -86,8 +101,8 @@ struct rw_read_kind : kind_defaults {
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     if ARGV[5] == '1' then return {0, -2} end
-    redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
     redis.call('set', hold_key(KEYS[1], ARGV[2], 1), 1, 'PX', ARGV[1])
+    redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, 1, fencing_token(KEYS[2], ARGV[4])}
 elseif not (mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1)) then
@@ -96,8 +111,9 @@ elseif not (mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1]
 elseif ARGV[5] == '1' and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return {0, -2}
 end
-local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+local n = (tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0) + 1
 redis.call('set', hold_key(KEYS[1], ARGV[2], n), 1, 'PX', ARGV[1])
+redis.call('hincrby', KEYS[1], ARGV[2], 1)
 if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
     redis.call('pexpire', KEYS[1], ARGV[1])
 end
@@ -130,6 +146,7 @@ if mode == 'read' and redis.call('hlen', KEYS[1]) == 2 then
     redis.call('publish', ARGV[2], '0')
     return 0
 end
+if mode == 'read' then touch_holds(KEYS[1]) end
 redis.call('del', hold_key(KEYS[1], ARGV[1], 1))
 redis.call('hdel', KEYS[1], ARGV[1])
 if mode == 'write' then return 0 end
@@ -183,6 +200,7 @@ return out
     static const script& force_unlock_script() {
         static const std::string body = with_rw_helpers(R"lua(
 if redis.call('exists', KEYS[1]) == 0 then return 0 end
+touch_holds(KEYS[1])
 for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
     if field ~= 'mode' and string.sub(field, -6) ~= ':write' then
         local count = tonumber(redis.call('hget', KEYS[1], field)) or 0
@@ -197,7 +215,7 @@ return 1
         return s;
     }
 
-    static inline const kind_info info{"read_write_lock.read", &renew_script};
+    static inline const kind_info info{"read_write_lock.read", &renew_script, follows_ask};
 
     static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
                                   std::string_view server) {
@@ -226,6 +244,7 @@ return 1
 struct rw_write_kind : kind_defaults {
     static constexpr bool reentrant = true;
     static constexpr std::string_view channel_prefix = "redisson_rwlock";
+    static constexpr bool follows_ask = false;  // the hold keys are not declared
 
     /// Take or re-enter the write hold.
     /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name} (with fencing only);
@@ -282,6 +301,7 @@ end
 if redis.call('hlen', KEYS[1]) == 2 then
     redis.call('del', KEYS[1])
 else
+    touch_holds(KEYS[1])
     redis.call('hdel', KEYS[1], ARGV[1])
     redis.call('hset', KEYS[1], 'mode', 'read')
     local alive, longest = live_readers(KEYS[1])
@@ -319,7 +339,7 @@ return out
         return s;
     }
 
-    static inline const kind_info info{"read_write_lock.write", &renew_script};
+    static inline const kind_info info{"read_write_lock.write", &renew_script, follows_ask};
 
     static std::string value_for(client_core& core, std::uint64_t thread, bool) {
         return core.holder_id(thread) + ":write";

@@ -21,8 +21,9 @@ namespace rlock::detail {
 
 /// What the watchdog needs to know about a kind of lock.
 struct kind_info {
-    const char* name;             // "mutex", "reentrant_lock": for messages
-    const script& (*renew)();     // batch renewal; KEYS = lock keys, ARGV = lease, values...
+    const char* name = nullptr;            // "mutex", "reentrant_lock": for messages
+    const script& (*renew)() = nullptr;    // batch renewal; KEYS = lock keys, ARGV = lease, values...
+    bool follows_ask = true;               // Redis Cluster: see kind_defaults::follows_ask
 };
 
 /// Holds that stand or fall together (the nodes of a red_lock): the owner is told once, when
