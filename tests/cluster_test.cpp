@@ -38,7 +38,7 @@ long long subscribers(redis_cluster& c, const std::string& channel) {
     for (auto& s : c.nodes()) {
         if (s->pid() <= 0) continue;
         auto r = s->cmd({"PUBSUB", "NUMSUB", channel});
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) n += r->element[1]->integer;
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) n += r->element[1]->integer;
     }
     return n;
 }
@@ -367,7 +367,9 @@ TEST(cluster, read_write_locks_wait_out_a_migration_that_has_moved_part_of_their
     rlock_test::lost_log lost;
     rlock::client_options o = rlock::client_options::from_uri(c.uri());
     o.command_timeout = 10s;
-    o.lock_watchdog_timeout = 2s;  // renewals fall in the migration too
+    // Renewals fall in the migration too, and cannot succeed there (b's batch spans both
+    // nodes): the lease leaves a loaded machine seconds for the migration's steps.
+    o.lock_watchdog_timeout = 6s;
     o.on_lock_lost = lost.handler();
     rlock::client a(o), b(o), w(o);
     redis_server& from = *c.masters()[0];
@@ -381,8 +383,20 @@ TEST(cluster, read_write_locks_wait_out_a_migration_that_has_moved_part_of_their
     // give-back once `go` is set, in the middle of the migration.
     std::promise<void> go;
     const std::shared_future<void> released = go.get_future().share();
+    // A failed assertion below leaves the test with the readers' threads let go, not hung.
+    const std::shared_ptr<void> let_go(nullptr, [&](void*) {
+        try {
+            go.set_value();
+        } catch (const std::future_error&) {  // already let go
+        }
+    });
     auto read_until_go = [&](rlock::read_write_lock& l, std::promise<void>& held) {
-        l.lock_shared();
+        try {
+            l.lock_shared();
+        } catch (...) {
+            held.set_exception(std::current_exception());
+            return;
+        }
         held.set_value();
         released.wait();
         l.unlock_shared();
@@ -438,6 +452,38 @@ TEST(cluster, read_write_locks_wait_out_a_migration_that_has_moved_part_of_their
     EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
 }
 
+// A script with several declared keys, all missing on a migrating slot's source, is sent on by
+// ASK, and the target answers TRYAGAIN (it cannot tell whether the keys are still coming). The
+// lock waits for the migration to end however many such rounds that takes: command_timeout
+// bounds it, not a count of redirections.
+TEST(cluster, a_multi_key_script_waits_out_a_migration_through_any_number_of_ask_rounds) {
+    redis_cluster c;
+    rlock::client_options o = rlock::client_options::from_uri(c.uri());
+    o.command_timeout = 20s;
+    rlock::client a(o);
+    redis_server& from = *c.masters()[0];
+    redis_server& to = *c.masters()[1];
+    const std::string tag = name_on(c, from, rlock_test::test_lock_name());
+    const std::string x = "{" + tag + "}.x", y = "{" + tag + "}.y";
+    const int slot = redis_cluster::key_slot(x);
+    rlock::mutex p(a, x), q(a, y);
+    rlock::multi_lock both{p, q};  // one slot: one script declaring both keys
+
+    c.begin_migration(slot, from, to);
+    auto locked = std::async(std::launch::async, [&] {
+        std::lock_guard<rlock::multi_lock> g(both);
+        return to.integer({"EXISTS", x}) + to.integer({"EXISTS", y});
+    });
+    // 16 redirections take well under a second; the migration is still on after 1.5 s.
+    EXPECT_EQ(locked.wait_for(1500ms), std::future_status::timeout)
+        << "the lock gave up (or got in) while its slot was still migrating";
+    c.move_keys(slot, from, to);
+    c.end_migration(slot, to);
+    EXPECT_EQ(locked.get(), 2) << "both keys on the slot's new master while held";
+    EXPECT_FALSE(p.is_locked());
+    EXPECT_FALSE(q.is_locked());
+}
+
 TEST(cluster, a_master_failover_keeps_holds_renewed_and_waiters_get_the_lock_on_the_new_master) {
     redis_cluster c;
     rlock_test::lost_log lost;
@@ -473,6 +519,28 @@ TEST(cluster, a_master_failover_keeps_holds_renewed_and_waiters_get_the_lock_on_
     EXPECT_TRUE(waiter.get()) << "the waiter did not get the lock after the failover";
     EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
     EXPECT_EQ(new_master.integer({"EXISTS", n}), 0);
+}
+
+TEST(cluster, an_error_a_node_answers_names_that_node) {
+    redis_cluster c;
+    rlock::client client(rlock::client_options::from_uri(c.uri()));
+    const redis_server& master = *c.masters()[1];
+    const std::string n = name_on(c, master, rlock_test::test_lock_name());
+    master.cmd({"SET", n, "not a hash"});
+    rlock::reentrant_lock l(client, n);
+    try {
+        l.lock();
+        FAIL() << "locking a string key did not throw";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::wrong_type);
+        const std::string what = e.what();
+        EXPECT_NE(what.find(n), std::string::npos) << what;
+        EXPECT_NE(what.find("on cluster node 127.0.0.1:" + std::to_string(master.port()) + ": "),
+                  std::string::npos)
+            << what;
+        EXPECT_NE(what.find("WRONGTYPE"), std::string::npos) << what;
+    }
+    EXPECT_EQ(master.text({"GET", n}), "not a hash");
 }
 
 TEST(cluster, a_server_without_cluster_support_is_a_clear_error) {

@@ -195,8 +195,14 @@ private:
                 redirect r = std::move(last_redirect());
                 last_redirect() = redirect{};
                 if (r.kind == redirect::ask && !follow_ask) r.kind = redirect::try_again;
-                const bool redirected = r.kind == redirect::moved || r.kind == redirect::ask;
-                if (redirected && ++redirects <= max_redirects) {
+                // Past max_redirects in a row (nodes that disagree on the slot): pause and go
+                // by the map, as for TRYAGAIN. With the count reset at every pause, an ASK whose
+                // target answers TRYAGAIN (a multi-key script mid-migration) is followed again
+                // and again until command_timeout, never cut short by the count.
+                if ((r.kind == redirect::moved || r.kind == redirect::ask) && ++redirects > max_redirects) {
+                    r.kind = redirect::try_again;
+                }
+                if (r.kind == redirect::moved || r.kind == redirect::ask) {
                     // Straight to the node named: a map loaded now could still say otherwise
                     // (the cluster's gossip lags the migration). MOVED also corrects the map,
                     // and marks it for a full load (a failover moves many slots at once).
@@ -209,6 +215,7 @@ private:
                     ep_.slots->mark_stale();
                     to.reset();
                     ask = false;
+                    redirects = 0;
                     if (pause_before_retry(deadline)) continue;
                     throw on_node(e, lock, *n);
                 }
@@ -282,11 +289,20 @@ private:
     }
 
     /// `e`, thrown by a command that named the whole cluster, naming the node that failed.
+    /// what() is the composed message followed by ": " and the code's message; the cause is
+    /// what lies between the message composed with an empty cause and that tail.
     error on_node(const error& e, std::string_view lock, const node_pool& n) const {
-        const std::string prefix = error(e.value(), lock, ep_.name, "").what();
+        const std::string tail = ": " + e.code().message();
+        std::string head = error(e.value(), lock, ep_.name, "").what();
         const std::string_view what = e.what();
-        if (what.substr(0, prefix.size()) != prefix) return e;
-        return error(e.value(), lock, n.name, what.substr(prefix.size()));
+        if (head.size() < tail.size()) return e;
+        head.resize(head.size() - tail.size());
+        if (what.size() < head.size() + tail.size() || what.substr(0, head.size()) != head ||
+            what.substr(what.size() - tail.size()) != tail) {
+            return e;
+        }
+        return error(e.value(), lock, n.name,
+                     what.substr(head.size(), what.size() - head.size() - tail.size()));
     }
 
     void drop_idle(node_pool& n) {
