@@ -220,7 +220,8 @@ public:
         }
         // Only a connection that failed, or a cluster that could not run the renewal yet, is
         // worth trying again soon; another error reply is not.
-        return !r.failure || (!r.retry_soon && r.failure->value() != errc::connection_failed &&
+        if (r.retry_soon) return false;
+        return !r.failure || (r.failure->value() != errc::connection_failed &&
                               r.failure->value() != errc::timeout);
     }
 
@@ -257,7 +258,9 @@ private:
         std::vector<batch> batches;
         std::string lease;  // the calls point into it
         std::optional<error> failure;
-        bool retry_soon = false;  // Redis Cluster: a node said TRYAGAIN or CLUSTERDOWN to the end
+        // Redis Cluster: a node said TRYAGAIN or CLUSTERDOWN to the end, or redirected batches
+        // were left for want of time
+        bool retry_soon = false;
     };
 
     /// Sorts `holds` by slot (in a cluster) and kind, and cuts them into script calls.
@@ -376,7 +379,16 @@ private:
                 on_error(e);
             }
         }
+        // Redirected batches are sent one by one, each bounded by command_timeout; together
+        // they stop at one command_timeout too (more slots under TRYAGAIN at once than that
+        // allows), and the rest are tried at the soon retry instead: a tick must not outlast
+        // the leases of the holds on healthy masters.
+        const auto redirected_until = clock::now() + ep.options.command_timeout;
         for (batch* b : redirected) {
+            if (clock::now() >= redirected_until) {
+                r.retry_soon = true;
+                break;
+            }
             try {
                 const std::string& name = holds[b->first]->name;
                 pool.run(
