@@ -22,9 +22,11 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -238,6 +240,12 @@ public:
     /// script too (not a plain SET), so that a user who may not run scripts (an ACL without
     /// EVALSHA) is refused at lock(), with nothing written, rather than at unlock().
     std::atomic<bool> scripts_allowed{false};
+    /// How much this client's waiters for `lock` have been losing races for it lately
+    /// (basic_lock::yield_to_older). Names share 64 counters by hash: a shared one only makes
+    /// a waiter yield when it need not.
+    std::atomic<int>& lost_races(std::string_view lock) {
+        return lost_races_[std::hash<std::string_view>{}(lock) % lost_races_.size()];
+    }
     detail::pool pool;
     std::unique_ptr<subscriber> sub;
     std::unique_ptr<sentinel_watch> sentinel;  // with client_options::sentinels only
@@ -424,6 +432,7 @@ private:
         }
     }
 
+    std::array<std::atomic<int>, 64> lost_races_{};
     const std::string sync_replicas_arg_;  // WAIT's arguments, formatted once
     const std::string sync_timeout_arg_;
     std::mutex wd_mu_;

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "rlock/client.hpp"
 #include "rlock/detail/hiredis.hpp"
@@ -101,6 +103,9 @@ struct kind_defaults {
     /// ASK to a slot's new node before all of the lock's keys are there (false:
     /// read_write_lock, whose hold keys are not declared, waits for the migration to end).
     static constexpr bool follows_ask = true;
+    /// Waiters that race for a released lock yield to older ones (basic_lock::yield_to_older);
+    /// false for a kind whose waiters are queued in Redis (fair_lock), which orders them itself.
+    static constexpr bool races = true;
     /// Longest single wait: a queued fair waiter must refresh its place (0: no limit).
     static std::chrono::milliseconds heartbeat(const lock_options&) {
         return std::chrono::milliseconds(0);
@@ -383,15 +388,27 @@ private:
             // is exactly "until the message or the TTL".
             std::chrono::milliseconds fallback(10);
             const std::chrono::milliseconds heartbeat = Kind::heartbeat(options_);
+            std::atomic<int>& lost_races = core_->lost_races(name());
+            int round = 0;       // attempts made in this loop
+            bool woken = false;  // the last wait ended with a message (an unlock, mostly)
             for (;;) {
                 if (core_->sub->stopped()) {
                     throw error(errc::connection_failed, name(), server(),
                                 "the client was destroyed while this thread waited");
                 }
+                if constexpr (Kind::races) yield_to_older(round, lost_races);
                 const std::uint64_t seen = sub.generation();
                 sent = clock::now();
                 r = attempt(value, lease, /*want_ttl=*/true, /*fresh=*/true, true);
-                if (r.acquired) break;
+                ++round;
+                if (r.acquired) {
+                    if (lost_races.load(std::memory_order_relaxed) > 0) lost_races.fetch_sub(1, std::memory_order_relaxed);
+                    break;
+                }
+                // Woken for an unlock and beaten to it by another waiter: the lock is raced for.
+                if (woken && r.ttl != -2 && lost_races.load(std::memory_order_relaxed) < max_lost_races) {
+                    lost_races.fetch_add(2, std::memory_order_relaxed);
+                }
                 const auto now = clock::now();
                 if (bounded && now >= deadline) return false;
                 if (core_->sub->stopped()) {
@@ -411,7 +428,7 @@ private:
                 // A queued fair waiter renews its place in the queue with each attempt: this
                 // bound is its heartbeat, not a poll for the lock.
                 if (heartbeat.count() > 0) until = std::min(until, now + heartbeat);
-                sub.wait(seen, until);
+                woken = sub.wait(seen, until);
             }
             leave.armed = false;
         }
@@ -427,6 +444,27 @@ private:
         reg.add(std::move(h));
         return true;
     }
+
+    static constexpr int max_lost_races = 8;
+
+    // Waiters of different processes race for a released lock: each is woken by the unlock
+    // message and tries again, and the first try to reach Redis wins. Left alone the race
+    // favours the newest waiter (Redis writes a message to a channel's newest subscriber first,
+    // and a newcomer's tries are often in flight as the lock frees), a loser keeps losing, and
+    // the wait's tail grows geometrically (docs/benchmarks.md, "Contention"). So, while this
+    // client has been losing such races for the lock (lost_races > 0), a waiter's tries are
+    // held back by its youth: its first try in the loop by 2 * yield_step, its second by
+    // yield_step, later ones not at all. The oldest waiter, woken with the others, is then
+    // first to Redis. A waiter that has no rival never loses a race, and pays nothing. This
+    // is a short pause before a try, never a poll: the wait itself is for the message or TTL.
+    static void yield_to_older(int round, const std::atomic<int>& lost_races) {
+        if (round >= yield_rounds || lost_races.load(std::memory_order_relaxed) == 0) return;
+        std::this_thread::sleep_for(yield_step * (yield_rounds - round));
+    }
+    static constexpr std::chrono::microseconds yield_step{100};
+    // Two rounds suit a handful of waiters (more rounds would hold back the oldest of three,
+    // measured: busy 0.80 instead of 0.90 at W=4; docs/benchmarks.md).
+    static constexpr int yield_rounds = 2;
 
     static clock::time_point deadline_or_max(bool bounded, clock::time_point deadline) {
         return bounded ? deadline : clock::time_point::max();

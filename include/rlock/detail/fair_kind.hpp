@@ -69,6 +69,7 @@ inline std::string with_fair_helpers(std::string_view body) {
 }
 
 struct fair_kind : kind_defaults {
+    static constexpr bool races = false;  // queued: release wakes the head alone
     static constexpr bool reentrant = true;
     static constexpr bool abandons = true;
     static constexpr std::string_view channel_prefix = "redisson_lock__channel";
