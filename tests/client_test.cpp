@@ -1,6 +1,7 @@
 // rlock::client: URIs and options, connecting (errors, AUTH with ACL users, unix sockets, db),
 // and what destruction does.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -27,6 +28,35 @@ rlock::errc code_of(const std::function<void()>& f) {
         return e.value();
     }
     return rlock::errc{};
+}
+
+// hiredis writes with write(2): without this a write to a connection Redis closed would end the
+// process with SIGPIPE (seen in CI: fault_test connection_kills_under_load, under TSan).
+TEST(client, sets_sigpipe_to_ignored_when_at_its_default_and_leaves_a_program_handler_alone) {
+    redis_server s;
+    struct sigaction saved {};
+    ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &saved), 0);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ASSERT_EQ(::sigaction(SIGPIPE, &dfl, nullptr), 0);
+    {
+        rlock::client c(s.options());
+        struct sigaction now {};
+        ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &now), 0);
+        EXPECT_EQ(now.sa_handler, SIG_IGN);
+    }
+    struct sigaction mine {};
+    mine.sa_handler = [](int) {};
+    sigemptyset(&mine.sa_mask);
+    ASSERT_EQ(::sigaction(SIGPIPE, &mine, nullptr), 0);
+    {
+        rlock::client c(s.options());
+        struct sigaction now {};
+        ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &now), 0);
+        EXPECT_EQ(now.sa_handler, mine.sa_handler);
+    }
+    ::sigaction(SIGPIPE, &saved, nullptr);
 }
 
 TEST(client_uri, parses_host_port_db_and_credentials) {

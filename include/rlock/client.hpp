@@ -26,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>  // sigaction (POSIX, declared by glibc's <signal.h>)
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -443,6 +444,21 @@ private:
 
 struct client_access;
 
+/// hiredis writes with write(2), so a write to a connection the server has already closed
+/// raises SIGPIPE, whose default action ends the process: a Redis restart, a CLIENT KILL or a
+/// failover could kill the service that held a lock. So when SIGPIPE is still at its default,
+/// a client sets it to ignored (as gRPC does); the write then fails with EPIPE, which rlock
+/// handles like any broken connection. A handler or disposition the program set is left alone.
+inline void ignore_default_sigpipe() noexcept {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) != 0) return;
+    if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) return;
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    ::sigaction(SIGPIPE, &ignore, nullptr);
+}
+
 }  // namespace detail
 
 /// A connection to one Redis server (or, later, deployment) for locks. See the file comment.
@@ -451,8 +467,13 @@ public:
     /// Connects (one connection, to fail fast) and starts the subscriber and watchdog threads.
     /// Throws `error`: invalid_argument for bad options, connection_failed / timeout /
     /// auth_failed when the server cannot be used.
+    ///
+    /// SIGPIPE: when it is at its default disposition (which ends the process), it is set to
+    /// ignored, so that a write to a connection Redis has closed is an error, not the end of the
+    /// process; a handler or disposition set by the program is left as it is.
     explicit client(client_options options)
-        : core_(std::make_shared<detail::client_core>(std::move(options))) {
+        : core_((detail::ignore_default_sigpipe(),
+                 std::make_shared<detail::client_core>(std::move(options)))) {
         core_->start();
     }
 
