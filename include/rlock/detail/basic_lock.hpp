@@ -401,14 +401,8 @@ private:
                 sent = clock::now();
                 r = attempt(value, lease, /*want_ttl=*/true, /*fresh=*/true, true);
                 ++round;
-                if (r.acquired) {
-                    if (lost_races.load(std::memory_order_relaxed) > 0) lost_races.fetch_sub(1, std::memory_order_relaxed);
-                    break;
-                }
-                // Woken for an unlock and beaten to it by another waiter: the lock is raced for.
-                if (woken && r.ttl != -2 && lost_races.load(std::memory_order_relaxed) < max_lost_races) {
-                    lost_races.fetch_add(2, std::memory_order_relaxed);
-                }
+                if constexpr (Kind::races) count_race(r, woken, lost_races);
+                if (r.acquired) break;
                 const auto now = clock::now();
                 if (bounded && now >= deadline) return false;
                 if (core_->sub->stopped()) {
@@ -446,6 +440,18 @@ private:
     }
 
     static constexpr int max_lost_races = 8;
+
+    // Keeps lost_races: -1 for an acquisition; +2 (up to max_lost_races) when a try an unlock
+    // message woke was beaten by another waiter, i.e. the lock is raced for. Only for kinds
+    // that race: a queued kind's names would otherwise bump counters they share by hash.
+    static void count_race(const acquire_result& r, bool woken, std::atomic<int>& lost_races) {
+        const int now = lost_races.load(std::memory_order_relaxed);
+        if (r.acquired) {
+            if (now > 0) lost_races.fetch_sub(1, std::memory_order_relaxed);
+        } else if (woken && r.ttl != -2 && now < max_lost_races) {
+            lost_races.fetch_add(2, std::memory_order_relaxed);
+        }
+    }
 
     // Waiters of different processes race for a released lock: each is woken by the unlock
     // message and tries again, and the first try to reach Redis wins. Left alone the race
