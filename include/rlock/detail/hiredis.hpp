@@ -4,6 +4,7 @@
 #pragma once
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <sys/time.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -255,6 +257,42 @@ inline void login(redisContext* c, const std::string& username, const std::strin
             throw error(errc::auth_failed, "", server, "SELECT " + n + ": " += reply_text(r.get()));
         }
     }
+}
+
+/// True when a connection with no command in flight has something to read or has failed.
+/// Redis sends nothing unasked on a command connection, so this is the server having closed it
+/// (a restart, CLIENT KILL, its idle `timeout`). A command sent into such a connection fails
+/// after it was written, and its sender cannot tell whether it ran; the same command sent on a
+/// new connection can tell. So a pooled connection is checked before it is reused.
+inline bool closed_while_idle(const redisContext* c) noexcept {
+    if (c->err != 0) return true;
+    pollfd p{c->fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) != 0;  // readable (EOF), hung up, in error, or poll() failed
+}
+
+/// Who the server process behind `c` is: a hash of its run_id (INFO server), which changes
+/// whenever the server restarts and differs between a master and the replica that replaces it.
+/// 0 when the server will not say (an ACL without `+info`). Throws on I/O errors.
+inline std::uint64_t server_identity(redisContext* c, std::string_view server) {
+    reply_ptr r = command(c, {"INFO", "server"});
+    if (!r) throw make_error(c, nullptr, "", server);
+    if (r->type != REDIS_REPLY_STRING) return 0;
+    const std::string_view info = reply_text(r.get());
+    constexpr std::string_view field = "run_id:";
+    const std::size_t at = info.find(field);
+    if (at == std::string_view::npos || (at != 0 && info[at - 1] != '\n')) return 0;
+    const std::size_t from = at + field.size();
+    const std::size_t to = info.find_first_of("\r\n", from);
+    const std::string_view id = info.substr(from, to == std::string_view::npos ? to : to - from);
+    if (id.empty()) return 0;
+    return std::max<std::uint64_t>(1, std::hash<std::string_view>{}(id));
+}
+
+/// The server_identity of the connection pool::run has handed to this thread's callback (0:
+/// unknown). Valid during that callback.
+inline std::uint64_t& current_server_id() noexcept {
+    thread_local std::uint64_t id = 0;
+    return id;
 }
 
 /// Sentinel: a connection to sentinel `s`, AUTHed as the sentinel user. `where` names it.

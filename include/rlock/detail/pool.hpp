@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,6 +32,12 @@ public:
     static constexpr int max_redirects = 16;
 
     explicit pool(const endpoint& ep) : ep_(ep) {}
+
+    /// Called (on the thread that found it, outside the pool's lock) when a connection turned
+    /// out broken: an I/O error or timeout on it, or an idle one the server had closed. The
+    /// client verifies its holds at once then: the server may have restarted without them.
+    /// Set before the pool is used.
+    std::function<void()> on_broken;
     pool(const pool&) = delete;
     pool& operator=(const pool&) = delete;
 
@@ -38,15 +45,21 @@ public:
     /// master switch (Sentinel) made it stale.
     class handle {
     public:
-        handle(pool* p, node_pool* n, context_ptr c, std::uint64_t epoch)
-            : pool_(p), node_(n), ctx_(std::move(c)), epoch_(epoch) {}
+        handle(pool* p, node_pool* n, context_ptr c, std::uint64_t epoch, std::uint64_t server_id)
+            : pool_(p), node_(n), ctx_(std::move(c)), epoch_(epoch), server_id_(server_id) {}
         handle(handle&& o) noexcept
-            : pool_(o.pool_), node_(o.node_), ctx_(std::move(o.ctx_)), epoch_(o.epoch_) {}
+            : pool_(o.pool_),
+              node_(o.node_),
+              ctx_(std::move(o.ctx_)),
+              epoch_(o.epoch_),
+              server_id_(o.server_id_) {}
         handle& operator=(handle&&) = delete;
         ~handle() {
-            if (ctx_) pool_->give_back(*node_, std::move(ctx_), epoch_);
+            if (ctx_) pool_->give_back(*node_, std::move(ctx_), epoch_, server_id_);
         }
         redisContext* get() const noexcept { return ctx_.get(); }
+        /// server_identity() as this connection found it when it was opened (0: unknown).
+        std::uint64_t server_id() const noexcept { return server_id_; }
         /// Closes the connection instead of pooling it: a reply may still be on its way.
         void discard() noexcept {
             if (!ctx_) return;
@@ -59,6 +72,7 @@ public:
         node_pool* node_;
         context_ptr ctx_;
         std::uint64_t epoch_;
+        std::uint64_t server_id_;
     };
 
     /// Waits up to command_timeout for an idle connection or room to open one: to the server,
@@ -86,6 +100,7 @@ public:
         for (int attempt = 0;; ++attempt) {
             handle h = checkout(lock);
             try {
+                current_server_id() = h.server_id();
                 return f(h.get());
             } catch (const error& e) {
                 // An error reply leaves the connection fine, unless it says the server is a
@@ -93,6 +108,7 @@ public:
                 if (h.get()->err == 0 && e.value() != errc::connection_failed) throw;
                 h.discard();
                 drop_idle();
+                broken();
                 if (!retry_safe || attempt > 0) throw;
             }
         }
@@ -112,6 +128,7 @@ private:
     struct pooled {
         context_ptr ctx;
         std::uint64_t epoch;
+        std::uint64_t server_id;
     };
     /// The connections to one server: the only one, or one cluster master.
     struct node_pool {
@@ -131,23 +148,34 @@ private:
             n.idle.pop_back();
             --n.open;
         }
-        while (n.idle.empty() && n.open >= cap) {
-            if (n.cv.wait_until(g, deadline) == std::cv_status::timeout && n.idle.empty() &&
-                n.open >= cap) {
-                throw error(errc::timeout, lock, ep_.slots ? n.name : ep_.name,
-                            "no pooled connection free within command_timeout (pool_size " +
-                                std::to_string(cap) + ")");
+        bool closed = false;  // an idle connection the server had closed was found
+        for (;;) {
+            while (n.idle.empty() && n.open >= cap) {
+                if (n.cv.wait_until(g, deadline) == std::cv_status::timeout && n.idle.empty() &&
+                    n.open >= cap) {
+                    throw error(errc::timeout, lock, ep_.slots ? n.name : ep_.name,
+                                "no pooled connection free within command_timeout (pool_size " +
+                                    std::to_string(cap) + ")");
+                }
             }
-        }
-        if (!n.idle.empty()) {
+            if (n.idle.empty()) break;
             pooled p = std::move(n.idle.back());
             n.idle.pop_back();
-            return handle(this, &n, std::move(p.ctx), p.epoch);
+            if (!closed_while_idle(p.ctx.get())) {
+                g.unlock();
+                if (closed) broken();
+                return handle(this, &n, std::move(p.ctx), p.epoch, p.server_id);
+            }
+            --n.open;
+            closed = true;
         }
         ++n.open;
         g.unlock();
+        if (closed) broken();
         try {
-            return handle(this, &n, ep_.slots ? connect_node(ep_, n.at) : connect(ep_), epoch);
+            context_ptr c = ep_.slots ? connect_node(ep_, n.at) : connect(ep_);
+            const std::uint64_t id = server_identity(c.get(), ep_.slots ? n.name : ep_.name);
+            return handle(this, &n, std::move(c), epoch, id);
         } catch (...) {
             g.lock();
             --n.open;
@@ -190,6 +218,7 @@ private:
             };
             try {
                 const asking_scope scope(ask);
+                current_server_id() = h->server_id();
                 return f(h->get());
             } catch (const error& e) {
                 redirect r = std::move(last_redirect());
@@ -222,6 +251,7 @@ private:
                 if (h->get()->err == 0 && e.value() != errc::connection_failed) throw on_node(e, lock, *n);
                 h->discard();
                 drop_idle(*n);
+                broken();
                 ep_.slots->mark_stale();
                 to.reset();
                 ask = false;
@@ -319,6 +349,13 @@ private:
         n.cv.notify_all();
     }
 
+    void broken() const noexcept {
+        try {
+            if (on_broken) on_broken();
+        } catch (...) {
+        }
+    }
+
     void forget(node_pool& n) noexcept {
         {
             std::lock_guard<std::mutex> g(mu_);
@@ -327,13 +364,13 @@ private:
         n.cv.notify_one();
     }
 
-    void give_back(node_pool& n, context_ptr c, std::uint64_t epoch) {
+    void give_back(node_pool& n, context_ptr c, std::uint64_t epoch, std::uint64_t server_id) {
         {
             std::lock_guard<std::mutex> g(mu_);
             if (c->err || epoch != ep_.epoch.load()) {
                 --n.open;
             } else {
-                n.idle.push_back({std::move(c), epoch});
+                n.idle.push_back({std::move(c), epoch, server_id});
             }
         }
         n.cv.notify_one();

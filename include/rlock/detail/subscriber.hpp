@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,7 +43,10 @@ class subscriber {
     };
 
 public:
-    explicit subscriber(const endpoint& ep) : ep_(ep), wake_(ep.name) {
+    /// `on_reconnect` is called on the subscriber's thread each time its connection is made
+    /// again after it broke (the server may have restarted and lost data meanwhile).
+    explicit subscriber(const endpoint& ep, std::function<void()> on_reconnect = {})
+        : ep_(ep), on_reconnect_(std::move(on_reconnect)), wake_(ep.name) {
         thread_ = std::thread([this] { run(); });
     }
     subscriber(const subscriber&) = delete;
@@ -155,6 +159,8 @@ private:
                 continue;
             }
             backoff = std::chrono::milliseconds(0);
+            if (served_ && on_reconnect_) on_reconnect_();
+            served_ = true;
             inflight_.clear();
             {
                 std::lock_guard<std::mutex> g(mu_);
@@ -250,6 +256,8 @@ private:
     }
 
     const endpoint& ep_;
+    const std::function<void()> on_reconnect_;
+    bool served_ = false;  // the thread's own: a connection was made before
     mutable std::mutex mu_;
     std::unordered_map<std::string, std::unique_ptr<channel_state>> channels_;
     std::vector<std::string> pending_;
