@@ -1291,6 +1291,45 @@ TEST(acl, a_release_the_acl_forbids_is_reported_as_that_error_not_as_a_lost_lock
     EXPECT_EQ(s.integer({"EXISTS", "app:acl-mutex", "app:acl-reentrant"}), 2);
 }
 
+// Issue 16: a renewal the server refuses with an error (here an ACL that stops covering the
+// key) is told once as that error (auth_failed, naming NOPERM), not as lock_lost: the key is
+// still there. The watchdog keeps trying while the lease lasts, so a refusal that ends in time
+// (the ACL restored) costs nothing more, and one that outlasts the lease turns lost() true with
+// no second report. Failed before: told lock_lost, "found the hold gone".
+TEST(acl, a_renewal_refused_with_an_error_is_told_as_that_error_once) {
+    redis_server s;
+    rlock_test::lost_log lost;
+    rlock::client_options o = as_locker(s, words(minimal_acl), lost);
+    o.lock_watchdog_timeout = 1500ms;  // renewed every 500 ms
+    rlock::client c(o);
+    rlock::mutex m(c, "app:renew-refused");
+    m.lock();
+    set_acl_user(s, {"locker", "resetkeys", "~other:*"});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() > 0; }, 3s));
+    EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::auth_failed)) << lost.last_message;
+    EXPECT_NE(lost.last_message.find("NOPERM"), std::string::npos) << lost.last_message;
+    EXPECT_NE(lost.last_message.find("app:renew-refused"), std::string::npos) << lost.last_message;
+    EXPECT_EQ(s.integer({"EXISTS", "app:renew-refused"}), 1);
+    // Restored within the lease: the next tick renews it, and the hold goes on.
+    std::vector<std::string> back = words(minimal_acl);
+    back.insert(back.begin(), "locker");
+    set_acl_user(s, back);
+    std::this_thread::sleep_for(2500ms);  // past the lease the refused tick did not extend
+    EXPECT_FALSE(m.lost());
+    EXPECT_EQ(s.integer({"EXISTS", "app:renew-refused"}), 1);
+    // Refused again, now for longer than the lease: lost, without a second report.
+    const int told = lost.calls.load();
+    set_acl_user(s, {"locker", "resetkeys", "~other:*"});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() > told; }, 3s));
+    EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::auth_failed)) << lost.last_message;
+    EXPECT_TRUE(eventually([&] { return m.lost(); }, 4s));
+    std::this_thread::sleep_for(600ms);  // a tick after the lease ran out
+    EXPECT_EQ(lost.calls.load(), told + 1) << lost.last_message;
+    set_acl_user(s, back);
+    EXPECT_NO_THROW(m.unlock());
+    EXPECT_EQ(lost.calls.load(), told + 1) << lost.last_message;
+}
+
 // --- replica sync (client_options::sync_replicas) -------------------------------------------
 
 /// A master and one replica of it, linked before the test goes on.

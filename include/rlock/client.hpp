@@ -34,6 +34,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "rlock/detail/hiredis.hpp"
@@ -103,9 +104,10 @@ public:
           pool(ep),
           sync_replicas_arg_(std::to_string(ep.options.sync_replicas)),
           sync_timeout_arg_(std::to_string(ep.options.sync_timeout.count())) {
+        pool.on_broken = [this] { verify_holds_soon(); };
         // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
         pool.run("", true, [&](redisContext* c) { return run_command(c, {"PING"}, "", ep.name); });
-        sub = std::make_unique<subscriber>(ep);
+        sub = std::make_unique<subscriber>(ep, [this] { verify_holds_soon(); });
         if (!ep.options.sentinels.empty()) {
             sentinel = std::make_unique<sentinel_watch>(ep, [this] {
                 pool.drop_idle();
@@ -136,6 +138,18 @@ public:
         sub->stop();
     }
 
+    /// Asks the watchdog for a tick now rather than at its next period: a connection broke, and
+    /// the server may have come back without the holds (a restart without persistence, a
+    /// failover to a replica that never had them). A renewal is the check: a hold whose key is
+    /// gone is told at once.
+    void verify_holds_soon() noexcept {
+        {
+            std::lock_guard<std::mutex> g(wd_mu_);
+            wd_verify_ = true;
+        }
+        wd_cv_.notify_all();
+    }
+
     std::string holder_id(std::uint64_t thread) const {
         std::string h = id;
         h += ':';
@@ -144,10 +158,25 @@ public:
     }
 
     /// Calls on_lock_lost; never throws, never under an internal lock.
-    void tell(std::string_view lock, const error& reason) const noexcept {
+    void tell(const lost_hold& which, const error& reason) const noexcept {
         if (!ep.options.on_lock_lost) return;
         try {
-            ep.options.on_lock_lost(lock, reason);
+            ep.options.on_lock_lost(which, reason);
+        } catch (...) {
+        }
+    }
+
+    /// The thread numbered `thread` has exited: its holds on this client can never be
+    /// unlocked. The watchdog stops renewing them (each ends with its lease) and the owner is
+    /// told of each watched one. They are not deleted: the thread may have left the data they
+    /// guard half-written, and the lease is what a crashed process would leave too.
+    void thread_exited(std::uint64_t thread) noexcept {
+        try {
+            for (const registry::hold_ptr& h : reg.take_thread(thread)) {
+                tell_hold(*h, error(errc::lock_lost, h->name, ep.name,
+                                    "the thread that held it exited without unlocking; it is no "
+                                    "longer renewed and expires after its lease"));
+            }
         } catch (...) {
         }
     }
@@ -155,14 +184,14 @@ public:
     /// Tells the owner of a lost hold: on_lock_lost for a plain hold; for a member of a group
     /// (a red_lock node) the group decides, and tells its owner once.
     void tell_hold(const hold& h, const error& reason) const noexcept {
-        const std::shared_ptr<hold_group> group = reg.with([&] { return h.group; });
+        const auto [group, fencing] = reg.with([&] { return std::make_pair(h.group, h.fencing); });
         if (!group) {
-            tell(h.name, reason);
+            tell(lost_hold{h.name, h.id, fencing}, reason);
             return;
         }
         if (group->part_lost() && group->tell) {
             try {
-                group->tell(group->name,
+                group->tell(lost_hold{group->name, group->id, 0},
                               error(errc::lock_lost, group->name, "",
                                     "too few of its parts are still held; the last loss: " +
                                         std::string(reason.what())));
@@ -192,7 +221,7 @@ public:
             renew_in_cluster(holds, r);
         } else {
             try {
-                if (!conn || conn->err || conn_epoch != ep.epoch.load()) {
+                if (!conn || closed_while_idle(conn.get()) || conn_epoch != ep.epoch.load()) {
                     conn.reset();
                     conn_epoch = ep.epoch.load();
                     conn = connect(ep);
@@ -206,6 +235,11 @@ public:
                 r.failure = e;
                 // Broken, or READONLY (a failover made it a replica): make a new one next time.
                 if (conn && (conn->err || e.value() == errc::connection_failed)) conn.reset();
+            }
+        }
+        for (std::size_t i = 0; i < holds.size(); ++i) {
+            if (r.refusal[i] != 0 && reg.refused(*holds[i])) {
+                tell_hold(*holds[i], r.refusals[r.refusal[i] - 1]);
             }
         }
         for (const std::size_t i : reg.renewed(holds, r.ok, r.gone, sent)) {
@@ -262,8 +296,12 @@ private:
     };
     /// What one watchdog tick found, per hold, and the last failure.
     struct renewal {
-        explicit renewal(std::size_t n) : ok(n, 0), gone(n, 0) {}
+        explicit renewal(std::size_t n) : ok(n, 0), gone(n, 0), refusal(n, 0) {}
         std::vector<char> ok, gone;
+        // Per hold: 0, or 1 + the index in `refusals` of the error its renewal was refused with
+        // (an ACL's NOPERM, OOM, a script error): not "gone", and told as that error.
+        std::vector<std::size_t> refusal;
+        std::vector<error> refusals;
         std::vector<batch> batches;
         std::string lease;  // the calls point into it
         std::optional<error> failure;
@@ -343,15 +381,33 @@ private:
         }
     }
 
-    /// Records the reply of one renew call: per hold 1 renewed, 0 gone.
+    /// Records the reply of one renew call: per hold 1 renewed, 0 gone, or an error (the
+    /// whole call's, or one hold's) that refused it. No reply at all throws.
     void record(const redisReply* reply, const batch& b, const std::vector<registry::hold_ptr>& holds,
                 renewal& r, const redisContext* c) const {
-        if (!reply || reply->type != REDIS_REPLY_ARRAY) {
-            throw make_error(c, reply, holds[b.first]->name, ep.name);
+        auto refuse = [&](std::size_t from, std::size_t count, const redisReply* why) {
+            error e = make_error(c, why, holds[from]->name, ep.name);
+            // A replica's READONLY (a failover) and a cluster's redirection are about where
+            // the renewal went, not about the hold: the caller retries elsewhere.
+            if (e.value() == errc::connection_failed || e.value() == errc::timeout ||
+                last_redirect().kind != redirect::none) {
+                throw e;
+            }
+            r.refusals.push_back(std::move(e));
+            for (std::size_t i = from; i < from + count; ++i) r.refusal[i] = r.refusals.size();
+        };
+        if (!reply) throw make_error(c, reply, holds[b.first]->name, ep.name);
+        if (reply->type != REDIS_REPLY_ARRAY) {
+            refuse(b.first, b.count, reply);
+            return;
         }
         for (std::size_t e = 0; e < reply->elements && e < b.count; ++e) {
-            const bool renewed = reply->element[e]->type == REDIS_REPLY_INTEGER &&
-                                 reply->element[e]->integer == 1;
+            const redisReply* one = reply->element[e];
+            if (one->type == REDIS_REPLY_ERROR) {
+                refuse(b.first + e, 1, one);
+                continue;
+            }
+            const bool renewed = one->type == REDIS_REPLY_INTEGER && one->integer == 1;
             r.ok[b.first + e] = static_cast<char>(renewed);
             r.gone[b.first + e] = static_cast<char>(!renewed);
         }
@@ -425,11 +481,19 @@ private:
         auto next = clock::now() + period;
         std::unique_lock<std::mutex> g(wd_mu_);
         while (!wd_stop_) {
-            if (wd_cv_.wait_until(g, next, [&] { return wd_stop_; })) break;
+            wd_cv_.wait_until(g, next, [&] { return wd_stop_ || wd_verify_; });
+            if (wd_stop_) break;
+            // An early tick (verify_holds_soon) leaves the schedule as it was.
+            const bool early = wd_verify_ && clock::now() < next;
+            wd_verify_ = false;
             g.unlock();
             const bool sent = renew_all(conn, conn_epoch);
             g.lock();
-            next = sent ? std::max(next + period, clock::now()) : clock::now() + retry;
+            if (!sent) {
+                next = clock::now() + retry;
+            } else if (!early) {
+                next = std::max(next + period, clock::now());
+            }
         }
     }
 
@@ -439,7 +503,40 @@ private:
     std::mutex wd_mu_;
     std::condition_variable wd_cv_;
     bool wd_stop_ = false;
+    bool wd_verify_ = false;  // verify_holds_soon() asked for a tick now
     std::thread watchdog_;
+};
+
+/// Tells the clients a thread took watched holds on when that thread exits (client_core::
+/// thread_exited): nothing can unlock those holds any more, and left alone the watchdog would
+/// renew them for as long as the client lives. One per thread, made on its first watched hold.
+class thread_exit_watch {
+public:
+    /// Remembers `core` for the calling thread (once).
+    static void enlist(client_core& core) {
+        thread_local thread_exit_watch watch;
+        for (auto& [raw, weak] : watch.cores_) {
+            if (raw == &core && !weak.expired()) return;
+        }
+        // Forget clients that are gone (an address may be reused by a new one).
+        watch.cores_.erase(std::remove_if(watch.cores_.begin(), watch.cores_.end(),
+                                          [](const auto& c) { return c.second.expired(); }),
+                           watch.cores_.end());
+        watch.cores_.emplace_back(&core, core.weak_from_this());
+    }
+
+    thread_exit_watch() = default;
+    thread_exit_watch(const thread_exit_watch&) = delete;
+    thread_exit_watch& operator=(const thread_exit_watch&) = delete;
+    ~thread_exit_watch() {
+        const std::uint64_t me = current_thread_number();
+        for (auto& entry : cores_) {
+            if (std::shared_ptr<client_core> core = entry.second.lock()) core->thread_exited(me);
+        }
+    }
+
+private:
+    std::vector<std::pair<const client_core*, std::weak_ptr<client_core>>> cores_;
 };
 
 struct client_access;

@@ -3,23 +3,67 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "rlock/errors.hpp"
 
 namespace rlock {
 
+/// Which hold a loss report is about. A report can arrive on the watchdog thread after the
+/// owner's unlock() returned, when the same thread may hold the same lock again: the hold id
+/// tells the two holds apart.
+struct lost_hold {
+    std::string_view lock;            ///< the lock's name
+    std::uint64_t hold_id = 0;        ///< what the owner's `hold_id()` returned for this hold
+                                      ///< (unique in the process; 0 when unknown)
+    std::uint64_t fencing_token = 0;  ///< the hold's fencing token; 0 without fencing
+};
+
 /// Called once for each hold that was lost: its lease ran out before the watchdog could renew
-/// it, or its key was deleted or taken over, or its unlock could not reach Redis. `lock` is the
-/// lock's name, `reason` says what happened (code `errc::lock_lost`, `connection_failed`, ...).
+/// it, or its key was deleted or taken over, or its unlock could not reach Redis, or its thread
+/// exited holding it; and once when a renewal was refused with an error (an ACL's NOPERM, OOM,
+/// a script error: that error's code, not lock_lost). `reason` says what happened.
 ///
-/// Runs on the client's watchdog thread (or on the thread whose unlock found the loss), outside
-/// every rlock-internal lock, so it may call into rlock. It must not throw; an exception is
-/// caught and dropped. Keep it short: renewal of other holds waits while it runs.
-using lock_lost_handler = std::function<void(std::string_view lock, const error& reason)>;
+/// Either of two forms: `void(const lost_hold& hold, const error& reason)`, or the older
+/// `void(std::string_view lock, const error& reason)` (the lock's name only).
+///
+/// Runs on the client's watchdog thread (or on the thread whose unlock found the loss, or on
+/// an exiting thread), outside every rlock-internal lock, so it may call into rlock. It must not
+/// throw; an exception is caught and dropped. Keep it short: renewal of other holds waits while
+/// it runs.
+class lock_lost_handler {
+public:
+    lock_lost_handler() noexcept = default;
+    lock_lost_handler(std::nullptr_t) noexcept {}  // NOLINT(google-explicit-constructor)
+
+    /// From `void(std::string_view lock, const error&)`: told the lock's name only.
+    template <class F, std::enable_if_t<std::is_invocable_v<F&, std::string_view, const error&>, int> = 0>
+    lock_lost_handler(F f)  // NOLINT(google-explicit-constructor): assigned from lambdas
+        : f_([g = std::move(f)](const lost_hold& h, const error& e) mutable { g(h.lock, e); }) {}
+
+    /// From `void(const lost_hold&, const error&)`.
+    template <class F,
+              std::enable_if_t<!std::is_invocable_v<F&, std::string_view, const error&> &&
+                                   std::is_invocable_v<F&, const lost_hold&, const error&>,
+                               long> = 0>
+    lock_lost_handler(F f)  // NOLINT(google-explicit-constructor): assigned from lambdas
+        : f_(std::move(f)) {}
+
+    explicit operator bool() const noexcept { return static_cast<bool>(f_); }
+    void operator()(const lost_hold& hold, const error& reason) const { f_(hold, reason); }
+    void operator()(std::string_view lock, const error& reason) const {
+        f_(lost_hold{lock, 0, 0}, reason);
+    }
+
+private:
+    std::function<void(const lost_hold&, const error&)> f_;
+};
 
 /// A host and port (a sentinel's).
 struct server_address {

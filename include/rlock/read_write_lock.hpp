@@ -127,6 +127,10 @@ public:
     /// Fencing token of this thread's write / read hold (lock_options::fencing).
     [[nodiscard]] std::uint64_t fencing_token() const { return write_.fencing_token(); }
     [[nodiscard]] std::uint64_t fencing_token_shared() const { return read_.fencing_token(); }
+    /// Id of this thread's write / read hold, as on_lock_lost is told it (lost_hold::hold_id).
+    /// Throws `error` (not_owner) without such a hold.
+    [[nodiscard]] std::uint64_t hold_id() const { return write_.hold_id(); }
+    [[nodiscard]] std::uint64_t hold_id_shared() const { return read_.hold_id(); }
 
     const std::string& name() const noexcept { return write_.name(); }
     write_side& writer() noexcept { return write_; }

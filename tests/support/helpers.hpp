@@ -56,6 +56,24 @@ struct lost_log {
     std::string last_message;
     std::mutex mu;
 
+    std::atomic<std::uint64_t> last_hold_id{0};
+    std::atomic<std::uint64_t> last_fencing{0};
+
+    /// The form told which hold was lost (lost_hold); the other keeps the two-argument form.
+    rlock::lock_lost_handler hold_handler() {
+        return [this](const rlock::lost_hold& hold, const rlock::error& why) {
+            {
+                std::lock_guard<std::mutex> g(mu);
+                last_lock = std::string(hold.lock);
+                last_message = why.what();
+            }
+            last_hold_id = hold.hold_id;
+            last_fencing = hold.fencing_token;
+            code = static_cast<int>(why.value());
+            ++calls;
+        };
+    }
+
     rlock::lock_lost_handler handler() {
         return [this](std::string_view lock, const rlock::error& why) {
             {

@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "rlock/client.hpp"
 #include "rlock/detail/hiredis.hpp"
@@ -264,10 +266,12 @@ public:
             }
         } catch (const error& e) {
             if (!last) --h->count;
+            if (last) lost_at_unlock(h->thread, true);
             if (reg.claim_report(*h)) core_->tell_hold(*h, e);
             return;
         }
         if (!last) --h->count;
+        if (last && left < 0) lost_at_unlock(h->thread, true);
         if (left < 0) {
             // Not ours any more. A leased hold past its lease is the expected case; anything
             // else is a loss the owner has to hear of, unless the watchdog already said so.
@@ -313,10 +317,14 @@ public:
     /// True when the calling thread has a hold on this lock and that hold is lost: the
     /// watchdog found it gone, or its lease ran out by this client's clock (measured from when
     /// the acquire or the last renewal was sent, so it never claims a hold Redis has dropped).
-    /// False when the thread holds nothing. Sends nothing.
+    /// Also true after this thread's final unlock found its hold lost (it was told through
+    /// on_lock_lost), until this thread takes the lock again. Otherwise false when the thread
+    /// holds nothing. Sends nothing.
     [[nodiscard]] bool lost() const {
-        registry::hold_ptr h = core_->reg.find(&Kind::info, name(), current_thread_number());
-        return h && core_->reg.is_lost(*h);
+        const std::uint64_t thread = current_thread_number();
+        registry::hold_ptr h = core_->reg.find(&Kind::info, name(), thread);
+        if (h) return core_->reg.is_lost(*h);
+        return lost_at_unlock(thread, false);
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters. Holders on this client find
@@ -340,6 +348,15 @@ public:
         return core_->reg.with([&] { return h->fencing; });
     }
 
+    /// The calling thread's hold's id: unique in the process, kept across re-entries, and the
+    /// `hold_id` on_lock_lost is told for this hold (lost_hold). Throws `error` (not_owner)
+    /// when this thread holds no such lock. No round trip.
+    [[nodiscard]] std::uint64_t hold_id() const {
+        registry::hold_ptr h = core_->reg.find(&Kind::info, name(), current_thread_number());
+        if (!h) throw error(errc::not_owner, name(), server(), "this thread holds no such lock");
+        return h->id;
+    }
+
     const std::string& name() const noexcept { return keys_.name; }
     const lock_options& options() const noexcept { return options_; }
 
@@ -354,6 +371,11 @@ private:
         registry& reg = core_->reg;
         const std::uint64_t thread = current_thread_number();
         const std::chrono::milliseconds watchdog = core_->ep.options.lock_watchdog_timeout;
+        // Nothing would renew or release a hold taken now.
+        if (core_->sub->stopped()) {
+            throw error(errc::connection_failed, name(), server(),
+                        "the client this lock was made from has been destroyed");
+        }
         if (registry::hold_ptr h = reg.find(&Kind::info, name(), thread)) {
             return reenter(*h, lease);
         }
@@ -436,6 +458,8 @@ private:
         h->fencing = r.fencing;
         h->expires = sent + lease;
         reg.add(std::move(h));
+        if (watched) thread_exit_watch::enlist(*core_);
+        if (lost_at_unlock_any_.load(std::memory_order_relaxed)) lost_at_unlock(thread, false, true);
         return true;
     }
 
@@ -591,27 +615,58 @@ private:
     }
 
     // Runs the release script: the count left (0: released), or -1 when `value` does not hold
-    // the lock. With may_retry a broken connection gets one more try, and a "not held" answer
-    // to that retry counts as released (the first try most likely did it) — unless the first
-    // try was refused by a replica (READONLY: it did not run), when "not held" is the truth.
+    // the lock. With may_retry a broken connection gets one more try, on a new connection. A
+    // "not held" answer to that retry counts as released when the first try most likely did
+    // it: it reached the same server process (the run_id each connection read when it was
+    // opened; when either is unknown, an ACL without +info, it is assumed). It is the truth
+    // when the first try went to a server that has since been replaced (a restart, a failover:
+    // the run_id changed, so what that server did is gone with it) or was refused by a replica
+    // (READONLY: it did not run). A connection the server had closed before the first try is
+    // never used for it (pool: closed_while_idle), so a restart between the hold and its unlock
+    // does not even need the retry to be noticed.
     long long release(const std::string& value, bool may_retry) {
         bool first_ran = true;  // as far as anyone can tell
+        std::uint64_t first_server = 0;  // server_identity behind the first try's connection
         for (int round = 0;; ++round) {
+            std::uint64_t server_id = 0;
             try {
                 const long long left = core_->pool.run(name(), false, [&](redisContext* c) {
+                    server_id = current_server_id();
                     const long long l = Kind::release(c, keys_, value, server());
                     // Replica sync: a shortfall is not an error here (see client_options).
                     if (l >= 0 && core_->ep.options.sync_replicas > 0) core_->wait_for_replicas(c, name());
                     return l;
                 }, Kind::follows_ask);
-                return (round > 0 && left < 0 && first_ran) ? 0 : left;
+                if (round > 0 && left < 0 && first_ran &&
+                    (first_server == 0 || server_id == 0 || first_server == server_id)) {
+                    return 0;
+                }
+                return left;
             } catch (const error& e) {
                 const bool io = e.value() == errc::connection_failed || e.value() == errc::timeout;
                 if (!io || !may_retry || round > 0) throw;
                 first_ran = !is_readonly(e.what());
+                first_server = server_id;
             }
         }
     }
+
+    // The threads whose final unlock of this lock found their hold lost, until they lock it
+    // again (lost() stays true for them): add, or read, or with `forget` take `thread` out.
+    // `lost_at_unlock_any_` spares the common path the mutex.
+    bool lost_at_unlock(std::uint64_t thread, bool add, bool forget = false) const {
+        if (!add && !forget && !lost_at_unlock_any_.load(std::memory_order_relaxed)) return false;
+        std::lock_guard<std::mutex> g(lost_at_unlock_mu_);
+        auto it = std::find(lost_at_unlock_.begin(), lost_at_unlock_.end(), thread);
+        const bool found = it != lost_at_unlock_.end();
+        if (add && !found) lost_at_unlock_.push_back(thread);
+        if (forget && found) lost_at_unlock_.erase(it);
+        lost_at_unlock_any_.store(!lost_at_unlock_.empty(), std::memory_order_relaxed);
+        return found || add;
+    }
+    mutable std::mutex lost_at_unlock_mu_;
+    mutable std::vector<std::uint64_t> lost_at_unlock_;
+    mutable std::atomic<bool> lost_at_unlock_any_{false};
 
     // Shared, not borrowed: a thread blocked in lock() when the client is destroyed still
     // reaches the subscriber and the pool to learn that and throw (the core is stopped but

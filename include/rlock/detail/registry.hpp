@@ -2,8 +2,9 @@
 // reports, and how a thread that already holds a lock is recognised (reentry, would_deadlock).
 #pragma once
 
-#include <chrono>
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -26,10 +27,17 @@ struct kind_info {
     bool follows_ask = true;               // Redis Cluster: see kind_defaults::follows_ask
 };
 
+/// A hold id: unique in the process, never 0.
+inline std::uint64_t next_hold_id() noexcept {
+    static std::atomic<std::uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 /// Holds that stand or fall together (the nodes of a red_lock): the owner is told once, when
 /// more than `tolerance` of them are lost. Set on each member hold.
 struct hold_group {
     std::string name;
+    std::uint64_t id = next_hold_id();  // the hold id of the whole (red_lock::hold_id())
     int tolerance = 0;
     std::atomic<int> lost_parts{0};
     std::atomic<bool> told{false};
@@ -52,6 +60,7 @@ struct hold {
     std::chrono::milliseconds lease{0};
     bool watched = false;
     std::uint64_t fencing = 0;
+    std::uint64_t id = next_hold_id();  // what hold_id() returns and on_lock_lost is told
     std::shared_ptr<hold_group> group;  // set for the parts of a red_lock
 
     // Guarded by registry::mu_.
@@ -61,6 +70,7 @@ struct hold {
     bool told = false;          // on_lock_lost already called
     bool in_flight = false;     // inside a watchdog renewal batch right now
     bool released = false;      // unlocked: no renewal, no report
+    bool refused = false;       // a renewal was refused with an error; the owner was told
 };
 
 class registry {
@@ -148,6 +158,7 @@ public:
                 if (h.released) continue;
                 if (ok[i] && !h.lost && sent < h.expires) {
                     h.expires = sent + h.lease;
+                    h.refused = false;
                 } else if ((gone[i] || ok[i] || now >= h.expires) && mark_lost_locked(h)) {
                     tell.push_back(i);
                 }
@@ -162,8 +173,51 @@ public:
     bool claim_report(hold& h) {
         std::lock_guard<std::mutex> g(mu_);
         h.lost = true;
-        if (h.told) return false;
+        if (h.told || h.refused) {  // a refused renewal was the report
+            h.told = true;
+            return false;
+        }
         h.told = true;
+        return true;
+    }
+
+    /// Takes every hold of `thread` out of the registry (the thread has exited: nothing can
+    /// unlock them), waiting for a renewal batch that carries one to finish. Returns the
+    /// watched ones whose owner has not been told of a loss yet: the watchdog stops renewing
+    /// them, so they end with their lease.
+    std::vector<hold_ptr> take_thread(std::uint64_t thread) {
+        std::vector<hold_ptr> mine;
+        std::vector<hold_ptr> untold;
+        std::unique_lock<std::mutex> g(mu_);
+        for (auto it = holds_.begin(); it != holds_.end();) {
+            if (it->second->thread != thread) {
+                ++it;
+                continue;
+            }
+            hold_ptr& h = it->second;
+            h->released = true;
+            if (h->watched && !h->told && !h->refused) {
+                h->lost = true;
+                h->told = true;
+                untold.push_back(h);
+            }
+            mine.push_back(std::move(h));
+            it = holds_.erase(it);
+        }
+        quiet_.wait(g, [&] {
+            return std::none_of(mine.begin(), mine.end(), [](const hold_ptr& h) { return h->in_flight; });
+        });
+        return untold;
+    }
+
+    /// A renewal of `h` was refused with an error (not "gone"): true when the owner must be
+    /// told now, which happens once until a renewal works again. The hold is not lost yet: the
+    /// watchdog keeps trying while its lease lasts, and when the lease runs out lost() turns
+    /// true without a second report.
+    bool refused(hold& h) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (h.released || h.told || h.refused) return false;
+        h.refused = true;
         return true;
     }
 
@@ -175,7 +229,7 @@ public:
 private:
     bool mark_lost_locked(hold& h) {
         h.lost = true;
-        if (h.told || h.released) return false;
+        if (h.told || h.released || h.refused) return false;
         h.told = true;
         return true;
     }
