@@ -51,12 +51,13 @@ long long calls_of(std::string_view command) {
     return at == std::string::npos ? 0 : std::atoll(info.c_str() + at + key.size());
 }
 
-TEST(mutex_layout, the_key_holds_a_128_bit_token_with_a_px_expiry) {
+TEST(mutex_layout, the_key_holds_a_marked_128_bit_token_with_a_px_expiry) {
     rlock::client c(server().options());
     rlock::mutex m(c, name());
     m.lock();
     const std::string token = server().text({"GET", name()});
-    EXPECT_TRUE(has_shape(token, std::string(32, 'x'))) << token;
+    // The mark tells waiters that this holder's release will be published.
+    EXPECT_TRUE(has_shape(token, "rlock:" + std::string(32, 'x'))) << token;
     const long long pttl = server().integer({"PTTL", name()});
     EXPECT_GT(pttl, 25000);
     EXPECT_LE(pttl, 30000);
