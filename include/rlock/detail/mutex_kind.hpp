@@ -80,7 +80,7 @@ return out
         const std::string_view token = a.value, lease = a.lease;
         acquire_result out;
         // By script too while a Redis Cluster slot migrates (asking()): ASKING applies to one
-        // command, and the SET + PTTL pipeline is two.
+        // command, and the SET + PTTL + GET pipeline is three.
         if (a.fencing || a.scripted || asking()) {
             script_call call = acquire_call(acquire_fenced_script(), k, a.fencing,
                                             {token, lease, a.fencing ? "1" : "0"});
