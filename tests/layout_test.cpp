@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
+#include <cstdlib>
 #include <future>
 #include <string>
 #include <string_view>
@@ -42,12 +43,21 @@ redis_server& server() {
 
 std::string name() { return rlock_test::test_lock_name(); }
 
-TEST(mutex_layout, the_key_holds_a_128_bit_token_with_a_px_expiry) {
+/// How many times the server has run `command` (INFO commandstats), e.g. "set".
+long long calls_of(std::string_view command) {
+    const std::string info = server().text({"INFO", "commandstats"});
+    const std::string key = "cmdstat_" + std::string(command) + ":calls=";
+    const auto at = info.find(key);
+    return at == std::string::npos ? 0 : std::atoll(info.c_str() + at + key.size());
+}
+
+TEST(mutex_layout, the_key_holds_a_marked_128_bit_token_with_a_px_expiry) {
     rlock::client c(server().options());
     rlock::mutex m(c, name());
     m.lock();
     const std::string token = server().text({"GET", name()});
-    EXPECT_TRUE(has_shape(token, std::string(32, 'x'))) << token;
+    // The mark tells waiters that this holder's release will be published.
+    EXPECT_TRUE(has_shape(token, "rlock:" + std::string(32, 'x'))) << token;
     const long long pttl = server().integer({"PTTL", name()});
     EXPECT_GT(pttl, 25000);
     EXPECT_LE(pttl, 30000);
@@ -74,9 +84,86 @@ TEST(mutex_layout, a_redis_py_style_holder_excludes_and_its_expiry_frees) {
     rlock::mutex m(c, name());
     EXPECT_FALSE(m.try_lock());
     const auto start = steady::now();
-    ASSERT_TRUE(m.try_lock_for(5s));  // woken by the TTL, not by a message
+    ASSERT_TRUE(m.try_lock_for(5s));  // it looks again by itself: no message will come
     EXPECT_LT(steady::now() - start, 2s);
     m.unlock();
+}
+
+TEST(mutex_layout, a_waiter_behind_a_holder_that_never_publishes_gets_the_lock_soon_after_it_frees) {
+    // redis-py's Lock, node-redlock and go-redsync: a random token set with SET NX PX, released
+    // by a compare-and-delete that publishes nothing. Emulated here from a second connection.
+    // With fencing the waiter's attempts are the acquire script, without it SET NX PX.
+    for (const bool fencing : {false, true}) {
+        SCOPED_TRACE(fencing ? "with fencing" : "without fencing");
+        const std::string n = name() + (fencing ? ":fenced" : "");
+        const std::string token = "9f3c2a8e4b1d4f0a8c7e6d5b4a3f2e1d";  // like uuid1().hex
+        ASSERT_EQ(server().text({"SET", n, token, "NX", "PX", "30000"}), "OK");
+        rlock::client c(server().options());
+        rlock::mutex m(c, n, rlock::lock_options{fencing});
+        std::promise<steady::time_point> acquired;
+        std::thread waiter([&] {
+            if (!m.try_lock_for(10s)) {
+                acquired.set_value(steady::time_point::max());
+                return;
+            }
+            acquired.set_value(steady::now());
+            m.unlock();
+        });
+        // While the holder holds, the waiter looks now and then, not in a tight loop.
+        std::this_thread::sleep_for(300ms);
+        const long long sets_before = calls_of("set");
+        std::this_thread::sleep_for(1s);
+        EXPECT_LT(calls_of("set") - sets_before, 40) << "a capped backoff, not a spin";
+        const auto released = steady::now();
+        ASSERT_EQ(server().integer({"EVAL",
+                                    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+                                    "return redis.call('del', KEYS[1]) end return 0",
+                                    "1", n, token}),
+                  1);
+        auto got = acquired.get_future();
+        const bool ready = got.wait_for(15s) == std::future_status::ready;
+        waiter.join();
+        ASSERT_TRUE(ready);
+        const auto at = got.get();
+        ASSERT_NE(at, steady::time_point::max()) << "the waiter gave up after 10 s (the TTL is 30 s)";
+        const auto late = std::chrono::duration_cast<std::chrono::milliseconds>(at - released);
+        EXPECT_LT(late.count(), 2000) << "ms after the holder's delete (its TTL was 30 s)";
+        server().cmd({"DEL", "redisson_lock_token:{" + n + "}"});
+    }
+}
+
+TEST(mutex_layout, a_waiter_behind_an_rlock_holder_sends_nothing_until_the_unlock_message) {
+    // With fencing the waiter learns who holds from the acquire script, without it from GET.
+    for (const bool fencing : {false, true}) {
+        SCOPED_TRACE(fencing ? "with fencing" : "without fencing");
+        const std::string n = name() + (fencing ? ":fenced" : "");
+        rlock::client holder(server().options()), other(server().options());
+        rlock::mutex mine(holder, n, rlock::lock_options{fencing});
+        rlock::mutex theirs(other, n, rlock::lock_options{fencing});
+        mine.lock(30s);
+        std::promise<steady::time_point> acquired;
+        std::thread waiter([&] {
+            theirs.lock();
+            acquired.set_value(steady::now());
+            theirs.unlock();
+        });
+        std::this_thread::sleep_for(300ms);  // subscribed and waiting
+        const long long sets_before = calls_of("set"), pttls_before = calls_of("pttl");
+        std::this_thread::sleep_for(1s);
+        EXPECT_EQ(calls_of("set") - sets_before, 0) << "the waiter polled an rlock holder";
+        EXPECT_EQ(calls_of("pttl") - pttls_before, 0) << "the waiter polled an rlock holder";
+        const auto released = steady::now();
+        mine.unlock();
+        auto got = acquired.get_future();
+        const bool ready = got.wait_for(5s) == std::future_status::ready;
+        if (!ready) theirs.force_unlock();
+        waiter.join();
+        ASSERT_TRUE(ready);
+        const auto late =
+            std::chrono::duration_cast<std::chrono::milliseconds>(got.get() - released);
+        EXPECT_LT(late.count(), 500) << "ms after the unlock";
+        server().cmd({"DEL", "redisson_lock_token:{" + n + "}"});
+    }
 }
 
 TEST(mutex, locking_it_again_on_the_holding_thread_is_would_deadlock_not_a_hang) {

@@ -7,10 +7,11 @@
 //         ...                                      // critical section
 //     }                                            // released; waiters wake at once
 //
-// In Redis: key `name` holds a random 128-bit token (from the OS CSPRNG), set with SET NX PX;
-// release and renewal compare the token (compare-and-delete / compare-and-pexpire scripts), and
-// release publishes `0` on `rlock_lock__channel:{name}`. The same layout as redis-py's Lock,
-// node-redlock and go-redsync, so an rlock::mutex and those clients exclude each other.
+// In Redis: key `name` holds a token — `rlock:` and 128 random bits (from the OS CSPRNG) as 32
+// hex digits — set with SET NX PX; release and renewal compare the token (compare-and-delete /
+// compare-and-pexpire scripts), and release publishes `0` on `rlock_lock__channel:{name}`. The
+// same layout as redis-py's Lock, node-redlock and go-redsync, so an rlock::mutex and those
+// clients exclude each other.
 //
 // Not reentrant: a thread that holds the mutex and locks it again gets `rlock::error` with
 // `errc::would_deadlock` at once rather than waiting for itself. Use rlock::reentrant_lock for
@@ -24,7 +25,11 @@
 //
 // Waiting: a refused locker subscribes to the lock's channel (through the client's one
 // subscriber connection), tries again, then sleeps until the unlock message or the holder's
-// remaining TTL, whichever comes first. It never polls on a fixed interval.
+// remaining TTL, whichever comes first. It never polls on a fixed interval. The one exception
+// is a holder of another library (redis-py, node-redlock, go-redsync: a token without the
+// `rlock:` mark), which deletes the key without publishing: behind it the waiter also tries
+// again after 1 ms, doubling to 100 ms, from 1 ms again when the holder changes — so such a
+// release costs it about 100 ms, not the holder's TTL.
 //
 // Thread-safety: one mutex object may be shared by many threads (like std::mutex); a hold
 // belongs to the thread that took it, and only that thread may unlock it.

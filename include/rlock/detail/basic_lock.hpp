@@ -10,6 +10,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -56,6 +57,11 @@ struct acquire_result {
     long long ttl = -2;        // when refused: the holder's remaining ms, -1 no expiry, -2 unknown
     std::uint64_t count = 1;   // reentry depth after the attempt (reentrant kinds)
     std::uint64_t fencing = 0;
+    // When refused and the caller will wait: whether the holder's release wakes this waiter by
+    // a message (false: a mutex holder of another library — redis-py, node-redlock — which
+    // deletes the key and publishes nothing), and the holder's value when the kind reads it.
+    bool holder_publishes = true;
+    std::string holder;
 };
 
 /// Deletes the key whoever holds it and, if it existed, publishes `0` on its channel.
@@ -409,6 +415,10 @@ private:
             // expiry). Then waits grow from 10 ms to 1 s; with a subscription and a TTL the wait
             // is exactly "until the message or the TTL".
             std::chrono::milliseconds fallback(10);
+            // Behind a holder that will not publish its release: the next look, and whom it
+            // was last measured against (see look_again).
+            std::chrono::milliseconds look = first_look;
+            std::string silent_holder;
             const std::chrono::milliseconds heartbeat = Kind::heartbeat(options_);
             std::atomic<int>& lost_races = core_->lost_races(name());
             int round = 0;       // attempts made in this loop
@@ -440,6 +450,11 @@ private:
                 if (!active || r.ttl == -1) {
                     until = std::min(until, now + fallback);
                     fallback = std::min(fallback * 2, std::chrono::milliseconds(1000));
+                }
+                if (!r.holder_publishes) {
+                    if (r.holder != silent_holder) look = first_look;
+                    silent_holder = std::move(r.holder);
+                    until = std::min(until, now + look_again(look));
                 }
                 // A queued fair waiter renews its place in the queue with each attempt: this
                 // bound is its heartbeat, not a poll for the lock.
@@ -495,6 +510,25 @@ private:
     // Two rounds suit a handful of waiters (more rounds would hold back the oldest of three,
     // measured: busy 0.80 instead of 0.90 at W=4; docs/benchmarks.md).
     static constexpr int yield_rounds = 2;
+
+    // A holder of another library on a mutex's key (redis-py's Lock, node-redlock, go-redsync)
+    // deletes it without a message, and would leave a waiter asleep for the holder's whole TTL.
+    // So behind a holder whose value lacks rlock's mark (detail::token_prefix) the waiter looks
+    // again by itself: after `look`, which starts at first_look, doubles up to longest_look
+    // while the same holder stays, and starts again when another value holds the key (the
+    // lock is changing hands, so its free moments are frequent and short). Each look waits a
+    // random 1/2 to 1 of it, so waiters do not look in step. A message still ends the wait at
+    // once; behind rlock's and Redisson's holders (which publish) nothing of this applies.
+    static std::chrono::microseconds look_again(std::chrono::milliseconds& look) {
+        const auto full = std::chrono::duration_cast<std::chrono::microseconds>(look).count();
+        std::uniform_int_distribution<long long> pick(full / 2, full);
+        look = std::min(look * 2, longest_look);
+        return std::chrono::microseconds(pick(thread_rng()));
+    }
+    static constexpr std::chrono::milliseconds first_look{1};
+    // As often as redis-py's own waiters try (its Lock's default sleep, 0.1 s), and well
+    // within the 250 ms a waiter may take to notice a release (issue 17).
+    static constexpr std::chrono::milliseconds longest_look{100};
 
     static clock::time_point deadline_or_max(bool bounded, clock::time_point deadline) {
         return bounded ? deadline : clock::time_point::max();

@@ -6,6 +6,7 @@
 
 #include "rlock/detail/basic_lock.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
 
 namespace rlock::detail {
@@ -18,7 +19,9 @@ struct mutex_kind : kind_defaults {
     /// scripts may run before anything is written); otherwise a plain SET NX PX does it.
     /// KEYS[1] lock key, KEYS[2] redisson_lock_token:{name} (with fencing only); ARGV[1] token,
     /// ARGV[2] lease ms, ARGV[3] '1' to INCR the fencing counter.
-    /// Returns {1, fencing token or 0} when set, {0, PTTL of the holder's key} when refused.
+    /// Returns {1, fencing token or 0} when set; when refused {0, PTTL of the holder's key, its
+    /// value} (the value nil when the key is not a string: basic_lock's wait loop tells by it
+    /// whether the holder's release will be published).
     static const script& acquire_fenced_script() {
         static const script s(R"lua(
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -27,7 +30,9 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     end
     return {1, 0}
 end
-return {0, redis.call('pttl', KEYS[1])}
+local holder = redis.pcall('get', KEYS[1])
+if type(holder) ~= 'string' then holder = false end
+return {0, redis.call('pttl', KEYS[1]), holder}
 )lua");
         return s;
     }
@@ -75,7 +80,7 @@ return out
         const std::string_view token = a.value, lease = a.lease;
         acquire_result out;
         // By script too while a Redis Cluster slot migrates (asking()): ASKING applies to one
-        // command, and the SET + PTTL pipeline is two.
+        // command, and the SET + PTTL + GET pipeline is three.
         if (a.fencing || a.scripted || asking()) {
             script_call call = acquire_call(acquire_fenced_script(), k, a.fencing,
                                             {token, lease, a.fencing ? "1" : "0"});
@@ -83,7 +88,8 @@ return out
             parse_pair(r.get(), out, k.name, server);
             return out;
         }
-        // SET NX PX, and when the caller will wait, PTTL in the same round trip.
+        // SET NX PX, and when the caller will wait, PTTL and GET in the same round trip: how
+        // long the holder may keep the key, and who it is (does its release publish?).
         const char* set[6] = {"SET", k.name.data(), token.data(), "NX", "PX", lease.data()};
         const std::size_t set_len[6] = {3, k.name.size(), token.size(), 2, 2, lease.size()};
         if (!a.want_ttl) {
@@ -94,19 +100,31 @@ return out
         }
         const char* pttl[2] = {"PTTL", k.name.data()};
         const std::size_t pttl_len[2] = {4, k.name.size()};
+        const char* get[2] = {"GET", k.name.data()};
+        const std::size_t get_len[2] = {3, k.name.size()};
         redisAppendCommandArgv(c, 6, set, set_len);
         redisAppendCommandArgv(c, 2, pttl, pttl_len);
-        void* raw = nullptr;
-        const int set_status = redisGetReply(c, &raw);
-        reply_ptr set_reply(static_cast<redisReply*>(raw));
-        if (set_status != REDIS_OK) throw make_error(c, nullptr, k.name, server);
-        raw = nullptr;
-        const int ttl_status = redisGetReply(c, &raw);
-        reply_ptr ttl_reply(static_cast<redisReply*>(raw));
-        if (ttl_status != REDIS_OK) throw make_error(c, nullptr, k.name, server);
-        if (set_reply->type == REDIS_REPLY_ERROR) throw make_error(c, set_reply.get(), k.name, server);
+        redisAppendCommandArgv(c, 2, get, get_len);
+        reply_ptr replies[3];  // SET, PTTL, GET
+        for (reply_ptr& reply : replies) {
+            void* raw = nullptr;
+            const int status = redisGetReply(c, &raw);
+            reply.reset(static_cast<redisReply*>(raw));
+            if (status != REDIS_OK) throw make_error(c, nullptr, k.name, server);
+        }
+        const redisReply* set_reply = replies[0].get();
+        if (set_reply->type == REDIS_REPLY_ERROR) throw make_error(c, set_reply, k.name, server);
         out.acquired = set_reply->type == REDIS_REPLY_STATUS;
-        if (!out.acquired) out.ttl = reply_integer(ttl_reply.get(), k.name, server);
+        if (out.acquired) return out;
+        out.ttl = reply_integer(replies[1].get(), k.name, server);
+        const redisReply* holder = replies[2].get();
+        if (holder->type == REDIS_REPLY_NIL) {
+            out.ttl = -2;  // gone since the SET: free, try again now
+        } else if (holder->type == REDIS_REPLY_ERROR && !reply_is_error(holder, "WRONGTYPE")) {
+            throw make_error(c, holder, k.name, server);
+        } else {
+            note_holder(holder, out);  // WRONGTYPE: a key of another kind, not a token
+        }
         return out;
     }
 
@@ -132,6 +150,19 @@ return out
             out.fencing = static_cast<std::uint64_t>(r->element[1]->integer);
         } else {
             out.ttl = r->element[1]->integer;
+            note_holder(r->elements > 2 ? r->element[2] : nullptr, out);
+        }
+    }
+
+    /// What a refused attempt learnt of the holder from its value (`value` not a string: the
+    /// key holds another type). Only a token with rlock's mark (token_prefix) belongs to a
+    /// holder whose release publishes on this lock's channel; behind any other a waiter has to
+    /// look again by itself.
+    static void note_holder(const redisReply* value, acquire_result& out) {
+        out.holder_publishes = false;
+        if (value && value->type == REDIS_REPLY_STRING) {
+            out.holder.assign(value->str, value->len);
+            out.holder_publishes = is_rlock_token(out.holder);
         }
     }
 };

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
 
 #if defined(__linux__)
 #include <sys/random.h>
@@ -52,17 +53,33 @@ inline std::mt19937_64& thread_rng() {
     return engine;
 }
 
-/// 128 random bits as 32 lowercase hex digits: a mutex token.
+/// How every token rlock stores in a mutex-layout key starts (rlock::mutex, red_lock,
+/// multi_lock's mutex parts). It marks a holder whose release publishes on the lock's channel:
+/// a waiter behind any other value (redis-py's Lock, node-redlock, go-redsync, an rlock older
+/// than this mark) cannot count on a message and looks again itself (basic_lock's wait loop).
+/// ':' is neither a hex digit (redis-py, node-redlock) nor base64 (go-redsync), so no random
+/// token of theirs starts with it.
+inline constexpr std::string_view token_prefix = "rlock:";
+
+/// A mutex token: token_prefix, then 128 random bits as 32 lowercase hex digits.
 inline std::string random_token() {
     unsigned char b[16];
     random_bytes(b, sizeof b);
     static constexpr char digits[] = "0123456789abcdef";
-    std::string out(32, '0');
+    std::string out(token_prefix);
+    out.resize(token_prefix.size() + 32, '0');
+    char* hex = &out[token_prefix.size()];
     for (std::size_t i = 0; i < sizeof b; ++i) {
-        out[2 * i] = digits[b[i] >> 4];
-        out[2 * i + 1] = digits[b[i] & 0xF];
+        hex[2 * i] = digits[b[i] >> 4];
+        hex[2 * i + 1] = digits[b[i] & 0xF];
     }
     return out;
+}
+
+/// True for a value random_token() could have made: its holder publishes its release.
+inline bool is_rlock_token(std::string_view value) noexcept {
+    return value.size() > token_prefix.size() &&
+           value.substr(0, token_prefix.size()) == token_prefix;
 }
 
 /// A random (version 4) UUID string, the client id in holder ids, as Redisson makes them.
