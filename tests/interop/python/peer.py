@@ -28,7 +28,8 @@ def worker():
     away = int(args.get("away", 1)) / 1000.0
     lock = r.lock(args.get("name", "interop"), timeout=int(args.get("ttl", 30)))
     r.ping()
-    print("EV ready t=%d lib=redis-py" % int(time.time() * 1e6), flush=True)
+    with stats_lock:  # one line at a time: print from two threads can interleave
+        print("EV ready t=%d lib=redis-py" % int(time.time() * 1e6), flush=True)
     go.wait()
     time.sleep(max(0.0, go_at[0] - time.time()))
     end = time.monotonic() + int(args.get("ms", 3000)) / 1000.0
