@@ -31,7 +31,19 @@ import time
 
 import redis
 
+# A hand-over (unlock in one library -> waiter of the other holds the lock) slower than this
+# misses issue 17's target and is marked in the figures; slower than HANDOVER_FAIL_MS it cannot
+# have been message-driven (the next chance without the message is the holder's TTL, up to the
+# 3 s lease) and the scenario fails.
 HANDOVER_TARGET_MS = 50.0
+HANDOVER_FAIL_MS = 250.0
+
+
+def handover(checks, what, ms):
+    """Checks one hand-over time and returns its figure."""
+    if ms > HANDOVER_FAIL_MS:
+        checks.append("%s took %.1f ms: not message-driven (limit %.0f ms)" % (what, ms, HANDOVER_FAIL_MS))
+    return "%.1f ms%s" % (ms, "" if ms <= HANDOVER_TARGET_MS else " (over the %.0f ms target)" % HANDOVER_TARGET_MS)
 
 
 class Failure(Exception):
@@ -301,55 +313,87 @@ class Suite:
             for i, ttl in enumerate(ttls):
                 if ttl <= 0:
                     checks.append("lock gone (PTTL %d) %s s into a watched hold" % (ttl, ("5", "5.5")[i]))
-            for what, ms in (("Redisson unlock -> rlock waiter", j2c), ("rlock unlock -> Redisson waiter", c2j)):
-                if ms > HANDOVER_TARGET_MS:
-                    checks.append("hand-over %s took %.1f ms (target <= %.0f ms)" % (what, ms, HANDOVER_TARGET_MS))
+            j2c_fig = handover(checks, "hand-over Redisson unlock -> rlock waiter", j2c)
+            c2j_fig = handover(checks, "hand-over rlock unlock -> Redisson waiter", c2j)
             return ("watchdog 3 s on both sides; Redisson held %.1f s and rlock %.1f s, PTTL %d / %d ms "
-                    "mid-hold; hand-over Redisson->rlock %.1f ms, rlock->Redisson %.1f ms"
-                    % ((h_rel - h_acq) / 1000, (m_rel - m_acq) / 1000, ttls[0], ttls[1], j2c, c2j))
+                    "mid-hold; hand-over Redisson->rlock %s, rlock->Redisson %s"
+                    % ((h_rel - h_acq) / 1000, (m_rel - m_acq) / 1000, ttls[0], ttls[1], j2c_fig, c2j_fig))
         return scenario
 
     def fair_order(self, v):
         def scenario(checks):
             name, counter = "it:fair:%s" % v, "it:cnt:fair:%s" % v
-            queue = "redisson_lock_queue:{%s}" % name
-            # Arrivals 300 ms apart: J1 C1 Jg J2 Cg C2 (g: gives up after 1.5 s, queued).
+            queue, deadlines = "redisson_lock_queue:{%s}" % name, "redisson_lock_timeout:{%s}" % name
+            # Arrivals 300 ms apart: J1 C1 Jg J2 Cg C2; Jg and Cg give up after 1.5 s queued.
+            # J1 and J2 call lock() with no wait time, as most Redisson code does (so Redisson
+            # uses its threadWaitTime, 5 min); C1 and C2 try_lock_for(20 s).
             java = self.java(v, "redisson", "once", name=name, counter=counter, threads=4, kind="fair",
-                             at="0,400,1000,1300", wait="1000,20000,1500,20000",
-                             hold="4000,200,200,200")
+                             at="0,400,1000,1300", wait="1000,-1,1500,-1", hold="4000,200,200,200")
             cpp = self.cpp("rlock", "once", name=name, counter=counter, threads=3, kind="fair",
                            at="700,1600,1900", wait="20000,1500,20000", hold="200,200,200")
             labels = {("redisson", "1"): "J1", ("rlock", "0"): "C1", ("redisson", "2"): "Jg",
                       ("redisson", "3"): "J2", ("rlock", "1"): "Cg", ("rlock", "2"): "C2"}
+            arrival = ["J1", "C1", "Jg", "J2", "Cg", "C2"]
             go = self.go([java, cpp])
-            snapshots = []
-            for at_ms in (2200, 3500):
-                time.sleep(max(0.0, (go + at_ms) / 1000.0 - time.time()))
-                holder = self.r.hkeys(name)
-                snapshots.append((holder, self.r.lrange(queue, 0, -1)))
+            # Every change of (holder, queue) from go to 7 s, with each waiter's deadline.
+            history = []
+            while time.time() * 1000 < go + 7000:
+                pipe = self.r.pipeline(transaction=True)
+                pipe.hkeys(name).lrange(queue, 0, -1).zrange(deadlines, 0, -1, withscores=True)
+                holder, q, z = pipe.execute()
+                state = (tuple(holder), tuple(q))
+                if not history or history[-1][1:3] != state:
+                    history.append((time.time() * 1000 - go,) + state + (dict(z),))
+                time.sleep(0.005)
             results = {"redisson": java.finish(40), "rlock": cpp.finish(40)}
+            # Queue entries are <client id>:<thread>; the full queue at its longest names them.
+            longest = max(history, key=lambda h: len(h[2]))
+            names = dict(zip(longest[2], arrival)) if len(longest[2]) == len(arrival) else {}
+            names.update({e: "H" for e in history[1][1]} if len(history) > 1 else {})
+            java_id = next((e.rsplit(":", 1)[0] for e in history[1][1]), "?") if len(history) > 1 else "?"
+            shape = "".join("J" if e.rsplit(":", 1)[0] == java_id else "C" for e in longest[2])
+            with open(os.path.join(self.opts.logs, "fair-queue-%s.log" % v), "w") as log:
+                for t, holder, q, z in history:
+                    now = go + t
+                    log.write("%6.0f ms holder %s queue [%s]\n" % (
+                        t, ",".join(names.get(h, h) for h in holder) or "-",
+                        " ".join("%s(deadline %+.1f s)" % (names.get(e, e), (z[e] - now) / 1000)
+                                 if e in z else names.get(e, e) + "(no deadline)" for e in q)))
+            # An entry that leaves the queue without being granted or giving up was evicted.
+            evicted = []
+            for (t, _, q0, z0), (t1, holder1, q1, _) in zip(history, history[1:]):
+                for e in set(q0) - set(q1):
+                    label = names.get(e, e)
+                    granted = e in holder1 or any(e in h[1] for h in history if t1 <= h[0] <= t1 + 100)
+                    if not granted and label not in ("Jg", "Cg"):
+                        deadline = (z0.get(e, 0) - (go + t)) / 1000
+                        evicted.append("%s at %.1f s (its deadline %+.1f s)" % (label, t1 / 1000, deadline))
             self.check_results(checks, results)
             self.check_clean(checks, counter)
             acquired = sorted(java.events("acquired") + cpp.events("acquired"), key=lambda e: e["t"])
             served = [labels.get((e["lib"], e["thread"]), "H") for e in acquired]
             gave_up = sorted(labels[(e["lib"], e["thread"])] for e in java.events("gaveup") + cpp.events("gaveup"))
-            # Queue entries are <client id>:<thread>: the holder's client id is the Redisson one.
-            java_id = snapshots[0][0][0].rsplit(":", 1)[0] if snapshots[0][0] else "?"
-            shapes = ["".join("J" if e.rsplit(":", 1)[0] == java_id else "C" for e in q)
-                      for _, q in snapshots]
+            if shape != "JCJJCC":
+                checks.append("the queue at its longest was %s (J = Redisson, C = rlock), "
+                              "expected JCJJCC" % (shape or "empty"))
+            if evicted:
+                checks.append("live waiters evicted from the mixed queue: %s (see %s)%s"
+                              % ("; ".join(evicted), os.path.join(self.opts.logs, "fair-queue-%s.log" % v),
+                                 "; rlock bug: an rlock waiter's deadline (server now + "
+                                 "fair_lock_wait_timeout, not chained to the waiter before it) is "
+                                 "pushed into the past by the ZINCRBY -threadWaitTime Redisson "
+                                 "applies to every queued deadline when it grants the lock"
+                                 if any(e.startswith("C") for e in evicted) else ""))
             if served != ["H", "J1", "C1", "J2", "C2"]:
                 checks.append("served in order %s, arrival order was H J1 C1 J2 C2" % " ".join(served))
             if gave_up != ["Cg", "Jg"]:
                 checks.append("gave up: %s (expected Jg and Cg)" % (" ".join(gave_up) or "nobody"))
-            if shapes != ["JCJJCC", "JCJC"]:
-                checks.append("queue (J = Redisson, C = rlock) was %s at 2.2 s and %s at 3.5 s; "
-                              "expected JCJJCC then JCJC" % tuple(shapes))
             gaps = [b["t"] - a["t"] for a, b in zip(acquired, acquired[1:])]
-            return ("holder Redisson, waiters J1 C1 Jg J2 Cg C2 300 ms apart; queue %s then %s after "
-                    "the give-ups; served %s; gave up %s; keys left %d"
-                    % (shapes[0], shapes[1], " ".join(served[1:]), " ".join(gave_up),
-                       len(self.leftovers())) +
-                    "; gaps between grants %s ms" % "/".join("%.0f" % g for g in gaps[1:]))
+            return ("holder Redisson; waiters J1 C1 Jg J2 Cg C2 300 ms apart (J1 J2 lock(), C1 C2 "
+                    "try_lock_for 20 s, Jg Cg give up after 1.5 s); queue %s; served %s; gave up "
+                    "%s; evicted %d; keys left %d; gaps between grants %s ms"
+                    % (shape, " ".join(served[1:]), " ".join(gave_up) or "-", len(evicted),
+                       len(self.leftovers()), "/".join("%.0f" % g for g in gaps[1:])))
         return scenario
 
     def rw_exclusion(self, v):
@@ -410,15 +454,14 @@ class Suite:
                 checks.append("a waiter entered before the holder left")
             if not (jr1_acq < min(cr_rel)):
                 checks.append("the Redisson reader did not share with the rlock readers")
-            for what, ms in (("Redisson writer -> rlock readers", j2c),
-                             ("rlock writer -> Redisson readers", c2j),
-                             ("last reader out -> rlock writer", w_after_r)):
-                if ms > HANDOVER_TARGET_MS:
-                    checks.append("%s took %.1f ms (target <= %.0f ms)" % (what, ms, HANDOVER_TARGET_MS))
-            return ("Redisson writer's unlock woke 2 rlock readers in %.1f ms; a Redisson reader "
-                    "entered beside them after %.1f ms; the last reader out woke the rlock writer "
-                    "in %.1f ms; its unlock woke 2 Redisson readers in %.1f ms"
-                    % (j2c, jr1_acq - (java.go_at + 2000), w_after_r, c2j))
+            figs = [handover(checks, what, ms) for what, ms in (
+                ("Redisson writer's unlock -> rlock readers", j2c),
+                ("last reader out -> rlock writer", w_after_r),
+                ("rlock writer's unlock -> Redisson readers", c2j))]
+            return ("Redisson writer's unlock woke 2 rlock readers in %s; a Redisson reader "
+                    "entered beside them %.1f ms after asking; the last reader out woke "
+                    "the rlock writer in %s; its unlock woke 2 Redisson readers in %s"
+                    % (figs[0], jr1_acq - (java.go_at + 2000), figs[1], figs[2]))
         return scenario
 
     def fenced(self, v):

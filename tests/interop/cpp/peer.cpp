@@ -22,9 +22,10 @@
 //   each token must exceed the last token any peer stored in <counter>:last.
 //   Prints: RESULT acq=.. overlaps=.. bad=.. maxwait_ms=.. maxshared=..
 //   maxwait_ms counts every wait, the last one that ran into the end of the run included.
-// once: each thread prints `EV waiting`, waits up to `wait` ms, then `EV acquired` (or
-//   `EV gaveup`), holds `hold` ms, checks that it still holds (not lost(), and Redis agrees),
-//   prints `EV releasing`, unlocks, `EV released`. EV lines carry t=<epoch microseconds>.
+// once: each thread prints `EV waiting`, waits up to `wait` ms (wait=-1: lock()), then
+//   `EV acquired` (or `EV gaveup`), holds `hold` ms, checks that it still holds (not lost(),
+//   and Redis agrees), prints `EV releasing`, unlocks, `EV released`. EV lines carry
+//   t=<epoch microseconds>.
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
@@ -164,7 +165,7 @@ struct any_lock {
     virtual bool try_lock_for(milliseconds wait) = 0;
     virtual void unlock() = 0;
     virtual bool holds() = 0;  // not lost and Redis agrees
-    virtual void relock() = 0;
+    virtual void lock() = 0;
     virtual std::uint64_t token() { return 0; }
 };
 
@@ -174,7 +175,7 @@ struct exclusive : any_lock {
     bool try_lock_for(milliseconds wait) override { return l.try_lock_for(wait); }
     void unlock() override { l.unlock(); }
     bool holds() override { return !l.lost() && l.is_held_by_current_thread(); }
-    void relock() override { l.lock(); }
+    void lock() override { l.lock(); }
     std::uint64_t token() override { return l.fencing_token(); }
     Lock l;
 };
@@ -184,7 +185,7 @@ struct read_side : any_lock {
     bool try_lock_for(milliseconds wait) override { return l.try_lock_shared_for(wait); }
     void unlock() override { l.unlock_shared(); }
     bool holds() override { return !l.lost_shared() && l.is_held_shared_by_current_thread(); }
-    void relock() override { l.lock_shared(); }
+    void lock() override { l.lock_shared(); }
     rlock::read_write_lock& l;
 };
 
@@ -193,7 +194,7 @@ struct write_side : any_lock {
     bool try_lock_for(milliseconds wait) override { return l.try_lock_for(wait); }
     void unlock() override { l.unlock(); }
     bool holds() override { return !l.lost() && l.is_held_by_current_thread(); }
-    void relock() override { l.lock(); }
+    void lock() override { l.lock(); }
     rlock::read_write_lock& l;
 };
 
@@ -263,7 +264,7 @@ void contend(locks& all, int port, int thread) {
             }
             std::this_thread::sleep_for(hold);
             if (reenter) {
-                l.relock();
+                l.lock();
                 l.unlock();
                 std::this_thread::sleep_for(hold);  // still held: others entering are overlaps
             }
@@ -281,7 +282,10 @@ void once(locks& all, int port, int thread) {
     any_lock& l = all.pick(kind);
     start(thread, [&] { (void)all.rw.is_locked(); });
     event("waiting", thread, "kind=" + kind);
-    if (!l.try_lock_for(milliseconds(std::stoll(item("wait", thread, "10000"))))) {
+    const long long wait = std::stoll(item("wait", thread, "10000"));
+    if (wait < 0) {
+        l.lock();  // no wait bound
+    } else if (!l.try_lock_for(milliseconds(wait))) {
         event("gaveup", thread);
         return;
     }
@@ -296,7 +300,7 @@ void once(locks& all, int port, int thread) {
         ++overlaps;
     }
     if (num("reenter", 0) != 0) {
-        l.relock();
+        l.lock();
         l.unlock();
     }
     std::this_thread::sleep_for(milliseconds(std::stoll(item("hold", thread, "100"))));

@@ -20,10 +20,11 @@
 //   <counter>:w at 0. kind=fenced: tokens from lockAndGetToken must exceed the last token any
 //   peer stored in <counter>:last (checked and stored inside the lock).
 //   Prints: RESULT acq=.. overlaps=.. maxwait_ms=.. bad=.. maxshared=..
-// once: each thread prints `EV waiting`, waits up to `wait` ms, then `EV acquired` (or
-//   `EV gaveup`), holds `hold` ms, checks it still holds (isHeldByCurrentThread), prints
-//   `EV releasing`, unlocks, `EV released`. Every EV line carries t=<epoch microseconds>.
-//   Prints: RESULT acquired=.. overlaps=.. bad=..
+// once: each thread prints `EV waiting`, waits up to `wait` ms (wait=-1: lock(), no wait
+//   time), then `EV acquired` (or `EV gaveup`), holds `hold` ms, checks it still holds
+//   (isHeldByCurrentThread), prints `EV releasing`, unlocks, `EV released`. Every EV line
+//   carries t=<epoch microseconds>.
+//   Prints: RESULT acq=.. overlaps=.. bad=..
 package rlock.interop;
 
 import java.io.BufferedReader;
@@ -277,6 +278,9 @@ public final class Peer {
             Long t = ((RFencedLock) lock).tryLockAndGetToken(wait, TimeUnit.MILLISECONDS);
             got = t != null;
             if (got) token = t;
+        } else if (wait < 0) {
+            r.lock();  // no wait time: Redisson's defaults (RFairLock: threadWaitTime 5 min)
+            got = true;
         } else {
             got = r.tryLock(wait, TimeUnit.MILLISECONDS);
         }
