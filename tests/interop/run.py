@@ -176,18 +176,18 @@ class Suite:
         argv = ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xmx256m",
                 "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                 "-cp", classes + os.pathsep + cp, "rlock.interop.Peer", command] + self.common(kw)
-        return Peer(label, argv, self.opts.logs, int(kw.get("threads", 1)))
+        return Peer(label, argv, self.logdir, int(kw.get("threads", 1)))
 
     def cpp(self, label, command, **kw):
-        return Peer(label, [self.opts.cpp, command] + self.common(kw), self.opts.logs,
+        return Peer(label, [self.opts.cpp, command] + self.common(kw), self.logdir,
                     int(kw.get("threads", 1)))
 
     def python(self, label, **kw):
         return Peer(label, ["/usr/bin/python3", self.opts.python, "contend"] + self.common(kw),
-                    self.opts.logs, int(kw.get("threads", 1)))
+                    self.logdir, int(kw.get("threads", 1)))
 
     def node(self, label, **kw):
-        return Peer(label, ["node", self.opts.node, "contend"] + self.common(kw), self.opts.logs,
+        return Peer(label, ["node", self.opts.node, "contend"] + self.common(kw), self.logdir,
                     int(kw.get("threads", 1)))
 
     @staticmethod
@@ -230,6 +230,8 @@ class Suite:
         if self.opts.only and not re.search(self.opts.only, name):
             return
         started = time.monotonic()
+        self.logdir = os.path.join(self.opts.logs, re.sub(r"[^A-Za-z0-9.-]+", "_", name))
+        os.makedirs(self.logdir, exist_ok=True)
         checks = []
         figures = ""
         try:
@@ -352,7 +354,7 @@ class Suite:
             names.update({e: "H" for e in history[1][1]} if len(history) > 1 else {})
             java_id = next((e.rsplit(":", 1)[0] for e in history[1][1]), "?") if len(history) > 1 else "?"
             shape = "".join("J" if e.rsplit(":", 1)[0] == java_id else "C" for e in longest[2])
-            with open(os.path.join(self.opts.logs, "fair-queue-%s.log" % v), "w") as log:
+            with open(os.path.join(self.logdir, "queue.log"), "w") as log:
                 for t, holder, q, z in history:
                     now = go + t
                     log.write("%6.0f ms holder %s queue [%s]\n" % (
@@ -367,7 +369,8 @@ class Suite:
                     granted = e in holder1 or any(e in h[1] for h in history if t1 <= h[0] <= t1 + 100)
                     if not granted and label not in ("Jg", "Cg"):
                         deadline = (z0.get(e, 0) - (go + t)) / 1000
-                        evicted.append("%s at %.1f s (its deadline %+.1f s)" % (label, t1 / 1000, deadline))
+                        evicted.append("%s at %.1f s (deadline %+.1f s when last seen)"
+                                       % (label, t1 / 1000, deadline))
             self.check_results(checks, results)
             self.check_clean(checks, counter)
             acquired = sorted(java.events("acquired") + cpp.events("acquired"), key=lambda e: e["t"])
@@ -378,7 +381,7 @@ class Suite:
                               "expected JCJJCC" % (shape or "empty"))
             if evicted:
                 checks.append("live waiters evicted from the mixed queue: %s (see %s)%s"
-                              % ("; ".join(evicted), os.path.join(self.opts.logs, "fair-queue-%s.log" % v),
+                              % ("; ".join(evicted), os.path.join(self.logdir, "queue.log"),
                                  "; rlock bug: an rlock waiter's deadline (server now + "
                                  "fair_lock_wait_timeout, not chained to the waiter before it) is "
                                  "pushed into the past by the ZINCRBY -threadWaitTime Redisson "
