@@ -322,15 +322,18 @@ class Suite:
                     % ((h_rel - h_acq) / 1000, (m_rel - m_acq) / 1000, ttls[0], ttls[1], j2c_fig, c2j_fig))
         return scenario
 
-    def fair_order(self, v):
+    def fair_order(self, v, redisson_wait):
+        """redisson_wait -1: J1 and J2 call lock() with no wait time, as most Redisson code does
+        (Redisson then uses its threadWaitTime, 5 min); else tryLock(redisson_wait ms)."""
         def scenario(checks):
-            name, counter = "it:fair:%s" % v, "it:cnt:fair:%s" % v
+            tag = "lock" if redisson_wait < 0 else "trylock"
+            name, counter = "it:fair:%s:%s" % (tag, v), "it:cnt:fair:%s:%s" % (tag, v)
             queue, deadlines = "redisson_lock_queue:{%s}" % name, "redisson_lock_timeout:{%s}" % name
-            # Arrivals 300 ms apart: J1 C1 Jg J2 Cg C2; Jg and Cg give up after 1.5 s queued.
-            # J1 and J2 call lock() with no wait time, as most Redisson code does (so Redisson
-            # uses its threadWaitTime, 5 min); C1 and C2 try_lock_for(20 s).
+            # Arrivals 300 ms apart: J1 C1 Jg J2 Cg C2; Jg and Cg give up after 1.5 s queued;
+            # C1 and C2 try_lock_for(20 s).
             java = self.java(v, "redisson", "once", name=name, counter=counter, threads=4, kind="fair",
-                             at="0,400,1000,1300", wait="1000,-1,1500,-1", hold="4000,200,200,200")
+                             at="0,400,1000,1300", wait="1000,%d,1500,%d" % (redisson_wait, redisson_wait),
+                             hold="4000,200,200,200")
             cpp = self.cpp("rlock", "once", name=name, counter=counter, threads=3, kind="fair",
                            at="700,1600,1900", wait="20000,1500,20000", hold="200,200,200")
             labels = {("redisson", "1"): "J1", ("rlock", "0"): "C1", ("redisson", "2"): "Jg",
@@ -391,11 +394,19 @@ class Suite:
                 checks.append("served in order %s, arrival order was H J1 C1 J2 C2" % " ".join(served))
             if gave_up != ["Cg", "Jg"]:
                 checks.append("gave up: %s (expected Jg and Cg)" % (" ".join(gave_up) or "nobody"))
+            # The queue in effect at 3.9 s, after both give-ups (2.5 s, 3.1 s) and before the
+            # holder's release (4 s), must hold exactly the four who still wait.
+            at_release = [h for h in history if h[0] < 3900]
+            left = [names.get(e, e) for e in at_release[-1][2]] if at_release else []
+            if left != ["J1", "C1", "J2", "C2"]:
+                checks.append("queue after the give-ups was %s, expected J1 C1 J2 C2"
+                              % (" ".join(left) or "empty"))
             gaps = [b["t"] - a["t"] for a, b in zip(acquired, acquired[1:])]
-            return ("holder Redisson; waiters J1 C1 Jg J2 Cg C2 300 ms apart (J1 J2 lock(), C1 C2 "
+            return ("holder Redisson; waiters J1 C1 Jg J2 Cg C2 300 ms apart (J1 J2 %s, C1 C2 "
                     "try_lock_for 20 s, Jg Cg give up after 1.5 s); queue %s; served %s; gave up "
                     "%s; evicted %d; keys left %d; gaps between grants %s ms"
-                    % (shape, " ".join(served[1:]), " ".join(gave_up) or "-", len(evicted),
+                    % ("lock()" if redisson_wait < 0 else "tryLock(%d ms)" % redisson_wait,
+                       shape, " ".join(served[1:]), " ".join(gave_up) or "-", len(evicted),
                        len(self.leftovers()), "/".join("%.0f" % g for g in gaps[1:])))
         return scenario
 
@@ -427,9 +438,10 @@ class Suite:
         def scenario(checks):
             name, counter = "it:rw:wake:%s" % v, "it:cnt:rw:wake:%s" % v
             # JW writes 0-1.5 s; CR1 CR2 wait to read from 0.3 s; JR1 reads at 2.0 s beside
-            # them; CW waits to write from 2.2 s; JR2 JR3 wait to read from 2.7 s.
+            # them; CW waits to write from 2.2 s (from about 2.5 s to 4 s); JR2 JR3 wait to
+            # read from 3.0 s.
             java = self.java(v, "redisson", "once", name=name, counter=counter, threads=4,
-                             kind="write,read", at="0,2000,2700", wait="1000,500,8000",
+                             kind="write,read", at="0,2000,3000", wait="1000,500,8000",
                              hold="1500,300,300")
             cpp = self.cpp("rlock", "once", name=name, counter=counter, threads=3,
                            kind="read,read,write", at="300,300,2200", wait="8000", hold="1000,1000,1500")
@@ -549,7 +561,8 @@ def main():
         suite.run("redisson-%s/rlock-exclusion" % v, suite.rlock_exclusion(v, reenter=False))
         suite.run("redisson-%s/rlock-reentry" % v, suite.rlock_exclusion(v, reenter=True))
         suite.run("redisson-%s/rlock-watchdog-handover" % v, suite.rlock_watchdog_handover(v))
-        suite.run("redisson-%s/fair-order" % v, suite.fair_order(v))
+        suite.run("redisson-%s/fair-order-trylock" % v, suite.fair_order(v, 20000))
+        suite.run("redisson-%s/fair-order-lock" % v, suite.fair_order(v, -1))
         suite.run("redisson-%s/rw-exclusion" % v, suite.rw_exclusion(v))
         suite.run("redisson-%s/rw-wakeup" % v, suite.rw_wakeup(v))
         suite.run("redisson-%s/fenced" % v, suite.fenced(v))
