@@ -146,14 +146,17 @@ public:
     }
     void set(const std::string& key, long long value) {
         const std::string v = std::to_string(value);
-        freeReplyObject(redisCommand(c_.get(), "SET %b %b", key.data(), key.size(), v.data(), v.size()));
+        freeReplyObject(
+            redisCommand(c_.get(), "SET %b %b", key.data(), key.size(), v.data(), v.size()));
     }
 
 private:
     static long long integer(void* r) {
         std::unique_ptr<redisReply, decltype(&freeReplyObject)> reply(static_cast<redisReply*>(r),
                                                                        &freeReplyObject);
-        if (!reply || reply->type != REDIS_REPLY_INTEGER) throw std::runtime_error("peer: counter reply");
+        if (!reply || reply->type != REDIS_REPLY_INTEGER) {
+            throw std::runtime_error("peer: counter reply");
+        }
         return reply->integer;
     }
     std::unique_ptr<redisContext, decltype(&redisFree)> c_;
@@ -203,9 +206,11 @@ struct locks {
         : rw(c, name), reader(rw), writer(rw) {
         const std::string kind = item("kind", 0, "lock");
         if (kind == "lock") {
-            one = std::make_unique<exclusive<rlock::reentrant_lock>>(c, name, rlock::lock_options{});
+            one = std::make_unique<exclusive<rlock::reentrant_lock>>(c, name,
+                                                                     rlock::lock_options{});
         } else if (kind == "fenced") {
-            one = std::make_unique<exclusive<rlock::reentrant_lock>>(c, name, rlock::lock_options{true});
+            one = std::make_unique<exclusive<rlock::reentrant_lock>>(c, name,
+                                                                     rlock::lock_options{true});
         } else if (kind == "fair") {
             one = std::make_unique<exclusive<rlock::fair_lock>>(c, name, rlock::lock_options{});
         } else if (kind == "mutex") {
@@ -217,7 +222,9 @@ struct locks {
     any_lock& pick(const std::string& kind) {
         if (kind == "read") return reader;
         if (kind == "write") return writer;
-        if (!one) throw std::invalid_argument("kind " + kind + " after a read/write kind in one process");
+        if (!one) {
+            throw std::invalid_argument("kind " + kind + " after a read/write kind in one process");
+        }
         return *one;
     }
     rlock::read_write_lock rw;
@@ -243,8 +250,9 @@ void contend(locks& all, int port, int thread) {
         any_lock& l = all.pick(k);
         const auto t0 = steady::now();
         const bool got = l.try_lock_for(left);
+        const auto waited = steady::now() - t0;
         update_max(max_wait_us,
-                   std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - t0).count());
+                   std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
         if (!got) break;
         ++acquisitions;
         if (k == "read") {
@@ -259,7 +267,10 @@ void contend(locks& all, int port, int thread) {
             if (k == "fenced") {
                 const long long last = redis.get(counter + ":last");
                 const auto token = static_cast<long long>(l.token());
-                if (token <= last) fail("fencing token " + std::to_string(token) + " after " + std::to_string(last));
+                if (token <= last) {
+                    fail("fencing token " + std::to_string(token) + " after " +
+                         std::to_string(last));
+                }
                 redis.set(counter + ":last", token);
             }
             std::this_thread::sleep_for(hold);
@@ -357,7 +368,8 @@ int main(int argc, char** argv) {
         }
         char line[64] = {};
         long long go = -1;
-        if (std::fgets(line, sizeof line, stdin) == nullptr || std::sscanf(line, "go %lld", &go) != 1) {
+        if (std::fgets(line, sizeof line, stdin) == nullptr ||
+            std::sscanf(line, "go %lld", &go) != 1) {
             fail("no go line on stdin");
             go = 0;  // let the threads run out rather than hang
         }
@@ -371,7 +383,8 @@ int main(int argc, char** argv) {
         fail(e.what());
     }
     char wait_ms[32];
-    std::snprintf(wait_ms, sizeof wait_ms, "%.1f", static_cast<double>(max_wait_us.load()) / 1000.0);
+    std::snprintf(wait_ms, sizeof wait_ms, "%.1f",
+                  static_cast<double>(max_wait_us.load()) / 1000.0);
     say("RESULT lib=rlock version=" + std::to_string(RLOCK_VERSION_MAJOR) + "." +
         std::to_string(RLOCK_VERSION_MINOR) + "." + std::to_string(RLOCK_VERSION_PATCH) +
         " acq=" + std::to_string(acquisitions.load()) +

@@ -144,7 +144,9 @@ public final class Peer {
             }
             BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
             String line = in.readLine();
-            if (line == null || !line.startsWith("go ")) throw new IllegalStateException("no go line");
+            if (line == null || !line.startsWith("go ")) {
+                throw new IllegalStateException("no go line on stdin");
+            }
             goMs = Long.parseLong(line.substring(3).trim());
             go.countDown();
             for (Thread w : workers) w.join();
@@ -200,7 +202,9 @@ public final class Peer {
             long left = (end - System.nanoTime()) / 1_000_000L;
             if (left <= 0) break;
             String k = kind;
-            if (kind.equals("rw")) k = ThreadLocalRandom.current().nextInt(3) == 0 ? "write" : "read";
+            if (kind.equals("rw")) {
+                k = ThreadLocalRandom.current().nextInt(3) == 0 ? "write" : "read";
+            }
             Lock lock = lockFor(k);
             long t0 = System.nanoTime();
             long token = -1;
@@ -225,8 +229,8 @@ public final class Peer {
     }
 
     /** The critical section of one contend round: enter and leave the overlap counters. */
-    private void inside(String k, String counter, long token, long hold, boolean reenter, RLock lock)
-            throws Exception {
+    private void inside(String k, String counter, long token, long hold, boolean reenter,
+                        RLock lock) throws Exception {
         if (k.equals("read")) {
             long readers = incr(counter + ":r", 1);
             updateMax(maxShared, readers);
