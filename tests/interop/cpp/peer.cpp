@@ -4,9 +4,10 @@
 //
 //   rlock_interop_peer <contend|once> key=value ...
 //
-// Common keys: port (redis-server on 127.0.0.1), name (the lock), kind (lock = reentrant_lock |
-// fair = fair_lock | read / write / rw = read_write_lock | fenced = reentrant_lock with
-// lock_options{fencing} | mutex), counter (overlap counter key), watchdog
+// Common keys: port (redis-server on 127.0.0.1; with cluster=host:port,... the locks are in
+// that Redis Cluster and only the overlap counters on port), name (the lock), kind (lock =
+// reentrant_lock | fair = fair_lock | read / write / rw = read_write_lock | fenced =
+// reentrant_lock with lock_options{fencing} | mutex), counter (overlap counter key), watchdog
 // (client_options::lock_watchdog_timeout, ms), threads. kind, at, wait and hold may be comma
 // lists: thread i takes item i (or the last).
 //
@@ -343,6 +344,17 @@ int main(int argc, char** argv) {
         const int port = static_cast<int>(num("port", 6379));
         rlock::client_options options;
         options.port = port;
+        // cluster=host:port,...: the locks live in that Redis Cluster, the counters stay on port.
+        const std::string nodes = arg("cluster", "");
+        options.cluster = !nodes.empty();
+        for (std::size_t from = 0; options.cluster && from < nodes.size();) {
+            const auto comma = std::min(nodes.find(',', from), nodes.size());
+            const std::string node = nodes.substr(from, comma - from);
+            const auto colon = node.rfind(':');
+            options.cluster_nodes.push_back(
+                {node.substr(0, colon), std::stoi(node.substr(colon + 1))});
+            from = comma + 1;
+        }
         options.lock_watchdog_timeout = milliseconds(num("watchdog", 30000));
         options.on_lock_lost = [](std::string_view name, const rlock::error& why) {
             say("ERROR on_lock_lost " + std::string(name) + ": " + why.what());

@@ -3,7 +3,8 @@
 //
 //   java rlock.interop.Peer <contend|once> key=value ...
 //
-// Common keys: port (redis-server on 127.0.0.1), name (the lock), kind (lock | fair | read |
+// Common keys: port (redis-server on 127.0.0.1; with cluster=host:port,... the locks are in that
+// Redis Cluster and only the overlap counters on port), name (the lock), kind (lock | fair | read |
 // write | rw | fenced), counter (overlap counter key), watchdog (Redisson's lockWatchdogTimeout,
 // ms), threads. kind, at, wait and hold may be comma lists: thread i takes item i (or the last).
 //
@@ -44,11 +45,13 @@ import org.redisson.api.RLock;
 import org.redisson.api.RReadWriteLock;
 import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
+import org.redisson.config.ClusterServersConfig;
 import org.redisson.config.Config;
 
 public final class Peer {
     private final Map<String, String> args = new HashMap<>();
     private RedissonClient redisson;
+    private RedissonClient counters;
 
     private final AtomicLong acquisitions = new AtomicLong();
     private final AtomicLong overlaps = new AtomicLong();
@@ -113,17 +116,37 @@ public final class Peer {
             + (extra.isEmpty() ? "" : " " + extra));
     }
 
-    private int run(String command) throws Exception {
+    /** A client of the server on `port`, or of the cluster when `cluster` is set. */
+    private RedissonClient connect(boolean toCluster) {
         Config config = new Config();
         config.setLockWatchdogTimeout(num("watchdog", 30000));
         config.setCodec(StringCodec.INSTANCE);
-        config.useSingleServer()
-            .setAddress("redis://127.0.0.1:" + arg("port", "6379"))
-            .setConnectionMinimumIdleSize(1)
-            .setConnectionPoolSize(8)
-            .setSubscriptionConnectionMinimumIdleSize(1)
-            .setSubscriptionConnectionPoolSize(4);
-        redisson = Redisson.create(config);
+        if (toCluster) {
+            ClusterServersConfig cluster = config.useClusterServers()
+                .setMasterConnectionMinimumIdleSize(1)
+                .setMasterConnectionPoolSize(8)
+                .setSubscriptionConnectionMinimumIdleSize(1)
+                .setSubscriptionConnectionPoolSize(4);
+            for (String node : arg("cluster", "").split(",")) {
+                cluster.addNodeAddress("redis://" + node);
+            }
+        } else {
+            config.useSingleServer()
+                .setAddress("redis://127.0.0.1:" + arg("port", "6379"))
+                .setConnectionMinimumIdleSize(1)
+                .setConnectionPoolSize(8)
+                .setSubscriptionConnectionMinimumIdleSize(1)
+                .setSubscriptionConnectionPoolSize(4);
+        }
+        return Redisson.create(config);
+    }
+
+    private int run(String command) throws Exception {
+        // With cluster=host:port,... the locks live in that Redis Cluster and the overlap
+        // counters stay on the plain server on `port`, shared with the other peers.
+        boolean toCluster = args.containsKey("cluster");
+        redisson = connect(toCluster);
+        counters = toCluster ? connect(false) : redisson;
         try {
             int threads = (int) num("threads", 1);
             Thread[] workers = new Thread[threads];
@@ -156,6 +179,7 @@ public final class Peer {
                 + " maxshared=" + maxShared.get());
             return overlaps.get() == 0 && bad.get() == 0 ? 0 : 1;
         } finally {
+            if (counters != redisson) counters.shutdown(0, 2, TimeUnit.SECONDS);
             redisson.shutdown(0, 2, TimeUnit.SECONDS);
         }
     }
@@ -180,11 +204,11 @@ public final class Peer {
     }
 
     private long incr(String key, long by) {
-        return redisson.getAtomicLong(key).addAndGet(by);
+        return counters.getAtomicLong(key).addAndGet(by);
     }
 
     private long get(String key) {
-        return redisson.getAtomicLong(key).get();
+        return counters.getAtomicLong(key).get();
     }
 
     private void updateMax(AtomicLong max, long value) {
@@ -248,7 +272,7 @@ public final class Peer {
                 say("ERROR fencing token " + token + " after " + last);
                 bad.incrementAndGet();
             }
-            redisson.getAtomicLong(counter + ":last").set(token);
+            counters.getAtomicLong(counter + ":last").set(token);
         }
         Thread.sleep(hold);
         if (reenter) {
