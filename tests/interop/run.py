@@ -1,8 +1,9 @@
 """The interop suite's orchestrator (run by scripts/interop with /usr/bin/python3).
 
-Puts real processes of two libraries on ONE lock name against a real redis-server and checks
-what they do to each other: Redisson (Java) against rlock's reentrant_lock, fair_lock,
-read_write_lock and fencing; redis-py's Lock and node-redlock against rlock::mutex. The peers
+Puts real processes of two libraries on ONE lock name against a real redis-server (and, for
+the RLock hand-over, a real 3-master Redis Cluster) and checks what they do to each other:
+Redisson (Java) against rlock's reentrant_lock, fair_lock, read_write_lock and fencing;
+redis-py's Lock and node-redlock against rlock::mutex. The peers
 (tests/interop/{java,cpp,python,node}) share one command line and one output format:
 
     EV <ready|waiting|acquired|gaveup|releasing|released> t=<epoch us> lib=.. thread=.. ...
@@ -163,7 +164,6 @@ class Suite:
         self.r = redis.Redis(host="127.0.0.1", port=opts.port, decode_responses=True)
         self.passed = 0
         self.failed = 0
-        self.findings = []
 
     # --- peers ----------------------------------------------------------------------------
     def common(self, kw):
@@ -209,18 +209,20 @@ class Suite:
         raise Failure("no cluster node serves slot %d" % slot)
 
     # --- checks ---------------------------------------------------------------------------
-    def leftovers(self):
-        """Keys left in Redis apart from the counters and the fencing token counters (which
-        never expire, in Redisson as in rlock)."""
+    def leftovers(self, name):
+        """Keys of lock `name` left in Redis, apart from the fencing token counter (which never
+        expires, in Redisson as in rlock). Only this lock's, so that one failed scenario's
+        leftovers do not fail the next."""
         return sorted(k for k in self.r.keys("*")
-                      if not k.startswith("it:cnt:") and not k.startswith("redisson_lock_token:"))
+                      if name in k and not k.startswith("it:cnt:")
+                      and not k.startswith("redisson_lock_token:"))
 
-    def check_clean(self, checks, counter):
+    def check_clean(self, checks, counter, name):
         for key in (counter, counter + ":r", counter + ":w"):
             v = self.r.get(key)
             if v not in (None, "0"):
                 checks.append("counter %s is %s after the run" % (key, v))
-        left = self.leftovers()
+        left = self.leftovers(name)
         if left:
             checks.append("keys left in Redis: %s" % ", ".join(left[:8]))
 
@@ -274,7 +276,7 @@ class Suite:
             self.go(peers.values())
             results = {k: p.finish(60) for k, p in peers.items()}
             self.check_results(checks, results)
-            self.check_clean(checks, counter)
+            self.check_clean(checks, counter, name)
             java = sum(results[k]["acq"] for k in results if k.startswith("redisson"))
             cpp = sum(results[k]["acq"] for k in results if k.startswith("rlock"))
             for lib, n in (("Redisson", java), ("rlock", cpp)):
@@ -319,7 +321,7 @@ class Suite:
             results = {"redisson-holder": holder.finish(30), "rlock-holder": middle.finish(30),
                        "redisson-waiter": last.finish(30)}
             self.check_results(checks, results)
-            self.check_clean(checks, counter)
+            self.check_clean(checks, counter, name)
             if cluster and lock_node.exists(name):
                 checks.append("%s still exists in the cluster after the run" % name)
             h_rel = holder.events("releasing")[0]["t"]
@@ -398,7 +400,7 @@ class Suite:
                         evicted.append("%s at %.1f s (deadline %+.1f s when last seen)"
                                        % (label, t1 / 1000, deadline))
             self.check_results(checks, results)
-            self.check_clean(checks, counter)
+            self.check_clean(checks, counter, name)
             acquired = sorted(java.events("acquired") + cpp.events("acquired"), key=lambda e: e["t"])
             served = [labels.get((e["lib"], e["thread"]), "H") for e in acquired]
             gave_up = sorted(labels[(e["lib"], e["thread"])] for e in java.events("gaveup") + cpp.events("gaveup"))
@@ -430,7 +432,7 @@ class Suite:
                     "%s; evicted %d; keys left %d; gaps between grants %s ms"
                     % ("lock()" if redisson_wait < 0 else "tryLock(%d ms)" % redisson_wait,
                        shape, " ".join(served[1:]), " ".join(gave_up) or "-", len(evicted),
-                       len(self.leftovers()), "/".join("%.0f" % g for g in gaps[1:])))
+                       len(self.leftovers(name)), "/".join("%.0f" % g for g in gaps[1:])))
         return scenario
 
     def rw_exclusion(self, v):
@@ -442,7 +444,7 @@ class Suite:
             self.go([java, cpp])
             results = {"redisson": java.finish(60), "rlock": cpp.finish(60)}
             self.check_results(checks, results)
-            self.check_clean(checks, counter)
+            self.check_clean(checks, counter, name)
             shared = max(r["maxshared"] for r in results.values())
             if shared < 2:
                 checks.append("readers never shared the lock (max %d at once)" % shared)
@@ -471,7 +473,7 @@ class Suite:
             self.go([java, cpp])
             results = {"redisson": java.finish(40), "rlock": cpp.finish(40)}
             self.check_results(checks, results)
-            self.check_clean(checks, counter)
+            self.check_clean(checks, counter, name)
 
             def ev(peer, what, thread):
                 for e in peer.events(what):
@@ -512,7 +514,7 @@ class Suite:
             self.go([java, cpp])
             results = {"redisson": java.finish(60), "rlock": cpp.finish(60)}
             self.check_results(checks, results)
-            self.check_clean(checks, counter)
+            self.check_clean(checks, counter, name)
             total = sum(r["acq"] for r in results.values())
             token = int(self.r.get(token_key) or 0)
             last = int(self.r.get(counter + ":last") or 0)
@@ -539,7 +541,7 @@ class Suite:
             self.go([peer, cpp])
             results = {lib: peer.finish(60), "rlock": cpp.finish(60)}
             self.check_results(checks, results)
-            self.check_clean(checks, counter)
+            self.check_clean(checks, counter, name)
             if results[lib]["acq"] == 0:
                 checks.append("%s never acquired" % lib)
             stall = ("stall figures (issue 17 part 2, reported, not yet enforced): rlock %d "
