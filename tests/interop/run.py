@@ -544,7 +544,15 @@ class Suite:
             self.check_clean(checks, counter, name)
             if results[lib]["acq"] == 0:
                 checks.append("%s never acquired" % lib)
-            stall = ("stall figures (issue 17 part 2, reported, not yet enforced): rlock %d "
+            # Issue 17 part 2: behind a holder that never publishes, rlock neither sleeps out
+            # its TTL (30 s here) nor loses the lock to it.
+            if results["rlock"]["acq"] < results[lib]["acq"]:
+                checks.append("rlock acquired %d times, fewer than %s's %d"
+                              % (results["rlock"]["acq"], lib, results[lib]["acq"]))
+            if results["rlock"]["maxwait_ms"] > 250:
+                checks.append("an rlock waiter waited %.0f ms (target: at most 250 ms with 1 ms "
+                              "holds)" % results["rlock"]["maxwait_ms"])
+            stall = ("stall figures (issue 17 part 2): rlock %d "
                      "acquisitions vs %s %d; rlock's worst wait %.0f ms (waits are cut at the end "
                      "of the %.0f s run), %s's %.0f ms"
                      % (results["rlock"]["acq"], lib, results[lib]["acq"],
