@@ -100,6 +100,29 @@ TEST(multi_lock, losing_any_part_loses_the_whole_and_is_told_once) {
     EXPECT_EQ(server().integer({"EXISTS", name(":a"), name(":b")}), 0);
 }
 
+// Issue 16: the server restarted empty while a multi_lock of one node was held, and another
+// client took one of its parts: the one-script unlock tells the owner once, and lost() says so.
+TEST(multi_lock, an_unlock_after_a_restart_lost_the_parts_tells_the_owner_once) {
+    redis_server own;
+    rlock_test::lost_log lost;
+    rlock::client_options o = own.options();
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o), other(own.options());
+    rlock::mutex a(c, name(":a"));
+    rlock::reentrant_lock r(c, name(":r"));
+    rlock::multi_lock both{a, r};
+    both.lock();
+    own.restart();
+    rlock::mutex theirs(other, name(":a"));
+    ASSERT_TRUE(theirs.try_lock_for(2s));
+    EXPECT_NO_THROW(both.unlock());
+    EXPECT_TRUE(both.lost());
+    EXPECT_EQ(lost.calls.load(), 1);
+    EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::lock_lost));
+    EXPECT_TRUE(theirs.is_held_by_current_thread()) << "the unlock released another's hold";
+    theirs.unlock();
+}
+
 TEST(multi_lock, mixes_kinds_and_clients) {
     rlock::client c1(server().options()), c2(server().options());
     rlock::mutex m(c1, name(":m"));

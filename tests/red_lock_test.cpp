@@ -184,6 +184,21 @@ TEST_F(red_lock_test, a_bare_majority_that_loses_a_node_s_data_is_told_at_unlock
     EXPECT_EQ(lost.calls, 1);
 }
 
+// Issue 16: as above, with the node restarted empty instead of flushed: its connection broke,
+// and the unlock must not take a retry's "not held" there for its own work.
+TEST_F(red_lock_test, a_bare_majority_that_loses_a_node_to_a_restart_is_told_at_unlock) {
+    auto clients = make_clients();
+    rlock::red_lock lock(raw(clients), name());
+    servers[3]->cmd({"SET", name(), "someone-else", "PX", "30000"});
+    servers[4]->cmd({"SET", name(), "someone-else", "PX", "30000"});
+    lock.lock();  // nodes 0, 1, 2: a bare majority of five
+    servers[0]->restart();
+    EXPECT_NO_THROW((void)lock.unlock());
+    EXPECT_EQ(lost.calls, 1);
+    EXPECT_EQ(lost.code, static_cast<int>(rlock::errc::lock_lost));
+    EXPECT_EQ(keys_named(name(), 0), 2);  // the other client's keys are untouched
+}
+
 TEST_F(red_lock_test, excludes_across_three_processes_of_two_threads) {
     std::string others;
     for (std::size_t i = 1; i < servers.size(); ++i) {

@@ -107,6 +107,7 @@ class multi_lock {
         void (*release)(void*) = nullptr;
         bool (*is_lost)(void*) = nullptr;
         // For the one-script path: set for mutex and reentrant_lock.
+        void (*lost_at_unlock)(void*, std::uint64_t thread) = nullptr;  // lost() stays true
         detail::client_core* core = nullptr;
         const detail::lock_keys* keys = nullptr;
         const detail::kind_info* kind = nullptr;
@@ -230,6 +231,9 @@ private:
                       std::is_base_of_v<detail::basic_lock<detail::reentrant_kind>, L>) {
             p.core = l.core_.get();
             p.keys = &l.keys_;
+            p.lost_at_unlock = [](void* o, std::uint64_t thread) {
+                (void)static_cast<L*>(o)->lost_at_unlock(thread, true);
+            };
             p.fencing = l.options_.fencing;
             p.server = l.core_->ep.name;
             if constexpr (std::is_base_of_v<detail::basic_lock<detail::mutex_kind>, L>) {
@@ -408,12 +412,15 @@ private:
             for (std::size_t i = 0; i < holds.size() && r && i < r->elements; ++i) {
                 const bool expected = core.reg.with(
                     [&] { return !holds[i]->watched && clock::now() >= holds[i]->expires; });
-                if (r->element[i]->integer < 0 && !expected && core.reg.claim_report(*holds[i])) {
+                if (r->element[i]->integer >= 0 || expected) continue;
+                parts_[i].lost_at_unlock(parts_[i].lock, thread);
+                if (core.reg.claim_report(*holds[i])) {
                     core.tell_hold(*holds[i], error(errc::lock_lost, holds[i]->name, core.ep.name,
                                                     "at unlock the part was no longer held"));
                 }
             }
         } catch (const error& e) {
+            for (part& p : parts_) p.lost_at_unlock(p.lock, thread);
             if (core.reg.claim_report(*holds.front())) core.tell_hold(*holds.front(), e);
         }
         return true;

@@ -277,12 +277,12 @@ public:
             return;
         }
         if (!last) --h->count;
-        if (last && left < 0) lost_at_unlock(h->thread, true);
         if (left < 0) {
             // Not ours any more. A leased hold past its lease is the expected case; anything
             // else is a loss the owner has to hear of, unless the watchdog already said so.
             const bool expected =
                 reg.with([&] { return !h->watched && clock::now() >= h->expires; });
+            if (last && !expected) lost_at_unlock(h->thread, true);
             if (!expected && reg.claim_report(*h)) {
                 core_->tell_hold(*h, error(errc::lock_lost, name(), server(),
                                           "at unlock the lock was no longer held by this "

@@ -176,6 +176,15 @@ private:
             context_ptr c = ep_.slots ? connect_node(ep_, n.at) : connect(ep_);
             const std::uint64_t id = server_identity(c.get(), ep_.slots ? n.name : ep_.name);
             return handle(this, &n, std::move(c), epoch, id);
+        } catch (const error& e) {
+            g.lock();
+            --n.open;
+            n.cv.notify_one();
+            // Name the lock the connection was for, as a failed command on it would.
+            constexpr std::string_view prefix = "rlock: ";
+            const std::string_view what = e.what();
+            if (lock.empty() || what.substr(0, prefix.size()) != prefix) throw;
+            throw error(e.value(), lock, "", what.substr(prefix.size()));
         } catch (...) {
             g.lock();
             --n.open;
