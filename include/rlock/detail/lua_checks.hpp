@@ -25,7 +25,12 @@ namespace rlock::detail {
 ///                         and the int64 limit; above 2^53 a token would not pass through a
 ///                         Lua number, a double, exactly: two holders could get the same one),
 ///                         else nil and its value (false when missing), for next_token.
-///   next_token(key, had)  the next fencing token: INCR.
+///   next_token(key, had)  the next fencing token: INCR; a missing counter (never made, or lost
+///                         with the server's data) starts from the server's TIME in
+///                         microseconds, so tokens keep increasing across a data loss as long
+///                         as fewer than one token per microsecond was handed out since the
+///                         lost counter was started, and the server's clock did not go back
+///                         (docs/design.md, "Fencing counter").
 inline constexpr std::string_view lua_checks = R"lua(
 local function can_step(v, by)
     if v == '0' then return true end
@@ -58,8 +63,12 @@ local function check_counter(key)
     end
     return nil, v
 end
-local function next_token(key)
-    return redis.call('incr', key)
+local function next_token(key, had)
+    if had then return redis.call('incr', key) end
+    local t = redis.call('time')
+    local seed = t[1] .. string.format('%06d', tonumber(t[2]))
+    redis.call('set', key, seed)
+    return tonumber(seed)
 end
 )lua";
 
