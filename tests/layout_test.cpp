@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
-#include <cstdlib>
 #include <functional>
 #include <future>
 #include <map>
@@ -382,8 +381,8 @@ void add_counter_cases(std::vector<half_write_case>& out, const char* kind, bool
                            take(l);
                        }});
         if (!reentrant) continue;
-        out.push_back({std::string(kind) + ": a fenced re-entry whose counter is " + b.label, b.want,
-                       [&b, take](half_write_ctx& x) {
+        out.push_back({std::string(kind) + ": a fenced re-entry whose counter is " + b.label,
+                       b.want, [&b, take](half_write_ctx& x) {
                            Lock l(x.c, x.name, fenced);
                            take(l);
                            x.run({"DEL", x.counter()});
@@ -401,9 +400,10 @@ std::vector<half_write_case> half_write_cases() {
     add_counter_cases<rlock::mutex>(out, "mutex", false, [](rlock::mutex& l) { l.lock(60s); });
     add_counter_cases<rlock::reentrant_lock>(out, "reentrant_lock", true,
                                              [](rlock::reentrant_lock& l) { l.lock(60s); });
-    add_counter_cases<rlock::fair_lock>(out, "fair_lock", true, [](rlock::fair_lock& l) { l.lock(60s); });
-    add_counter_cases<rlock::read_write_lock>(out, "read_write_lock read", true,
-                                              [](rlock::read_write_lock& l) { l.lock_shared(60s); });
+    add_counter_cases<rlock::fair_lock>(out, "fair_lock", true,
+                                        [](rlock::fair_lock& l) { l.lock(60s); });
+    add_counter_cases<rlock::read_write_lock>(
+        out, "read_write_lock read", true, [](rlock::read_write_lock& l) { l.lock_shared(60s); });
     add_counter_cases<rlock::read_write_lock>(out, "read_write_lock write", true,
                                               [](rlock::read_write_lock& l) { l.lock(60s); });
 
@@ -412,8 +412,8 @@ std::vector<half_write_case> half_write_cases() {
         x.run({"RPUSH", x.queue(), "dead:1"});
         x.run({"ZADD", x.timeouts(), "1", "dead:1"});
     };
-    out.push_back({"fair_lock: an acquire on a string key, with a dead waiter queued", errc::wrong_type,
-                   [=](half_write_ctx& x) {
+    out.push_back({"fair_lock: an acquire on a string key, with a dead waiter queued",
+                   errc::wrong_type, [=](half_write_ctx& x) {
                        rlock::fair_lock l(x.c, x.name);
                        x.run({"SET", x.name, "not a hash"});
                        dead_waiter(x);
@@ -470,11 +470,13 @@ std::vector<half_write_case> half_write_cases() {
 
     // Reentry counts HINCRBY refuses, on each hash kind's re-entry.
     const std::pair<const char*, const char*> bad_counts[] = {
-        {"not an integer", "abc"}, {"a fraction", "2.5"}, {"at the int64 limit", "9223372036854775807"}};
+        {"not an integer", "abc"},
+        {"a fraction", "2.5"},
+        {"at the int64 limit", "9223372036854775807"}};
     for (const auto& [what, value] : bad_counts) {
         const std::string v = value;
-        out.push_back({std::string("reentrant_lock: a re-entry whose count is ") + what, errc::server_error,
-                       [v](half_write_ctx& x) {
+        out.push_back({std::string("reentrant_lock: a re-entry whose count is ") + what,
+                       errc::server_error, [v](half_write_ctx& x) {
                            rlock::reentrant_lock l(x.c, x.name);
                            l.lock(60s);
                            x.run({"HSET", x.name, x.holder(), v});
@@ -503,7 +505,8 @@ std::vector<half_write_case> half_write_cases() {
     }
 
     // Releases of a key replaced by another type: "not held" (lock_lost), nothing touched.
-    out.push_back({"mutex: a release of a key that became a hash", errc::lock_lost, [](half_write_ctx& x) {
+    out.push_back({"mutex: a release of a key that became a hash", errc::lock_lost,
+                   [](half_write_ctx& x) {
                        rlock::mutex l(x.c, x.name);
                        l.lock(60s);
                        x.run({"DEL", x.name});
