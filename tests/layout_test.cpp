@@ -504,6 +504,75 @@ std::vector<half_write_case> half_write_cases() {
                        }});
     }
 
+    // Lock keys of another type, on each hash kind's acquire: WRONGTYPE before any write.
+    out.push_back({"reentrant_lock: an acquire on a string key", errc::wrong_type,
+                   [](half_write_ctx& x) {
+                       rlock::reentrant_lock l(x.c, x.name, fenced);
+                       x.run({"SET", x.name, "not a hash"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       (void)l.try_lock();
+                   }});
+    out.push_back({"read_write_lock read: an acquire on a string key", errc::wrong_type,
+                   [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name, fenced);
+                       x.run({"SET", x.name, "not a hash"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       (void)l.try_lock_shared();
+                   }});
+    out.push_back({"read_write_lock write: an acquire on a string key", errc::wrong_type,
+                   [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name, fenced);
+                       x.run({"SET", x.name, "not a hash"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       (void)l.try_lock();
+                   }});
+
+    // Inner releases (two levels held) whose count HINCRBY -1 refuses. "2.0" reads as 2 in
+    // Lua: the read side would delete its level-2 key before HINCRBY refused the count.
+    out.push_back({"reentrant_lock: an inner release whose count is a fraction", errc::server_error,
+                   [](half_write_ctx& x) {
+                       rlock::reentrant_lock l(x.c, x.name);
+                       l.lock(60s);
+                       l.lock(60s);
+                       x.run({"HSET", x.name, x.holder(), "2.5"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock();
+                   }});
+    out.push_back({"fair_lock: an inner release whose count is a fraction", errc::server_error,
+                   [](half_write_ctx& x) {
+                       rlock::fair_lock l(x.c, x.name);
+                       l.lock(60s);
+                       l.lock(60s);
+                       x.run({"HSET", x.name, x.holder(), "2.5"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock();
+                   }});
+    out.push_back({"read_write_lock read: an inner release whose count is 2.0", errc::server_error,
+                   [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name);
+                       l.lock_shared(60s);
+                       l.lock_shared(60s);
+                       x.run({"HSET", x.name, x.holder(), "2.0"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock_shared();
+                   }});
+    out.push_back({"read_write_lock write: an inner release whose count is a fraction",
+                   errc::server_error, [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name);
+                       l.lock(60s);
+                       l.lock(60s);
+                       x.run({"HSET", x.name, x.holder() + ":write", "2.5"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock();
+                   }});
+
     // Releases of a key replaced by another type: "not held" (lock_lost), nothing touched.
     out.push_back({"mutex: a release of a key that became a hash", errc::lock_lost,
                    [](half_write_ctx& x) {
