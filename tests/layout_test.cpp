@@ -1,13 +1,17 @@
 // What each lock kind leaves in Redis (the compatibility contract with redis-py and Redisson),
-// and what is particular to each kind: reentry, would_deadlock, wrong types.
+// and what is particular to each kind: reentry, would_deadlock, wrong types, and that a script
+// refused by a key of the wrong type or value leaves Redis exactly as it found it.
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
 #include <cstdlib>
+#include <functional>
 #include <future>
+#include <map>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "rlock/rlock.hpp"
 #include "support/helpers.hpp"
@@ -339,3 +343,426 @@ TEST(name_layout, a_name_with_a_brace_of_its_own_is_not_wrapped_in_braces_again_
         EXPECT_EQ(server().integer({"EXISTS", n + ".rw:" + holder + ":rwlock_timeout:1"}), 0);
     }
 }
+
+namespace {
+
+// ---- Scripts never half-write (issue 16, item 2) ----
+//
+// Redis does not roll back a script that fails midway: what it wrote before the error stays. So
+// every script checks, before its first write, everything a later command could refuse. Each
+// case below sets up a key a script must refuse (a type or a value its commands cannot take),
+// snapshots every key in the server (type, DUMP, PTTL), makes the call, and checks that it
+// failed with a clear rlock::error naming the lock and the server — thrown, or told to
+// on_lock_lost for an unlock — and that every key reads back as it was.
+
+redis_server& scratch() {
+    static redis_server s;
+    return s;
+}
+
+struct key_state {
+    std::string type, dump;
+    long long pttl = 0;
+};
+
+std::map<std::string, key_state> snapshot(const redis_server& s) {
+    std::map<std::string, key_state> out;
+    auto keys = s.cmd({"KEYS", "*"});
+    for (std::size_t i = 0; i < keys->elements; ++i) {
+        const std::string key(rlock::detail::reply_text(keys->element[i]));
+        key_state& k = out[key];
+        k.type = s.text({"TYPE", key});
+        k.dump = s.text({"DUMP", key});
+        k.pttl = s.integer({"PTTL", key});
+    }
+    return out;
+}
+
+void expect_unchanged(const std::map<std::string, key_state>& before,
+                      const std::map<std::string, key_state>& after) {
+    for (const auto& [key, was] : before) {
+        auto it = after.find(key);
+        if (it == after.end()) {
+            ADD_FAILURE() << key << " was deleted";
+            continue;
+        }
+        EXPECT_EQ(it->second.type, was.type) << key;
+        EXPECT_TRUE(it->second.dump == was.dump) << key << " changed value";
+        // The keys are set up with TTLs (10 min) far from any lease the call uses, so a PEXPIRE
+        // shows; the second of slack is the time between the two snapshots.
+        if (was.pttl < 0) {
+            EXPECT_EQ(it->second.pttl, was.pttl) << key;
+        } else {
+            EXPECT_LE(it->second.pttl, was.pttl) << key;
+            EXPECT_GT(it->second.pttl, was.pttl - 1000) << key << " expiry changed";
+        }
+    }
+    for (const auto& [key, now] : after) {
+        EXPECT_TRUE(before.count(key)) << key << " was created (type " << now.type << ")";
+    }
+}
+
+struct half_write_ctx {
+    rlock::client& c;
+    const redis_server& s;
+    std::string name;
+    std::function<void()> checkpoint;  // call right before the call that must fail
+
+    std::string holder() const {
+        return c.id() + ":" + std::to_string(rlock::detail::current_thread_number());
+    }
+    std::string counter() const { return "redisson_lock_token:{" + name + "}"; }
+    std::string queue() const { return "redisson_lock_queue:{" + name + "}"; }
+    std::string timeouts() const { return "redisson_lock_timeout:{" + name + "}"; }
+    std::string read_hold(int n) const {
+        return "{" + name + "}:" + holder() + ":rwlock_timeout:" + std::to_string(n);
+    }
+    void run(std::initializer_list<std::string_view> command) const { s.cmd(command); }
+    /// Every key gets a 10 min TTL: far from the leases, so a PEXPIRE by the call shows.
+    void far_ttls() const {
+        auto keys = s.cmd({"KEYS", "*"});
+        for (std::size_t i = 0; i < keys->elements; ++i) {
+            s.cmd({"PEXPIRE", rlock::detail::reply_text(keys->element[i]), "600000"});
+        }
+    }
+};
+
+struct half_write_case {
+    std::string label;
+    rlock::errc want;
+    std::function<void(half_write_ctx&)> run;  // sets up, checkpoints, makes the call
+};
+
+const rlock::lock_options fenced{true};
+
+/// A counter INCR refuses: how to make it, and the error it must give.
+struct bad_counter {
+    const char* label;
+    rlock::errc want;
+    void (*make)(const half_write_ctx&);
+};
+
+const bad_counter bad_counters[] = {
+    {"a non-integer", rlock::errc::server_error,
+     [](const half_write_ctx& x) { x.run({"SET", x.counter(), "abc"}); }},
+    {"a hash", rlock::errc::wrong_type,
+     [](const half_write_ctx& x) { x.run({"HSET", x.counter(), "f", "1"}); }},
+    {"at the int64 limit", rlock::errc::server_error,
+     [](const half_write_ctx& x) { x.run({"SET", x.counter(), "9223372036854775807"}); }},
+    // Tokens pass through Lua numbers (doubles): above 2^53 two holders could get the same one.
+    {"above 2^53", rlock::errc::server_error,
+     [](const half_write_ctx& x) { x.run({"SET", x.counter(), "9007199254740992"}); }},
+};
+
+/// Fresh acquire of `Lock` (take(l)) and, for reentrant kinds, re-entry of a leased hold.
+template <class Lock>
+void add_counter_cases(std::vector<half_write_case>& out, const char* kind, bool reentrant,
+                       void (*take)(Lock&)) {
+    for (const bad_counter& b : bad_counters) {
+        out.push_back({std::string(kind) + ": a fenced acquire whose counter is " + b.label, b.want,
+                       [&b, take](half_write_ctx& x) {
+                           Lock l(x.c, x.name, fenced);
+                           b.make(x);
+                           x.far_ttls();
+                           x.checkpoint();
+                           take(l);
+                       }});
+        if (!reentrant) continue;
+        out.push_back({std::string(kind) + ": a fenced re-entry whose counter is " + b.label,
+                       b.want, [&b, take](half_write_ctx& x) {
+                           Lock l(x.c, x.name, fenced);
+                           take(l);
+                           x.run({"DEL", x.counter()});
+                           b.make(x);
+                           x.far_ttls();
+                           x.checkpoint();
+                           take(l);
+                       }});
+    }
+}
+
+std::vector<half_write_case> half_write_cases() {
+    using rlock::errc;
+    std::vector<half_write_case> out;
+    add_counter_cases<rlock::mutex>(out, "mutex", false, [](rlock::mutex& l) { l.lock(60s); });
+    add_counter_cases<rlock::reentrant_lock>(out, "reentrant_lock", true,
+                                             [](rlock::reentrant_lock& l) { l.lock(60s); });
+    add_counter_cases<rlock::fair_lock>(out, "fair_lock", true,
+                                        [](rlock::fair_lock& l) { l.lock(60s); });
+    add_counter_cases<rlock::read_write_lock>(
+        out, "read_write_lock read", true, [](rlock::read_write_lock& l) { l.lock_shared(60s); });
+    add_counter_cases<rlock::read_write_lock>(out, "read_write_lock write", true,
+                                              [](rlock::read_write_lock& l) { l.lock(60s); });
+
+    // A dead waiter (deadline long past) in the fair queue: a script that evicts it writes.
+    auto dead_waiter = [](const half_write_ctx& x) {
+        x.run({"RPUSH", x.queue(), "dead:1"});
+        x.run({"ZADD", x.timeouts(), "1", "dead:1"});
+    };
+    out.push_back({"fair_lock: an acquire on a string key, with a dead waiter queued",
+                   errc::wrong_type, [=](half_write_ctx& x) {
+                       rlock::fair_lock l(x.c, x.name);
+                       x.run({"SET", x.name, "not a hash"});
+                       dead_waiter(x);
+                       x.far_ttls();
+                       x.checkpoint();
+                       (void)l.try_lock();
+                   }});
+    out.push_back({"fair_lock: an acquire whose queue is a string", errc::wrong_type,
+                   [](half_write_ctx& x) {
+                       rlock::fair_lock l(x.c, x.name);
+                       x.run({"SET", x.queue(), "not a list"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       (void)l.try_lock();
+                   }});
+    out.push_back({"fair_lock: an acquire whose deadlines are a hash", errc::wrong_type,
+                   [](half_write_ctx& x) {
+                       rlock::fair_lock l(x.c, x.name);
+                       x.run({"RPUSH", x.queue(), "dead:1"});
+                       x.run({"HSET", x.timeouts(), "dead:1", "1"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       (void)l.try_lock();
+                   }});
+    out.push_back({"fair_lock: a re-entry whose count is not an integer, with a dead waiter queued",
+                   errc::server_error, [=](half_write_ctx& x) {
+                       rlock::fair_lock l(x.c, x.name);
+                       l.lock(60s);
+                       x.run({"HSET", x.name, x.holder(), "abc"});
+                       dead_waiter(x);
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.lock(60s);
+                   }});
+    out.push_back({"fair_lock: a release whose queue is a string", errc::wrong_type,
+                   [](half_write_ctx& x) {
+                       rlock::fair_lock l(x.c, x.name);
+                       l.lock(60s);
+                       x.run({"SET", x.queue(), "not a list"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock();
+                   }});
+    out.push_back({"fair_lock: a release whose deadlines are a hash", errc::wrong_type,
+                   [](half_write_ctx& x) {
+                       rlock::fair_lock l(x.c, x.name);
+                       l.lock(60s);
+                       x.run({"RPUSH", x.queue(), "dead:1"});
+                       x.run({"HSET", x.timeouts(), "dead:1", "1"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock();
+                   }});
+
+    // Reentry counts HINCRBY refuses, on each hash kind's re-entry.
+    const std::pair<const char*, const char*> bad_counts[] = {
+        {"not an integer", "abc"},
+        {"a fraction", "2.5"},
+        {"at the int64 limit", "9223372036854775807"}};
+    for (const auto& [what, value] : bad_counts) {
+        const std::string v = value;
+        out.push_back({std::string("reentrant_lock: a re-entry whose count is ") + what,
+                       errc::server_error, [v](half_write_ctx& x) {
+                           rlock::reentrant_lock l(x.c, x.name);
+                           l.lock(60s);
+                           x.run({"HSET", x.name, x.holder(), v});
+                           x.far_ttls();
+                           x.checkpoint();
+                           l.lock(60s);
+                       }});
+        out.push_back({std::string("read_write_lock read: a re-entry whose count is ") + what,
+                       errc::server_error, [v](half_write_ctx& x) {
+                           rlock::read_write_lock l(x.c, x.name);
+                           l.lock_shared(60s);
+                           x.run({"HSET", x.name, x.holder(), v});
+                           x.far_ttls();
+                           x.checkpoint();
+                           l.lock_shared(60s);
+                       }});
+        out.push_back({std::string("read_write_lock write: a re-entry whose count is ") + what,
+                       errc::server_error, [v](half_write_ctx& x) {
+                           rlock::read_write_lock l(x.c, x.name);
+                           l.lock(60s);
+                           x.run({"HSET", x.name, x.holder() + ":write", v});
+                           x.far_ttls();
+                           x.checkpoint();
+                           l.lock(60s);
+                       }});
+    }
+
+    // Lock keys of another type, on each hash kind's acquire: WRONGTYPE before any write.
+    out.push_back({"reentrant_lock: an acquire on a string key", errc::wrong_type,
+                   [](half_write_ctx& x) {
+                       rlock::reentrant_lock l(x.c, x.name, fenced);
+                       x.run({"SET", x.name, "not a hash"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       (void)l.try_lock();
+                   }});
+    out.push_back({"read_write_lock read: an acquire on a string key", errc::wrong_type,
+                   [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name, fenced);
+                       x.run({"SET", x.name, "not a hash"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       (void)l.try_lock_shared();
+                   }});
+    out.push_back({"read_write_lock write: an acquire on a string key", errc::wrong_type,
+                   [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name, fenced);
+                       x.run({"SET", x.name, "not a hash"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       (void)l.try_lock();
+                   }});
+
+    // Inner releases (two levels held) whose count HINCRBY -1 refuses. "2.0" reads as 2 in
+    // Lua: the read side would delete its level-2 key before HINCRBY refused the count.
+    out.push_back({"reentrant_lock: an inner release whose count is a fraction", errc::server_error,
+                   [](half_write_ctx& x) {
+                       rlock::reentrant_lock l(x.c, x.name);
+                       l.lock(60s);
+                       l.lock(60s);
+                       x.run({"HSET", x.name, x.holder(), "2.5"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock();
+                   }});
+    out.push_back({"fair_lock: an inner release whose count is a fraction", errc::server_error,
+                   [](half_write_ctx& x) {
+                       rlock::fair_lock l(x.c, x.name);
+                       l.lock(60s);
+                       l.lock(60s);
+                       x.run({"HSET", x.name, x.holder(), "2.5"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock();
+                   }});
+    out.push_back({"read_write_lock read: an inner release whose count is 2.0", errc::server_error,
+                   [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name);
+                       l.lock_shared(60s);
+                       l.lock_shared(60s);
+                       x.run({"HSET", x.name, x.holder(), "2.0"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock_shared();
+                   }});
+    out.push_back({"read_write_lock write: an inner release whose count is a fraction",
+                   errc::server_error, [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name);
+                       l.lock(60s);
+                       l.lock(60s);
+                       x.run({"HSET", x.name, x.holder() + ":write", "2.5"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock();
+                   }});
+
+    // Releases of a key replaced by another type: "not held" (lock_lost), nothing touched.
+    out.push_back({"mutex: a release of a key that became a hash", errc::lock_lost,
+                   [](half_write_ctx& x) {
+                       rlock::mutex l(x.c, x.name);
+                       l.lock(60s);
+                       x.run({"DEL", x.name});
+                       x.run({"HSET", x.name, "f", "1"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock();
+                   }});
+    out.push_back({"read_write_lock read: a release of a key that became a string", errc::lock_lost,
+                   [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name);
+                       l.lock_shared(60s);
+                       x.run({"DEL", x.name});
+                       x.run({"SET", x.name, "not a hash"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock_shared();
+                   }});
+
+    // multi_lock's one-script release: a bad count in its second part must not leave the first
+    // part released. (Told as the loss of the whole multi_lock, its cause in the message.)
+    out.push_back({"multi_lock: a release whose second part's count is not an integer",
+                   errc::lock_lost, [](half_write_ctx& x) {
+                       rlock::mutex a(x.c, x.name + "a");
+                       rlock::reentrant_lock b(x.c, x.name + "b");
+                       rlock::multi_lock both{a, b};
+                       both.lock(60s);
+                       x.run({"HSET", x.name + "b", x.holder(), "abc"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       both.unlock();
+                   }});
+    return out;
+}
+
+TEST(scripts, a_refused_call_leaves_every_key_as_it_found_it) {
+    int i = 0;
+    for (const half_write_case& t : half_write_cases()) {
+        SCOPED_TRACE(t.label);
+        scratch().cmd({"FLUSHALL"});
+        rlock_test::lost_log lost;
+        rlock::client_options o = scratch().options();
+        o.on_lock_lost = lost.handler();
+        rlock::client c(o);
+        std::map<std::string, key_state> before;
+        half_write_ctx x{c, scratch(), "half_write_" + std::to_string(i++), {}};
+        bool reached = false;
+        x.checkpoint = [&] {
+            before = snapshot(scratch());
+            reached = true;
+        };
+        rlock::errc got{};
+        std::string what;
+        try {
+            t.run(x);
+        } catch (const rlock::error& e) {
+            got = e.value();
+            what = e.what();
+        }
+        if (got == rlock::errc{} && lost.calls.load() > 0) {
+            got = static_cast<rlock::errc>(lost.code.load());
+            what = lost.last_message;
+        }
+        EXPECT_EQ(static_cast<int>(got), static_cast<int>(t.want)) << what;
+        EXPECT_NE(what.find(x.name), std::string::npos) << what;
+        EXPECT_NE(what.find(c.server()), std::string::npos) << what;
+        ASSERT_TRUE(reached) << "the setup failed: " << what;
+        expect_unchanged(before, snapshot(scratch()));
+    }
+}
+
+/// The renewal scripts read with pcall: a key of another type is "gone" (0), never an error
+/// midway through a batch, and nothing is touched.
+TEST(scripts, a_renewal_of_keys_of_another_type_answers_gone_and_touches_nothing) {
+    namespace d = rlock::detail;
+    const redis_server& s = scratch();
+    s.cmd({"FLUSHALL"});
+    s.cmd({"SET", "renew:string", "x", "PX", "600000"});
+    s.cmd({"HSET", "renew:hash", "holder", "1"});
+    s.cmd({"PEXPIRE", "renew:hash", "600000"});
+    s.cmd({"RPUSH", "renew:list", "holder"});
+    s.cmd({"PEXPIRE", "renew:list", "600000"});
+    const std::pair<const d::script*, std::vector<const char*>> calls[] = {
+        {&d::mutex_kind::renew_script(), {"renew:hash", "renew:list"}},
+        {&d::reentrant_kind::renew_script(), {"renew:string", "renew:list"}},
+        {&d::rw_read_kind::renew_script(), {"renew:string", "renew:list"}},
+        {&d::rw_write_kind::renew_script(), {"renew:string", "renew:list"}},
+    };
+    d::context_ptr c(redisConnect("127.0.0.1", s.port()));
+    ASSERT_TRUE(c && !c->err);
+    for (const auto& [script, keys] : calls) {
+        const auto before = snapshot(s);
+        d::script_call call(*script, {keys[0], keys[1]}, {"30000", "holder", "holder"});
+        d::reply_ptr r = d::run_script(c.get(), call, "renew", "test");
+        ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+        ASSERT_EQ(r->elements, 2u);
+        EXPECT_EQ(r->element[0]->integer, 0);
+        EXPECT_EQ(r->element[1]->integer, 0);
+        expect_unchanged(before, snapshot(s));
+    }
+}
+
+}  // namespace

@@ -3,6 +3,7 @@
 // recovery from SCRIPT FLUSH and restarts, fencing, and mutual exclusion across processes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <memory>
@@ -405,6 +406,35 @@ TYPED_TEST(lock_test, fencing_tokens_strictly_increase_across_clients) {
     EXPECT_THROW((void)plain.fencing_token(), rlock::error);
     plain.unlock();
     EXPECT_EQ(this->server().integer({"EXISTS", "redisson_lock_token:{" + this->name() + "plain}"}), 0);
+}
+
+TYPED_TEST(lock_test, fencing_tokens_keep_increasing_after_the_server_loses_its_data) {
+    // A server without persistence loses the counter with the locks (FLUSHALL, a restart). A
+    // counter that started again at 1 would make a fenced resource refuse every rightful
+    // holder until it passed the old high-water mark; a missing counter starts from the
+    // server's clock in microseconds instead.
+    const rlock::lock_options fenced{true};
+    const std::string counter = "redisson_lock_token:{" + this->name() + "}";
+    std::uint64_t highest = 0;
+    auto take = [&](const char* after) {
+        SCOPED_TRACE(after);
+        rlock::client c(this->options());
+        TypeParam l(c, this->name(), fenced);
+        for (int i = 0; i < 3; ++i) {
+            l.lock();
+            const std::uint64_t token = l.fencing_token();
+            EXPECT_GT(token, highest);
+            highest = std::max(highest, token);
+            l.unlock();
+        }
+    };
+    take("the first tokens");
+    this->server().cmd({"FLUSHALL"});
+    take("after FLUSHALL");
+    this->server().restart();
+    take("after a restart without persistence");
+    // Redisson's RFencedLock only INCRs the same key: its tokens keep increasing too.
+    EXPECT_GT(static_cast<std::uint64_t>(this->server().integer({"INCR", counter})), highest);
 }
 
 TYPED_TEST(lock_test, queries_report_the_state_in_redis) {

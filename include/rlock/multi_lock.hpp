@@ -34,6 +34,7 @@
 
 #include "rlock/detail/basic_lock.hpp"
 #include "rlock/detail/fair_kind.hpp"
+#include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/mutex_kind.hpp"
 #include "rlock/detail/reentrant_kind.hpp"
 #include "rlock/errors.hpp"
@@ -70,20 +71,27 @@ return {1}
 
 /// Release every part. KEYS[2i-1] lock key and KEYS[2i] its channel; ARGV[2i-1] kind ('m' or
 /// 'r'), ARGV[2i] value. Per part: 0 released (and `0` published), -1 not held by that value.
+/// Every part is read before any is released: a count HINCRBY would refuse is an error with
+/// no part released (lua_checks.hpp).
 inline const script& multi_release_script() {
-    static const script s(R"lua(
+    static const std::string body = with_lua_checks(R"lua(
+local held = {}
+for i = 1, #KEYS / 2 do
+    local key, value = KEYS[2 * i - 1], ARGV[2 * i]
+    if ARGV[2 * i - 1] == 'm' then
+        held[i] = redis.pcall('get', key) == value
+    else
+        local count = redis.pcall('hget', key, value)
+        held[i] = type(count) == 'string'
+        if held[i] and not can_step(count, -1) then return bad_count(key, value) end
+    end
+end
 local out = {}
 for i = 1, #KEYS / 2 do
     local key, channel, value = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i]
     out[i] = -1
-    if ARGV[2 * i - 1] == 'm' then
-        if redis.pcall('get', key) == value then
-            redis.call('del', key)
-            redis.call('publish', channel, '0')
-            out[i] = 0
-        end
-    elseif redis.pcall('hexists', key, value) == 1 then
-        if redis.call('hincrby', key, value, -1) <= 0 then
+    if held[i] then
+        if ARGV[2 * i - 1] == 'm' or redis.call('hincrby', key, value, -1) <= 0 then
             redis.call('del', key)
             redis.call('publish', channel, '0')
         end
@@ -92,6 +100,7 @@ for i = 1, #KEYS / 2 do
 end
 return out
 )lua");
+    static const script s(body);
     return s;
 }
 

@@ -143,7 +143,9 @@ struct client_options {
 struct lock_options {
     /// Each acquisition INCRs `redisson_lock_token:{name}` in the same script and the hold
     /// remembers the value (`fencing_token()`): tokens strictly increase across all clients.
-    /// Opt-in because that counter key never expires.
+    /// A missing counter (a name's first fenced acquisition, or a server that lost its data)
+    /// starts from the server's clock in microseconds, so tokens keep increasing across a data
+    /// loss (bound: docs/guarantees.md). Opt-in because that counter key never expires.
     bool fencing = false;
 
     /// fair_lock only: how long a queued waiter may go without renewing its place before the

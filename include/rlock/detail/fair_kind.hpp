@@ -28,12 +28,15 @@
 
 #include "rlock/detail/basic_lock.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/reentrant_kind.hpp"
 #include "rlock/detail/registry.hpp"
 
 namespace rlock::detail {
 
-/// Lua helpers shared by the fair-lock scripts (prepended to their bodies).
+/// Lua helpers shared by the fair-lock scripts (prepended to their bodies, after lua_checks).
+/// evict reads the queue (LINDEX) and the deadlines (ZRANGEBYSCORE) before it writes, so a key
+/// of another type fails it with WRONGTYPE before anything is changed.
 inline constexpr std::string_view fair_lua_helpers = R"lua(
 local function now_ms()
     local t = redis.call('time')
@@ -65,7 +68,7 @@ end
 )lua";
 
 inline std::string with_fair_helpers(std::string_view body) {
-    return std::string(fair_lua_helpers) + std::string(body);
+    return with_lua_checks(fair_lua_helpers) + std::string(body);
 }
 
 struct fair_kind : kind_defaults {
@@ -80,8 +83,18 @@ struct fair_kind : kind_defaults {
     /// ARGV[4] '1' fencing, ARGV[5] '1' re-entry, ARGV[6] '1' join the queue when refused.
     /// Free lock + (empty queue or this holder at its head) -> taken. Refused -> queued (or its
     /// deadline renewed). Returns {1, count, token} / {0, ms to wait (>= 1, or -1: no expiry)}.
+    /// Before the first write (an eviction may be one): the hash's type and this holder's count
+    /// (HGET), the fencing counter, and the queue keys' types (evict reads them first).
     static const script& acquire_script() {
         static const std::string body = with_fair_helpers(R"lua(
+local mine = redis.call('hget', KEYS[1], ARGV[2])
+if mine and not can_step(mine, 1) then return bad_count(KEYS[1], ARGV[2]) end
+local had
+if ARGV[4] == '1' then
+    local bad
+    bad, had = check_counter(KEYS[4])
+    if bad then return bad end
+end
 local now
 local head, head_changed = false, false
 if redis.call('exists', KEYS[2], KEYS[3]) > 0 then
@@ -89,7 +102,7 @@ if redis.call('exists', KEYS[2], KEYS[3]) > 0 then
     head, head_changed = evict(KEYS[2], KEYS[3], now)
 end
 local function token()
-    if ARGV[4] == '1' then return redis.call('incr', KEYS[4]) end
+    if ARGV[4] == '1' then return next_token(KEYS[4], had) end
     return 0
 end
 if redis.call('exists', KEYS[1]) == 0 then
@@ -102,7 +115,7 @@ if redis.call('exists', KEYS[1]) == 0 then
         return {1, 1, token()}
     end
     if head_changed then wake(KEYS[5], head) end
-elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+elseif mine then
     local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
@@ -136,16 +149,18 @@ return {0, ttl}
     /// Leave one level; the last deletes the hash, evicts dead waiters and wakes the queue head
     /// on its own channel. KEYS[1] hash, KEYS[2] queue, KEYS[3] deadlines, KEYS[4] channel
     /// prefix; ARGV[1] holder id. Returns -1 not held, n > 0 levels left, 0 released.
+    /// The last level evicts before it deletes the hash: a queue key of another type then fails
+    /// the script before anything is changed.
     static const script& release_script() {
         static const std::string body = with_fair_helpers(R"lua(
 local count = redis.pcall('hget', KEYS[1], ARGV[1])
 if type(count) == 'table' and count.err and not string.find(count.err, 'WRONGTYPE', 1, true) then return count end
 if type(count) ~= 'string' then return -1 end
 if (tonumber(count) or 0) > 1 then return redis.call('hincrby', KEYS[1], ARGV[1], -1) end
+local queued = redis.call('exists', KEYS[2]) == 1
+local head = queued and evict(KEYS[2], KEYS[3], now_ms())
 redis.call('del', KEYS[1])
-if redis.call('exists', KEYS[2]) == 1 then
-    wake(KEYS[4], (evict(KEYS[2], KEYS[3], now_ms())))
-end
+if queued then wake(KEYS[4], head) end
 return 0
 )lua");
         static const script s(body);
@@ -171,10 +186,12 @@ return 0
     }
 
     /// Deletes the lock whoever holds it and wakes the queue head. Same KEYS as the release.
+    /// Evicts first, so that queue keys of another type fail it with nothing deleted.
     static const script& force_unlock_script() {
         static const std::string body = with_fair_helpers(R"lua(
+local head = evict(KEYS[2], KEYS[3], now_ms())
 local held = redis.call('del', KEYS[1])
-wake(KEYS[4], (evict(KEYS[2], KEYS[3], now_ms())))
+wake(KEYS[4], head)
 return held
 )lua");
         static const script s(body);

@@ -2,10 +2,12 @@
 // node-redlock and go-redsync — key = the lock name, value = a random token, SET NX PX.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include "rlock/detail/basic_lock.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
 
@@ -18,15 +20,23 @@ struct mutex_kind : kind_defaults {
     /// Acquire by script: with fencing, and for a client's first acquisition (to learn that
     /// scripts may run before anything is written); otherwise a plain SET NX PX does it.
     /// KEYS[1] lock key, KEYS[2] redisson_lock_token:{name} (with fencing only); ARGV[1] token,
-    /// ARGV[2] lease ms, ARGV[3] '1' to INCR the fencing counter.
+    /// ARGV[2] lease ms, ARGV[3] '1' to take the next fencing token.
     /// Returns {1, fencing token or 0} when set; when refused {0, PTTL of the holder's key, its
     /// value} (the value nil when the key is not a string: basic_lock's wait loop tells by it
-    /// whether the holder's release will be published).
+    /// whether the holder's release will be published). The counter is checked before the SET
+    /// (lua_checks.hpp): a counter INCR would refuse is an error with nothing written, not a
+    /// lock left without an owner.
     static const script& acquire_fenced_script() {
-        static const script s(R"lua(
+        static const std::string body = with_lua_checks(R"lua(
+local had
+if ARGV[3] == '1' then
+    local bad
+    bad, had = check_counter(KEYS[2])
+    if bad then return bad end
+end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     if ARGV[3] == '1' then
-        return {1, redis.call('incr', KEYS[2])}
+        return {1, next_token(KEYS[2], had)}
     end
     return {1, 0}
 end
@@ -34,6 +44,7 @@ local holder = redis.pcall('get', KEYS[1])
 if type(holder) ~= 'string' then holder = false end
 return {0, redis.call('pttl', KEYS[1]), holder}
 )lua");
+        static const script s(body);
         return s;
     }
 

@@ -22,6 +22,7 @@
 
 #include "rlock/detail/basic_lock.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/reentrant_kind.hpp"
 #include "rlock/detail/registry.hpp"
 
@@ -35,6 +36,10 @@ namespace rlock::detail {
 /// before the hash counts them, for the same reason.
 /// live_readers(hash) drops the reader fields none of whose hold keys is alive any more, and
 /// returns how many readers are alive and the longest remaining hold (ms).
+/// fencing_token(counter, wanted, had) takes the next token (lua_checks' next_token) when asked.
+/// They follow lua_checks, whose checks every script makes before its first write: the lock
+/// hash's type (its first HGET), the fencing counter, and the holder's count where it HINCRBYs
+/// after another write.
 inline constexpr std::string_view rw_lua_helpers = R"lua(
 local function hold_key(hash, holder, n)
     if string.find(hash, '{', 1, true) then
@@ -73,14 +78,14 @@ local function live_readers(hash)
     end
     return alive, longest
 end
-local function fencing_token(counter, wanted)
-    if wanted == '1' then return redis.call('incr', counter) end
+local function fencing_token(counter, wanted, had)
+    if wanted == '1' then return next_token(counter, had) end
     return 0
 end
 )lua";
 
 inline std::string with_rw_helpers(std::string_view body) {
-    return std::string(rw_lua_helpers) + std::string(body);
+    return with_lua_checks(rw_lua_helpers) + std::string(body);
 }
 
 struct rw_read_kind : kind_defaults {
@@ -96,28 +101,37 @@ struct rw_read_kind : kind_defaults {
     /// (the first step of a downgrade). Each hold n gets its own key hold_key(name, holder, n)
     /// with PEXPIRE lease; the hash's TTL becomes the longer of its TTL and the lease.
     /// Returns {1, reentry count, fencing token or 0} / {0, PTTL} (-2: a re-entry found nothing).
+    /// The holder's count is checked before the level's key is SET (HINCRBY comes after it).
     static const script& acquire_script() {
         static const std::string body = with_rw_helpers(R"lua(
 local mode = redis.call('hget', KEYS[1], 'mode')
+local had
+if ARGV[4] == '1' then
+    local bad
+    bad, had = check_counter(KEYS[2])
+    if bad then return bad end
+end
 if mode == false then
     if ARGV[5] == '1' then return {0, -2} end
     redis.call('set', hold_key(KEYS[1], ARGV[2], 1), 1, 'PX', ARGV[1])
     redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, 1, fencing_token(KEYS[2], ARGV[4])}
+    return {1, 1, fencing_token(KEYS[2], ARGV[4], had)}
 elseif not (mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1)) then
     if ARGV[5] == '1' then return {0, -2} end
     return {0, redis.call('pttl', KEYS[1])}
 elseif ARGV[5] == '1' and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return {0, -2}
 end
-local n = (tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0) + 1
+local count = redis.call('hget', KEYS[1], ARGV[2])
+if count and not can_step(count, 1) then return bad_count(KEYS[1], ARGV[2]) end
+local n = (tonumber(count) or 0) + 1
 redis.call('set', hold_key(KEYS[1], ARGV[2], n), 1, 'PX', ARGV[1])
 redis.call('hincrby', KEYS[1], ARGV[2], 1)
 if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
     redis.call('pexpire', KEYS[1], ARGV[1])
 end
-return {1, n, fencing_token(KEYS[2], ARGV[4])}
+return {1, n, fencing_token(KEYS[2], ARGV[4], had)}
 )lua");
         static const script s(body);
         return s;
@@ -129,6 +143,7 @@ return {1, n, fencing_token(KEYS[2], ARGV[4])}
     /// longest remaining reader hold. Returns -1 not held, n > 0 levels left, 0 released.
     /// Mode and count come in one HMGET; when the hash holds nothing but `mode` and this
     /// holder (the common case), the last level deletes it without scanning for other readers.
+    /// An inner level checks the count HINCRBY will step before it deletes the level's key.
     static const script& release_script() {
         static const std::string body = with_rw_helpers(R"lua(
 local got = redis.pcall('hmget', KEYS[1], 'mode', ARGV[1])
@@ -138,6 +153,7 @@ if (mode ~= 'read' and mode ~= 'write') or not count then
     return -1
 end
 if count > 1 then
+    if not can_step(got[2], -1) then return bad_count(KEYS[1], ARGV[1]) end
     redis.call('del', hold_key(KEYS[1], ARGV[1], count))
     return redis.call('hincrby', KEYS[1], ARGV[1], -1)
 end
@@ -251,9 +267,17 @@ struct rw_write_kind : kind_defaults {
     /// ARGV[1] lease ms, ARGV[2] "<holder id>:write", ARGV[3] '1' fencing, ARGV[4] '1' re-entry.
     /// In read mode, readers whose hold keys have all expired are dropped first; the write
     /// side is free once no live reader is left. Returns {1, count, token} / {0, PTTL}.
+    /// The fencing counter is checked before dead readers are dropped; a re-entry's HINCRBY
+    /// runs only in write mode, where nothing was written before it.
     static const script& acquire_script() {
         static const std::string body = with_rw_helpers(R"lua(
 local mode = redis.call('hget', KEYS[1], 'mode')
+local had
+if ARGV[3] == '1' then
+    local bad
+    bad, had = check_counter(KEYS[2])
+    if bad then return bad end
+end
 if mode == 'read' and ARGV[4] ~= '1' then
     local alive = live_readers(KEYS[1])
     if alive == 0 then
@@ -265,14 +289,14 @@ if mode == false then
     if ARGV[4] == '1' then return {0, -2} end
     redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, 1, fencing_token(KEYS[2], ARGV[3])}
+    return {1, 1, fencing_token(KEYS[2], ARGV[3], had)}
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
-    return {1, n, fencing_token(KEYS[2], ARGV[3])}
+    return {1, n, fencing_token(KEYS[2], ARGV[3], had)}
 end
 if ARGV[4] == '1' then return {0, -2} end
 return {0, redis.call('pttl', KEYS[1])}

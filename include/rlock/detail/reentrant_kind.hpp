@@ -3,10 +3,12 @@
 // the final unlock deletes it and publishes 0 on redisson_lock__channel:{name}.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include "rlock/detail/basic_lock.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/registry.hpp"
 
 namespace rlock::detail {
@@ -17,12 +19,14 @@ struct reentrant_kind : kind_defaults {
 
     /// Acquire or re-enter (Redisson's tryLockInnerAsync, with RFencedLock's counter).
     /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name} (with fencing only);
-    /// ARGV[1] lease ms, ARGV[2] holder id, ARGV[3] '1' to INCR the fencing counter,
+    /// ARGV[1] lease ms, ARGV[2] holder id, ARGV[3] '1' to take the next fencing token,
     /// ARGV[4] '1' for a re-entry, which must find the holder's field: a re-entry never
     /// re-creates a hold that is gone.
     /// Returns {1, reentry count, fencing token or 0} when held, {0, PTTL} when refused.
+    /// Nothing is written before the fencing counter is checked (lua_checks.hpp); HINCRBY, which
+    /// refuses a count that is not an integer, is the first write.
     static const script& acquire_script() {
-        static const script s(R"lua(
+        static const std::string body = with_lua_checks(R"lua(
 if redis.call('exists', KEYS[1]) == 0 then
     if ARGV[4] == '1' then
         return {0, -2}
@@ -30,14 +34,21 @@ if redis.call('exists', KEYS[1]) == 0 then
 elseif redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return {0, redis.call('pttl', KEYS[1])}
 end
+local had
+if ARGV[3] == '1' then
+    local bad
+    bad, had = check_counter(KEYS[2])
+    if bad then return bad end
+end
 local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
 redis.call('pexpire', KEYS[1], ARGV[1])
 local token = 0
 if ARGV[3] == '1' then
-    token = redis.call('incr', KEYS[2])
+    token = next_token(KEYS[2], had)
 end
 return {1, n, token}
 )lua");
+        static const script s(body);
         return s;
     }
 

@@ -1,0 +1,79 @@
+// Lua helpers for checks a script makes before its first write, and the fencing counter.
+//
+// Redis does not roll back a script that fails midway: the writes it made before the error
+// stay. A lock script that wrote the lock key and then failed on the fencing counter left a
+// lock nobody owned for a whole lease. So every rlock script keeps one rule: a command that can
+// fail is either the script's first write, or checked before the first write. The checks read
+// with commands the lock kinds use anyway (GET, HGET, ...), so the ACL README documents needs
+// nothing more; a check that fails returns an error reply that names the key and says that
+// nothing was changed (`WRONGTYPE ...` for a key of another type, which rlock reports as
+// errc::wrong_type; `ERR ...` for a value, errc::server_error).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace rlock::detail {
+
+/// Prepended to the scripts that use them (with_lua_checks).
+///   can_step(v, by)       true when INCR / HINCRBY by `by` (1 or -1) accepts the string `v`:
+///                         a 64-bit integer as Redis writes one (no '+', no leading zero, no
+///                         blanks) with room for the step.
+///   bad_count(key, field) the error reply for a reentry count HINCRBY would refuse.
+///   check_counter(key)    reads the fencing counter: an error reply when it is of another type
+///                         or not an integer from 0 to 2^53 - 1 (INCR refuses a non-integer
+///                         and the int64 limit; above 2^53 a token would not pass through a
+///                         Lua number, a double, exactly: two holders could get the same one),
+///                         else nil and its value (false when missing), for next_token.
+///   next_token(key, had)  the next fencing token: INCR; a missing counter (never made, or lost
+///                         with the server's data) starts from the server's TIME in
+///                         microseconds, so tokens keep increasing across a data loss as long
+///                         as fewer than one token per microsecond was handed out since the
+///                         lost counter was started, and the server's clock did not go back
+///                         (docs/design.md, "Fencing counter").
+inline constexpr std::string_view lua_checks = R"lua(
+local function can_step(v, by)
+    if v == '0' then return true end
+    local sign, digits = string.match(v, '^(%-?)([1-9]%d*)$')
+    if not digits or #digits > 19 then return false end
+    if #digits < 19 then return true end
+    if sign == '-' then
+        return digits < '9223372036854775808' or (by > 0 and digits == '9223372036854775808')
+    end
+    return digits < '9223372036854775807' or (by < 0 and digits == '9223372036854775807')
+end
+local function bad_count(key, field)
+    return redis.error_reply('ERR the reentry count of ' .. field .. ' in ' .. key ..
+        ' is not an integer HINCRBY can step; nothing was changed')
+end
+local function check_counter(key)
+    local v = redis.pcall('get', key)
+    if type(v) == 'table' then
+        if v.err and string.find(v.err, 'WRONGTYPE', 1, true) then
+            return redis.error_reply('WRONGTYPE the fencing counter ' .. key ..
+                ' is not a string; nothing was changed')
+        end
+        return v
+    end
+    if v and not (v == '0' or (string.match(v, '^[1-9]%d*$') and
+                               (#v < 16 or (#v == 16 and v < '9007199254740992')))) then
+        return redis.error_reply('ERR the fencing counter ' .. key ..
+            ' is not an integer from 0 to 2^53 - 1 (INCR refuses a non-integer or the int64' ..
+            ' limit; a larger token would lose precision in Lua); nothing was changed')
+    end
+    return nil, v
+end
+local function next_token(key, had)
+    if had then return redis.call('incr', key) end
+    local t = redis.call('time')
+    local seed = t[1] .. string.format('%06d', tonumber(t[2]))
+    redis.call('set', key, seed)
+    return tonumber(seed)
+end
+)lua";
+
+inline std::string with_lua_checks(std::string_view body) {
+    return std::string(lua_checks) + std::string(body);
+}
+
+}  // namespace rlock::detail
