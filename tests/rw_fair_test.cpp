@@ -5,6 +5,7 @@
 #include <hiredis/hiredis.h>
 #include <signal.h>
 
+#include <atomic>
 #include <future>
 #include <shared_mutex>
 #include <string>
@@ -264,8 +265,10 @@ TEST(fair_lock_layout, a_waiter_is_queued_with_a_deadline_and_the_release_wakes_
     auto now = server().cmd({"TIME"});
     const long long now_ms = std::atoll(now->element[0]->str) * 1000;
     const long long deadline = std::atoll(server().text({"ZSCORE", timeouts_of(name()), queued}).c_str());
-    EXPECT_GT(deadline, now_ms + 250000);  // now + 5 min, renewed while it waits
-    EXPECT_LE(deadline, now_ms + 301000);
+    // The head waiter: now + 5 min (its slot) + 100 s (a heartbeat, a third of that), renewed
+    // while it waits.
+    EXPECT_GT(deadline, now_ms + 350000);
+    EXPECT_LE(deadline, now_ms + 401000);
     rlock_test::raw_subscriber sub(server().port(), "redisson_lock__channel:{" + name() + "}:" + queued);
     const auto released = steady::now();
     mine.unlock();
@@ -365,6 +368,136 @@ TEST(fair_lock, a_live_waiter_is_never_evicted_however_long_it_waits) {
     t2.join();
     EXPECT_EQ(order, (std::vector<int>{1, 2}));
     expect_no_fair_keys(name());
+}
+
+// A stand-in for Redisson's RFairLock (3.35.0 and 4.7.0) as seen from Redis: not its code,
+// the arithmetic it applies to `redisson_lock_timeout:{name}`. Stale waiters leave only from
+// the head (deadline <= the client's clock); a newcomer's deadline is the last waiter's (or now
+// + the lock's PTTL) + its wait; the head that takes the lock shifts every queued deadline by
+// -wait (ZINCRBY); a queued waiter's retry renews nothing. Returns -1 when `id` took the lock,
+// else a wait in ms. KEYS: lock, queue, deadlines; ARGV: lease ms, id, wait ms, client now ms.
+constexpr const char* redisson_like_acquire = R"lua(
+while true do
+    local head = redis.call('lindex', KEYS[2], 0)
+    if not head then break end
+    local due = redis.call('zscore', KEYS[3], head)
+    if due and tonumber(due) <= tonumber(ARGV[4]) then
+        redis.call('zrem', KEYS[3], head)
+        redis.call('lpop', KEYS[2])
+    else
+        break
+    end
+end
+if redis.call('exists', KEYS[1]) == 0 and (redis.call('exists', KEYS[2]) == 0
+        or redis.call('lindex', KEYS[2], 0) == ARGV[2]) then
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], ARGV[2])
+    for _, w in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+        redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), w)
+    end
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return -1
+end
+if redis.call('zscore', KEYS[3], ARGV[2]) then
+    return math.max(0, redis.call('pttl', KEYS[1]))
+end
+local last = redis.call('lindex', KEYS[2], -1)
+local base
+if last and last ~= ARGV[2] and redis.call('zscore', KEYS[3], last) then
+    base = tonumber(redis.call('zscore', KEYS[3], last))
+else
+    base = tonumber(ARGV[4]) + redis.call('pttl', KEYS[1])
+end
+if redis.call('zadd', KEYS[3], base + tonumber(ARGV[3]), ARGV[2]) == 1 then
+    redis.call('rpush', KEYS[2], ARGV[2])
+end
+return math.max(0, base - tonumber(ARGV[4]))
+)lua";
+
+// Its unlock: stale heads out (as above), delete the hash, publish 0 to the head's channel.
+// KEYS: lock, queue, deadlines, channel prefix; ARGV: id, client now ms. Returns 1 / -1.
+constexpr const char* redisson_like_unlock = R"lua(
+while true do
+    local head = redis.call('lindex', KEYS[2], 0)
+    if not head then break end
+    local due = redis.call('zscore', KEYS[3], head)
+    if due and tonumber(due) <= tonumber(ARGV[2]) then
+        redis.call('zrem', KEYS[3], head)
+        redis.call('lpop', KEYS[2])
+    else
+        break
+    end
+end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return -1 end
+redis.call('del', KEYS[1])
+local head = redis.call('lindex', KEYS[2], 0)
+if head then redis.call('publish', KEYS[4] .. ':' .. head, '0') end
+return 1
+)lua";
+
+long long server_now_ms() {
+    auto t = server().cmd({"TIME"});
+    return std::atoll(t->element[0]->str) * 1000 + std::atoll(t->element[1]->str) / 1000;
+}
+
+long long redisson_like_try(const std::string& n, const std::string& id, long long wait_ms) {
+    return server().integer({"EVAL", redisson_like_acquire, "3", n, queue_of(n), timeouts_of(n),
+                             "5000", id, std::to_string(wait_ms), std::to_string(server_now_ms())});
+}
+
+long long redisson_like_unlock_of(const std::string& n, const std::string& id) {
+    return server().integer({"EVAL", redisson_like_unlock, "4", n, queue_of(n), timeouts_of(n),
+                             "redisson_lock__channel:{" + n + "}", id,
+                             std::to_string(server_now_ms())});
+}
+
+// Finding F1 of the interop suite (docs/comparison.md), without Java: Redisson waiters that
+// called lock() (wait = 5 min) and an rlock waiter share one queue, J1 C1 J2. When J1 takes the
+// lock Redisson shifts every deadline by -5 min; C1's must still be in the future, so J1's
+// unlock wakes C1, and J2 cannot take the lock before C1 has had it.
+TEST(fair_lock, a_redisson_acquisition_shifting_deadlines_evicts_no_live_rlock_waiter) {
+    const std::string n = name();
+    const long long wait = 300000;  // Redisson's fairLockWaitTimeout, rlock's default
+    server().cmd({"HSET", n, "jh:1", "1"});  // a Redisson holder
+    server().cmd({"PEXPIRE", n, "5000"});
+    ASSERT_GE(redisson_like_try(n, "j1:1", wait), 0);
+    rlock::client c(server().options());
+    rlock::fair_lock c1(c, n);
+    std::atomic<bool> c1_held{false};
+    std::promise<void> c1_may_unlock;
+    std::thread t([&] {
+        c1.lock();
+        c1_held = true;
+        c1_may_unlock.get_future().wait();
+        c1.unlock();
+    });
+    ASSERT_TRUE(eventually([&] { return server().integer({"LLEN", queue_of(n)}) == 2; }));
+    ASSERT_GE(redisson_like_try(n, "j2:1", wait), 0);
+    ASSERT_EQ(server().integer({"LLEN", queue_of(n)}), 3);
+    const std::string c1_id = server().text({"LINDEX", queue_of(n), "1"});
+
+    ASSERT_EQ(redisson_like_unlock_of(n, "jh:1"), 1);
+    ASSERT_EQ(redisson_like_try(n, "j1:1", wait), -1) << "J1, the head, takes the freed lock";
+    const long long c1_due = std::atoll(server().text({"ZSCORE", timeouts_of(n), c1_id}).c_str());
+    EXPECT_GT(c1_due, server_now_ms()) << "Redisson's -wait shift put a live rlock waiter's "
+                                          "deadline in the past";
+    std::this_thread::sleep_for(20ms);  // J1 holds a moment
+    ASSERT_EQ(redisson_like_unlock_of(n, "j1:1"), 1);
+    EXPECT_TRUE(c1_held.load() || server().text({"LINDEX", queue_of(n), "0"}) == c1_id)
+        << "J1's unlock evicted the live rlock waiter C1";
+    const long long j2_early = redisson_like_try(n, "j2:1", wait);
+    EXPECT_NE(j2_early, -1) << "J2 took the lock before C1, who queued earlier";
+    if (j2_early == -1) redisson_like_unlock_of(n, "j2:1");  // let C1 through anyway
+    EXPECT_TRUE(eventually([&] { return c1_held.load(); }, 2s)) << "C1 was not woken";
+    c1_may_unlock.set_value();
+    t.join();
+    if (j2_early != -1) {
+        EXPECT_EQ(redisson_like_try(n, "j2:1", wait), -1) << "J2 is next after C1";
+        EXPECT_EQ(redisson_like_unlock_of(n, "j2:1"), 1);
+    }
+    if (!HasFailure()) expect_no_fair_keys(n);
+    server().cmd({"DEL", n, queue_of(n), timeouts_of(n)});  // a failed run's re-queued entries
 }
 
 TEST(fair_lock, a_newcomer_does_not_overtake_a_queued_waiter) {

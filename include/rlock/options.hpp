@@ -149,8 +149,10 @@ struct lock_options {
     bool fencing = false;
 
     /// fair_lock only: how long a queued waiter may go without renewing its place before the
-    /// others evict it (a waiter that died). Live waiters renew it every third of this while
-    /// they wait. Redisson's default: 5 minutes.
+    /// others evict it (a waiter that died; once it is the queue's head), and the slot each
+    /// waiter holds in the chained deadlines Redisson's RFairLock keeps (its
+    /// fairLockWaitTimeout). Live waiters renew it every third of this while they wait.
+    /// Redisson's default: 5 minutes.
     std::chrono::milliseconds fair_lock_wait_timeout{300000};
 };
 

@@ -410,10 +410,10 @@ class Suite:
             if evicted:
                 checks.append("live waiters evicted from the mixed queue: %s (see %s)%s"
                               % ("; ".join(evicted), os.path.join(self.logdir, "queue.log"),
-                                 "; rlock bug: an rlock waiter's deadline (server now + "
-                                 "fair_lock_wait_timeout, not chained to the waiter before it) is "
-                                 "pushed into the past by the ZINCRBY -threadWaitTime Redisson "
-                                 "applies to every queued deadline when it grants the lock"
+                                 "; rlock bug: an rlock waiter's deadline must keep a slot of "
+                                 "fair_lock_wait_timeout per waiter ahead through the ZINCRBY "
+                                 "-threadWaitTime Redisson applies to every queued deadline when "
+                                 "it grants the lock (docs/design.md, fair_lock)"
                                  if any(e.startswith("C") for e in evicted) else ""))
             if served != ["H", "J1", "C1", "J2", "C2"]:
                 checks.append("served in order %s, arrival order was H J1 C1 J2 C2" % " ".join(served))

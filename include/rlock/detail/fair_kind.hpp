@@ -4,12 +4,24 @@
 // ms). A release publishes `0` on the queue head's own channel
 // `redisson_lock__channel:{name}:<holder id>`, so exactly the next waiter wakes.
 //
-// Where rlock differs from Redisson, on purpose (each is a reported Redisson failure):
-//   - a deadline is a heartbeat: "now + fair_lock_wait_timeout", renewed by the waiter on every
-//     attempt (it attempts at least every third of that). Redisson chains each waiter's
-//     deadline to the one before it, so they drift into the future and a dead head blocks
-//     everyone. Here a waiter that stops renewing (died) is evicted by the next script that
-//     runs, wherever it stands in the queue, and a live one never is;
+// Deadlines follow Redisson's arithmetic, so that one queue serves both libraries' waiters in
+// arrival order (finding F1 of the interop suite, docs/comparison.md):
+//   - a deadline is chained: a waiter queues with the deadline of the waiter just ahead of it
+//     plus its own slot, and the head that takes the lock moves every deadline left by -wait
+//     (Redisson's ZINCRBY). rlock's acquisitions do the same with fair_lock_wait_timeout;
+//   - stale waiters are evicted from the head only, while the head's deadline is due, as
+//     Redisson does; a waiter further back is never evicted, whatever its deadline;
+//   - an rlock waiter renews its deadline on every attempt (at least every third of
+//     fair_lock_wait_timeout): at least now + one wait per waiter ahead of it, and at least the
+//     deadline of the waiter just ahead (the chain), plus its own wait and a heartbeat of
+//     margin. Until it is the head at most that many departures shift it, each by one wait
+//     (Redisson's: its own wait), so it keeps more than a wait in hand until its next renewal:
+//     a live rlock waiter is never evicted, as long as no waiter ahead has a longer wait
+//     (Redisson's and rlock's both default to 5 min). A dead one is evicted once it is the
+//     head and its deadline is due: a wait + a heartbeat after the later of its last renewal
+//     and its turn as the chain reckons it, later by what waiters ahead of it left without
+//     shifting it by a whole wait (rlock give-ups, evictions, shorter Redisson waits).
+// Where rlock still differs from Redisson, on purpose (each is a reported Redisson failure):
 //   - "now" is the server's TIME, one clock for every client (Redisson passes each client's
 //     wall clock);
 //   - a waiter that gives up leaves both keys at once and wakes the new head if the lock is
@@ -17,8 +29,8 @@
 //   - the wait a refused waiter is told is never negative: the holder's TTL, or the time until
 //     the head's deadline when the lock is free for an earlier waiter;
 //   - queue entries without a deadline are dropped when they reach the head instead of
-//     compared (no "attempt to compare nil with number"), and both queue keys carry a TTL of
-//     twice the wait timeout, so they vanish even if every waiter dies.
+//     compared (no "attempt to compare nil with number"), and both queue keys carry a TTL
+//     reaching past the latest deadline queued, so they vanish even if every waiter dies.
 #pragma once
 
 #include <algorithm>
@@ -42,25 +54,33 @@ local function now_ms()
     local t = redis.call('time')
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
--- Drops waiters whose deadline passed (anywhere in the queue), then queue heads without a
--- deadline (out of sync, e.g. a Redisson waiter's half-written entry). Returns the head left
--- (false if none) and whether it differs from the head before. O(expired) + O(1), not O(queue).
+-- Redisson's eviction rule: waiters leave from the head only, while the head's deadline is due
+-- (<= now); a head without a deadline (out of sync, e.g. a half-written entry) is dropped too
+-- (Redisson would stop there and hang the queue). A waiter further back is never evicted, whatever
+-- its deadline: Redisson's never renew theirs, and its own shift (-wait at each acquisition) can
+-- leave a live one's past due. Returns the head left (false if none) and whether it differs from
+-- the head before. O(evicted) + O(1), not O(queue).
 local function evict(queue, deadlines, now)
     local first = redis.call('lindex', queue, 0)
     local head = first
-    local expired = redis.call('zrangebyscore', deadlines, '-inf', now)
-    if #expired > 0 then
-        for _, w in ipairs(expired) do
-            redis.call('zrem', deadlines, w)
-            redis.call('lrem', queue, 0, w)
-        end
-        head = redis.call('lindex', queue, 0)
-    end
-    while head and not redis.call('zscore', deadlines, head) do
+    while head do
+        local due = redis.call('zscore', deadlines, head)
+        if due and tonumber(due) > now then break end
+        if due then redis.call('zrem', deadlines, head) end
         redis.call('lpop', queue)
         head = redis.call('lindex', queue, 0)
     end
     return head, head ~= first
+end
+-- Both queue keys outlive the latest deadline queued by `wait` (and live at least 2 * wait), so
+-- they vanish once every waiter is dead, and never under a waiter whose deadline is to come
+-- (Redisson's chained deadlines reach far past now + 2 * wait).
+local function keep(queue, deadlines, now, wait)
+    local ttl = 2 * wait
+    local last = redis.call('zrevrange', deadlines, 0, 0, 'withscores')
+    if last[2] then ttl = math.max(ttl, math.floor(tonumber(last[2]) - now) + wait) end
+    redis.call('pexpire', queue, ttl)
+    redis.call('pexpire', deadlines, ttl)
 end
 local function wake(prefix, head)
     if head then redis.call('publish', prefix .. ':' .. head, '0') end
@@ -108,8 +128,18 @@ end
 if redis.call('exists', KEYS[1]) == 0 then
     if ARGV[5] == '1' then return {0, -2} end
     if head == false or head == ARGV[2] then
-        if head then redis.call('lpop', KEYS[2]) end
         if now then redis.call('zrem', KEYS[3], ARGV[2]) end
+        if head then
+            -- Redisson's acquisition step: the head leaves and every deadline left moves by
+            -- -wait, the slot the new holder used (each waiter's deadline holds one slot per
+            -- waiter ahead of it, see below).
+            redis.call('lpop', KEYS[2])
+            local wait = tonumber(ARGV[3])
+            for _, w in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+                redis.call('zincrby', KEYS[3], -wait, w)
+            end
+            keep(KEYS[2], KEYS[3], now, wait)
+        end
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
         return {1, 1, token()}
@@ -125,13 +155,30 @@ elseif ARGV[5] == '1' then
     return {0, -2}
 end
 if ARGV[6] == '1' then
+    -- Queue, or renew this waiter's deadline (every attempt is its heartbeat): chained as
+    -- Redisson chains, to the waiter just ahead, and never less than one slot of `wait` per
+    -- waiter ahead from now; plus its own slot and a heartbeat of margin. The departures ahead,
+    -- each shifting it by -wait at most, leave it more than a wait in hand at the head.
     now = now or now_ms()
     local wait = tonumber(ARGV[3])
-    if redis.call('zadd', KEYS[3], now + wait, ARGV[2]) == 1 then
+    local ids = redis.call('lrange', KEYS[2], 0, -1)
+    local ahead = #ids
+    for i, id in ipairs(ids) do
+        if id == ARGV[2] then
+            ahead = i - 1
+            break
+        end
+    end
+    local due = now + ahead * wait
+    if ahead > 0 then
+        local prev = redis.call('zscore', KEYS[3], ids[ahead])
+        if prev then due = math.max(due, tonumber(prev)) end
+    end
+    due = due + wait + math.max(1, math.floor(wait / 3))
+    if redis.call('zadd', KEYS[3], due, ARGV[2]) == 1 then
         redis.call('rpush', KEYS[2], ARGV[2])
     end
-    redis.call('pexpire', KEYS[2], 2 * wait)
-    redis.call('pexpire', KEYS[3], 2 * wait)
+    keep(KEYS[2], KEYS[3], now, wait)
 end
 local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 then
