@@ -164,6 +164,7 @@ class Suite:
         self.r = redis.Redis(host="127.0.0.1", port=opts.port, decode_responses=True)
         self.passed = 0
         self.failed = 0
+        self.known = []  # scenarios that failed as a named open bug says they will
 
     # --- peers ----------------------------------------------------------------------------
     def common(self, kw):
@@ -237,7 +238,10 @@ class Suite:
                 checks.append("%s exited %s" % (label, res["rc"]))
 
     # --- running ----------------------------------------------------------------------------
-    def run(self, name, fn):
+    def run(self, name, fn, known_bug=None):
+        """known_bug: the open bug this scenario is expected to fail on. Such a failure is
+        printed as KNOWN-FAIL and counted apart (never as passed); a pass is a failure of the
+        run (XPASS), so that the mark is taken off once the bug is fixed."""
         if self.opts.only and not re.search(self.opts.only, name):
             return
         started = time.monotonic()
@@ -254,7 +258,15 @@ class Suite:
         finally:
             Peer.kill_all()
         took = time.monotonic() - started
-        if checks:
+        if known_bug and checks:
+            self.known.append(name)
+            print("KNOWN-FAIL %s (%.1f s) [%s]: %s; %s"
+                  % (name, took, known_bug, "; ".join(checks), figures), flush=True)
+        elif known_bug:
+            self.failed += 1
+            print("FAIL %s (%.1f s): XPASS, it passed although marked as failing on %s: take the "
+                  "mark off; %s" % (name, took, known_bug, figures), flush=True)
+        elif checks:
             self.failed += 1
             print("FAIL %s (%.1f s): %s; %s" % (name, took, "; ".join(checks), figures), flush=True)
         else:
@@ -563,6 +575,12 @@ class Suite:
         return scenario
 
 
+# Open bug (issue 17, finding F5): in a Redis 7 cluster Redisson waits with SSUBSCRIBE and
+# unlocks with SPUBLISH, rlock uses SUBSCRIBE / PUBLISH; neither wakes the other's waiters.
+# None once rlock speaks sharded pub/sub in a cluster.
+CLUSTER_SHARDED_PUBSUB = "issue 17 F5: rlock has no sharded pub/sub in a cluster yet"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--port", type=int, required=True)
@@ -603,11 +621,15 @@ def main():
         suite.run("redisson-%s/rw-wakeup" % v, suite.rw_wakeup(v))
         suite.run("redisson-%s/fenced" % v, suite.fenced(v))
         if opts.cluster:
-            suite.run("redisson-%s/cluster-handover" % v, suite.rlock_watchdog_handover(v, cluster=True))
+            suite.run("redisson-%s/cluster-handover" % v, suite.rlock_watchdog_handover(v, cluster=True),
+                      known_bug=CLUSTER_SHARDED_PUBSUB)
     if opts.python:
         suite.run("redis-py/mutex", suite.mutex_peer("redis-py"))
     if opts.node:
         suite.run("node-redlock/mutex", suite.mutex_peer("node-redlock"))
+    if suite.known:
+        print("%d known failures, not counted as passed: %s"
+              % (len(suite.known), ", ".join(suite.known)), flush=True)
     print("%d passed, %d failed" % (suite.passed, suite.failed), flush=True)
     return 1 if suite.failed or suite.passed == 0 else 0
 
