@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <functional>
 #include <future>
@@ -213,6 +214,54 @@ TEST(cluster_parse, the_slot_map_reads_every_endpoint_form_of_cluster_slots) {
     EXPECT_FALSE(map.load(t.array({}), "10.0.0.9"));
     EXPECT_EQ(at(0), "10.0.0.2:7004");
     EXPECT_EQ(at(16000), "10.0.0.9:7002");
+}
+
+// Every script that publishes has a sharded form that SPUBLISHes instead (Redis Cluster with
+// sharded pub/sub), and no other way of publishing that the rewrite would miss.
+TEST(cluster_parse, every_publishing_script_has_an_spublish_form_and_the_others_are_unchanged) {
+    using namespace rlock::detail;
+    const std::vector<std::pair<const char*, const script*>> publishing = {
+        {"mutex release", &mutex_kind::release_script()},
+        {"reentrant release", &reentrant_kind::release_script()},
+        {"fair acquire (wakes a new queue head)", &fair_kind::acquire_script()},
+        {"fair leave (wakes a new queue head)", &fair_kind::leave_script()},
+        {"fair release", &fair_kind::release_script()},
+        {"fair force_unlock", &fair_kind::force_unlock_script()},
+        {"read release", &rw_read_kind::release_script()},
+        {"read force_unlock", &rw_read_kind::force_unlock_script()},
+        {"write release", &rw_write_kind::release_script()},
+        {"force_unlock", &force_unlock_script()},
+        {"multi release", &multi_release_script()},
+    };
+    for (const auto& [what, s] : publishing) {
+        const std::string classic(s->body()), sharded(s->body(true));
+        EXPECT_NE(classic.find("'publish'"), std::string::npos) << what;
+        EXPECT_EQ(sharded.find("'publish'"), std::string::npos) << what;
+        EXPECT_NE(sharded.find("redis.call('spublish'"), std::string::npos) << what;
+        EXPECT_NE(s->sha(true), s->sha()) << what;
+    }
+    const std::vector<const script*> all = {
+        &mutex_kind::acquire_fenced_script(), &mutex_kind::renew_script(),
+        &reentrant_kind::acquire_script(),
+        &rw_read_kind::acquire_script(), &rw_read_kind::renew_script(),
+        &rw_write_kind::acquire_script(), &rw_write_kind::renew_script()};
+    for (const script* s : all) {
+        EXPECT_EQ(s->body(true), s->body());
+        EXPECT_EQ(s->sha(true), s->sha());
+    }
+    // A publish the rewrite would not see (double quotes, capitals) in any script.
+    auto all_scripts = all;
+    for (const auto& p : publishing) all_scripts.push_back(p.second);
+    for (const script* s : all_scripts) {
+        std::string lower(s->body());
+        for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        std::size_t n = 0;
+        for (std::size_t at = lower.find("publish"); at != std::string::npos; at = lower.find("publish", at + 1)) ++n;
+        std::size_t quoted = 0;
+        const std::string body(s->body());
+        for (std::size_t at = body.find("'publish'"); at != std::string::npos; at = body.find("'publish'", at + 1)) ++quoted;
+        EXPECT_EQ(n, quoted) << "a publish not written as 'publish' in:\n" << body;
+    }
 }
 
 TEST(cluster, key_slot_matches_the_servers) {
@@ -754,4 +803,39 @@ TEST(cluster_sharded, a_waiter_follows_its_channels_slot_to_its_new_master) {
     holder.unlock();  // SPUBLISH on the new master
     ASSERT_TRUE(waiter.get());
     EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s) << "woken by the lease, not the message";
+}
+
+// A cluster that refuses the probe (here PUBSUB is renamed, as an ACL or an older Redis would
+// refuse it): classic pub/sub, as Redisson falls back to it, and wake-ups still work.
+TEST(cluster_sharded, a_cluster_that_refuses_the_probe_gets_classic_pub_sub) {
+    redis_cluster c(3, 1, {"--rename-command", "PUBSUB", "PUBSUBX"});
+    rlock::client a(c.uri()), b(c.uri());
+    for (const redis_server* m : c.masters()) {
+        const std::string n = name_on(c, *m, rlock_test::test_lock_name());
+        const std::string channel = "redisson_lock__channel:{" + n + "}";
+        rlock::reentrant_lock holder(a, n);
+        holder.lock();
+        auto waiter = std::async(std::launch::async, [&] {
+            rlock::reentrant_lock w(b, n);
+            if (!w.try_lock_for(10s)) return false;
+            w.unlock();
+            return true;
+        });
+        auto count = [&](const char* sub) {
+            long long k = 0;
+            for (auto& s : c.nodes()) {
+                if (s->pid() <= 0) continue;
+                auto r = s->cmd({"PUBSUBX", sub, channel});
+                if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) k += r->element[1]->integer;
+            }
+            return k;
+        };
+        ASSERT_TRUE(eventually([&] { return count("NUMSUB") == 1; }, 10s)) << "no classic subscriber";
+        EXPECT_EQ(count("SHARDNUMSUB"), 0);
+        std::this_thread::sleep_for(100ms);
+        const auto t0 = std::chrono::steady_clock::now();
+        holder.unlock();
+        ASSERT_TRUE(waiter.get());
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+    }
 }
