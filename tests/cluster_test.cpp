@@ -1,7 +1,9 @@
 // Redis Cluster (issue 7): real clusters of 3 masters with a replica each, made by the test.
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <functional>
 #include <future>
@@ -32,16 +34,60 @@ std::string name_on(redis_cluster& c, const redis_server& master, const std::str
     throw std::runtime_error("test: no name found on that master");
 }
 
-/// Subscribers of `channel` over the whole cluster (PUBSUB NUMSUB counts one node's own).
+/// Subscribers of `channel` on one node: classic (PUBSUB NUMSUB) or sharded (SHARDNUMSUB).
+long long subscribers_on(const redis_server& s, const std::string& channel, bool sharded) {
+    if (s.pid() <= 0) return 0;
+    auto r = s.cmd({"PUBSUB", sharded ? "SHARDNUMSUB" : "NUMSUB", channel});
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) return r->element[1]->integer;
+    return 0;
+}
+
+/// Subscribers of `channel` over the whole cluster, classic and sharded (each node counts its
+/// own).
 long long subscribers(redis_cluster& c, const std::string& channel) {
     long long n = 0;
-    for (auto& s : c.nodes()) {
-        if (s->pid() <= 0) continue;
-        auto r = s->cmd({"PUBSUB", "NUMSUB", channel});
-        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) n += r->element[1]->integer;
-    }
+    for (auto& s : c.nodes()) n += subscribers_on(*s, channel, false) + subscribers_on(*s, channel, true);
     return n;
 }
+
+/// A raw connection that SSUBSCRIBEs to one channel on one node, as Redisson's waiters do in a
+/// Redis 7 cluster, and reads what it is sent.
+class shard_listener {
+public:
+    shard_listener(const redis_server& node, const std::string& channel)
+        : c_(redisConnect("127.0.0.1", node.port())) {
+        if (!c_ || c_->err) throw std::runtime_error("test: cannot connect to the node");
+        rlock::detail::reply_ptr r(static_cast<redisReply*>(redisCommand(c_.get(), "SSUBSCRIBE %s", channel.c_str())));
+        if (!r || r->type != REDIS_REPLY_ARRAY) throw std::runtime_error("test: SSUBSCRIBE refused");
+    }
+    /// The next smessage's payload within `limit`, or "" when none came.
+    std::string next_message(std::chrono::milliseconds limit) {
+        const auto end = std::chrono::steady_clock::now() + limit;
+        for (;;) {
+            void* raw = nullptr;
+            if (redisGetReplyFromReader(c_.get(), &raw) != REDIS_OK) return "";
+            if (raw) {
+                rlock::detail::reply_ptr r(static_cast<redisReply*>(raw));
+                if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+                    std::string(r->element[0]->str, r->element[0]->len) == "smessage") {
+                    return std::string(r->element[2]->str, r->element[2]->len);
+                }
+                continue;
+            }
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+            if (left.count() <= 0) return "";
+            pollfd p{c_->fd, POLLIN, 0};
+            if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
+            if (redisBufferRead(c_.get()) != REDIS_OK) return "";
+        }
+    }
+
+private:
+    struct closer {
+        void operator()(redisContext* c) const { redisFree(c); }
+    };
+    std::unique_ptr<redisContext, closer> c_;
+};
 
 /// Two clients' locks of kind `Lock` on `name`: the first locks, the key is on `master` and the
 /// second is refused; after the unlock the key is gone and the second gets the lock.
@@ -168,6 +214,54 @@ TEST(cluster_parse, the_slot_map_reads_every_endpoint_form_of_cluster_slots) {
     EXPECT_FALSE(map.load(t.array({}), "10.0.0.9"));
     EXPECT_EQ(at(0), "10.0.0.2:7004");
     EXPECT_EQ(at(16000), "10.0.0.9:7002");
+}
+
+// Every script that publishes has a sharded form that SPUBLISHes instead (Redis Cluster with
+// sharded pub/sub), and no other way of publishing that the rewrite would miss.
+TEST(cluster_parse, every_publishing_script_has_an_spublish_form_and_the_others_are_unchanged) {
+    using namespace rlock::detail;
+    const std::vector<std::pair<const char*, const script*>> publishing = {
+        {"mutex release", &mutex_kind::release_script()},
+        {"reentrant release", &reentrant_kind::release_script()},
+        {"fair acquire (wakes a new queue head)", &fair_kind::acquire_script()},
+        {"fair leave (wakes a new queue head)", &fair_kind::leave_script()},
+        {"fair release", &fair_kind::release_script()},
+        {"fair force_unlock", &fair_kind::force_unlock_script()},
+        {"read release", &rw_read_kind::release_script()},
+        {"read force_unlock", &rw_read_kind::force_unlock_script()},
+        {"write release", &rw_write_kind::release_script()},
+        {"force_unlock", &force_unlock_script()},
+        {"multi release", &multi_release_script()},
+    };
+    for (const auto& [what, s] : publishing) {
+        const std::string classic(s->body()), sharded(s->body(true));
+        EXPECT_NE(classic.find("'publish'"), std::string::npos) << what;
+        EXPECT_EQ(sharded.find("'publish'"), std::string::npos) << what;
+        EXPECT_NE(sharded.find("redis.call('spublish'"), std::string::npos) << what;
+        EXPECT_NE(s->sha(true), s->sha()) << what;
+    }
+    const std::vector<const script*> all = {
+        &mutex_kind::acquire_fenced_script(), &mutex_kind::renew_script(),
+        &reentrant_kind::acquire_script(),
+        &rw_read_kind::acquire_script(), &rw_read_kind::renew_script(),
+        &rw_write_kind::acquire_script(), &rw_write_kind::renew_script()};
+    for (const script* s : all) {
+        EXPECT_EQ(s->body(true), s->body());
+        EXPECT_EQ(s->sha(true), s->sha());
+    }
+    // A publish the rewrite would not see (double quotes, capitals) in any script.
+    auto all_scripts = all;
+    for (const auto& p : publishing) all_scripts.push_back(p.second);
+    for (const script* s : all_scripts) {
+        std::string lower(s->body());
+        for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        std::size_t n = 0;
+        for (std::size_t at = lower.find("publish"); at != std::string::npos; at = lower.find("publish", at + 1)) ++n;
+        std::size_t quoted = 0;
+        const std::string body(s->body());
+        for (std::size_t at = body.find("'publish'"); at != std::string::npos; at = body.find("'publish'", at + 1)) ++quoted;
+        EXPECT_EQ(n, quoted) << "a publish not written as 'publish' in:\n" << body;
+    }
 }
 
 TEST(cluster, key_slot_matches_the_servers) {
@@ -554,5 +648,194 @@ TEST(cluster, a_server_without_cluster_support_is_a_clear_error) {
         EXPECT_EQ(e.value(), rlock::errc::server_error);
         EXPECT_NE(std::string(e.what()).find("cluster support disabled"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find(std::to_string(plain.port())), std::string::npos) << e.what();
+    }
+}
+
+// Redis 7 cluster, sharded pub/sub (issue 17, F5): Redisson (3.22+, shardedSubscriptionMode
+// AUTO) waits with SSUBSCRIBE and releases with SPUBLISH there; sharded and classic channels
+// are separate namespaces, so rlock must do the same for either library's unlock to wake the
+// other's waiters.
+
+/// A waiter of `Lock` on client `b` is woken by a release that SPUBLISHes on the slot's master
+/// (as Redisson's unlock does): `hold` takes the lock as a foreign holder would, `release`
+/// deletes it and SPUBLISHes. The holder's 30 s TTL must not be what ends the wait.
+template <class Lock>
+void woken_by_a_sharded_release(redis_cluster& c, rlock::client& b, const std::string& stem,
+                                const std::string& channel_prefix,
+                                const std::function<void(const redis_server&, const std::string&)>& hold) {
+    for (const redis_server* m : c.masters()) {
+        const std::string n = name_on(c, *m, stem);
+        const std::string channel = channel_prefix + ":{" + n + "}";
+        hold(*m, n);
+        std::atomic<long long> woken_at_ms{-1};
+        const auto t0 = std::chrono::steady_clock::now();
+        auto waiter = std::async(std::launch::async, [&] {
+            Lock w(b, n);
+            if (!w.try_lock_for(10s)) return false;
+            woken_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+            w.unlock();
+            return true;
+        });
+        ASSERT_TRUE(eventually([&] { return subscribers_on(*m, channel, true) == 1; }, 10s))
+            << "no sharded subscriber for " << channel << " on its slot's master";
+        EXPECT_EQ(subscribers(c, channel), 1) << "also subscribed elsewhere, or classic";
+        std::this_thread::sleep_for(100ms);  // the waiter is in its wait
+        const auto released = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+        EXPECT_EQ(m->integer({"DEL", n}), 1);
+        EXPECT_EQ(m->integer({"SPUBLISH", channel, "0"}), 1) << "SPUBLISH reached no subscriber";
+        ASSERT_TRUE(waiter.get()) << n;
+        EXPECT_LT(woken_at_ms.load() - released, 2000) << "woken by the TTL, not by SPUBLISH";
+    }
+}
+
+TEST(cluster_sharded, a_mutex_waiter_is_woken_by_an_spublish_release) {
+    redis_cluster c;
+    rlock::client b(c.uri());
+    woken_by_a_sharded_release<rlock::mutex>(
+        c, b, rlock_test::test_lock_name(), "rlock_lock__channel",
+        [](const redis_server& m, const std::string& n) {
+            // A holder that publishes (an rlock token), leased for 30 s.
+            m.cmd({"SET", n, std::string(rlock::detail::token_prefix) + "00ff00ff00ff00ff", "PX", "30000"});
+        });
+}
+
+TEST(cluster_sharded, a_reentrant_lock_waiter_is_woken_by_an_spublish_release) {
+    redis_cluster c;
+    rlock::client b(c.uri());
+    woken_by_a_sharded_release<rlock::reentrant_lock>(
+        c, b, rlock_test::test_lock_name(), "redisson_lock__channel",
+        [](const redis_server& m, const std::string& n) {
+            // As Redisson's RLock holds it (a watchdog lease of 30 s).
+            m.cmd({"HSET", n, "6f1d1e8a-1111-4222-8333-944455556666:1", "1"});
+            m.cmd({"PEXPIRE", n, "30000"});
+        });
+}
+
+TEST(cluster_sharded, rlock_waiters_are_woken_by_rlock_releases_long_before_the_lease) {
+    redis_cluster c;
+    rlock::client a(c.uri()), b(c.uri());
+    const std::string stem = rlock_test::test_lock_name();
+    for (const redis_server* m : c.masters()) {
+        for (int kind = 0; kind < 3; ++kind) {
+            const std::string n = name_on(c, *m, stem + "." + std::to_string(kind));
+            std::unique_ptr<rlock::mutex> mh;
+            std::unique_ptr<rlock::reentrant_lock> rh;
+            std::unique_ptr<rlock::fair_lock> fh;
+            if (kind == 0) (mh = std::make_unique<rlock::mutex>(a, n))->lock();
+            if (kind == 1) (rh = std::make_unique<rlock::reentrant_lock>(a, n))->lock();
+            if (kind == 2) (fh = std::make_unique<rlock::fair_lock>(a, n))->lock();
+            auto waiter = std::async(std::launch::async, [&] {
+                auto got = [](auto& l) {
+                    if (!l.try_lock_for(10s)) return false;
+                    l.unlock();
+                    return true;
+                };
+                if (kind == 0) { rlock::mutex w(b, n); return got(w); }
+                if (kind == 1) { rlock::reentrant_lock w(b, n); return got(w); }
+                rlock::fair_lock w(b, n);
+                return got(w);
+            });
+            long long shard_subs = 0;
+            ASSERT_TRUE(eventually([&] {
+                shard_subs = 0;
+                auto r = m->cmd({"PUBSUB", "SHARDCHANNELS", "*" + n + "*"});
+                if (r && r->type == REDIS_REPLY_ARRAY) shard_subs = static_cast<long long>(r->elements);
+                return shard_subs == 1;
+            }, 10s)) << "kind " << kind << ": no sharded subscription on " << n << "'s master";
+            std::this_thread::sleep_for(100ms);
+            const auto t0 = std::chrono::steady_clock::now();
+            if (mh) mh->unlock();
+            if (rh) rh->unlock();
+            if (fh) fh->unlock();
+            ASSERT_TRUE(waiter.get());
+            EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s) << "kind " << kind << " on " << n;
+        }
+    }
+}
+
+TEST(cluster_sharded, redissons_waiters_ssubscribed_on_the_slots_master_get_rlocks_unlock_message) {
+    redis_cluster c;
+    rlock::client a(c.uri());
+    for (const redis_server* m : c.masters()) {
+        const std::string n = name_on(c, *m, rlock_test::test_lock_name());
+        shard_listener reentrant(*m, "redisson_lock__channel:{" + n + "}");
+        shard_listener mutex(*m, "rlock_lock__channel:{" + n + "}");
+        rlock::reentrant_lock r(a, n);
+        r.lock();
+        r.unlock();
+        EXPECT_EQ(reentrant.next_message(2000ms), "0") << "reentrant_lock's unlock on " << n;
+        rlock::mutex mx(a, n);
+        mx.lock();
+        mx.unlock();
+        EXPECT_EQ(mutex.next_message(2000ms), "0") << "mutex's unlock on " << n;
+        rlock::reentrant_lock f(a, n);
+        f.lock();
+        f.force_unlock();
+        EXPECT_EQ(reentrant.next_message(2000ms), "0") << "force_unlock on " << n;
+    }
+}
+
+TEST(cluster_sharded, a_waiter_follows_its_channels_slot_to_its_new_master) {
+    redis_cluster c;
+    rlock::client a(c.uri()), b(c.uri());
+    redis_server& from = *c.masters()[0];
+    redis_server& to = *c.masters()[1];
+    const std::string n = name_on(c, from, rlock_test::test_lock_name());
+    const std::string channel = "redisson_lock__channel:{" + n + "}";
+    const int slot = redis_cluster::key_slot(n);
+    rlock::reentrant_lock holder(a, n);
+    holder.lock();  // watched: a 30 s lease, so only the unlock message can end the wait
+    auto waiter = std::async(std::launch::async, [&] {
+        rlock::reentrant_lock w(b, n);
+        if (!w.try_lock_for(20s)) return false;
+        w.unlock();
+        return true;
+    });
+    ASSERT_TRUE(eventually([&] { return subscribers_on(from, channel, true) == 1; }, 10s));
+    c.begin_migration(slot, from, to);
+    c.move_keys(slot, from, to);
+    c.end_migration(slot, to);
+    EXPECT_TRUE(eventually([&] { return subscribers_on(to, channel, true) == 1; }, 10s))
+        << "the waiter did not subscribe again on the slot's new master";
+    EXPECT_EQ(subscribers_on(from, channel, true), 0);
+    std::this_thread::sleep_for(100ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    holder.unlock();  // SPUBLISH on the new master
+    ASSERT_TRUE(waiter.get());
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s) << "woken by the lease, not the message";
+}
+
+// A cluster that refuses the probe (here PUBSUB is renamed, as an ACL or an older Redis would
+// refuse it): classic pub/sub, as Redisson falls back to it, and wake-ups still work.
+TEST(cluster_sharded, a_cluster_that_refuses_the_probe_gets_classic_pub_sub) {
+    redis_cluster c(3, 1, {"--rename-command", "PUBSUB", "PUBSUBX"});
+    rlock::client a(c.uri()), b(c.uri());
+    for (const redis_server* m : c.masters()) {
+        const std::string n = name_on(c, *m, rlock_test::test_lock_name());
+        const std::string channel = "redisson_lock__channel:{" + n + "}";
+        rlock::reentrant_lock holder(a, n);
+        holder.lock();
+        auto waiter = std::async(std::launch::async, [&] {
+            rlock::reentrant_lock w(b, n);
+            if (!w.try_lock_for(10s)) return false;
+            w.unlock();
+            return true;
+        });
+        auto count = [&](const char* sub) {
+            long long k = 0;
+            for (auto& s : c.nodes()) {
+                if (s->pid() <= 0) continue;
+                auto r = s->cmd({"PUBSUBX", sub, channel});
+                if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) k += r->element[1]->integer;
+            }
+            return k;
+        };
+        ASSERT_TRUE(eventually([&] { return count("NUMSUB") == 1; }, 10s)) << "no classic subscriber";
+        EXPECT_EQ(count("SHARDNUMSUB"), 0);
+        std::this_thread::sleep_for(100ms);
+        const auto t0 = std::chrono::steady_clock::now();
+        holder.unlock();
+        ASSERT_TRUE(waiter.get());
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
     }
 }

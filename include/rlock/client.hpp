@@ -107,12 +107,30 @@ public:
         pool.on_broken = [this] { verify_holds_soon(); };
         // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
         pool.run("", true, [&](redisContext* c) { return run_command(c, {"PING"}, "", ep.name); });
+        if (ep.slots) detect_sharded_pubsub();
         sub = std::make_unique<subscriber>(ep, [this] { verify_holds_soon(); });
         if (!ep.options.sentinels.empty()) {
             sentinel = std::make_unique<sentinel_watch>(ep, [this] {
                 pool.drop_idle();
                 sub->master_switched();
             });
+        }
+    }
+
+    /// Redis Cluster: sharded pub/sub where a node answers PUBSUB SHARDNUMSUB without an error
+    /// (Redis 7+), as Redisson's shardedSubscriptionMode AUTO decides; classic pub/sub where it
+    /// refuses. Sharded and classic channels are separate namespaces: both libraries must
+    /// choose alike for either's unlock to wake the other's waiters.
+    void detect_sharded_pubsub() {
+        try {
+            pool.run("", true, [&](redisContext* c) {
+                return run_command(c, {"PUBSUB", "SHARDNUMSUB"}, "", ep.name);
+            });
+            ep.sharded_pubsub = true;
+        } catch (const error& e) {
+            // An error reply (unknown subcommand, an ACL's NOPERM): classic. No answer at all
+            // is the client's failure to start, as for the PING before.
+            if (e.value() == errc::connection_failed || e.value() == errc::timeout) throw;
         }
     }
 

@@ -575,12 +575,6 @@ class Suite:
         return scenario
 
 
-# Open bug (issue 17, finding F5): in a Redis 7 cluster Redisson waits with SSUBSCRIBE and
-# unlocks with SPUBLISH, rlock uses SUBSCRIBE / PUBLISH; neither wakes the other's waiters.
-# None once rlock speaks sharded pub/sub in a cluster.
-CLUSTER_SHARDED_PUBSUB = "issue 17 F5: rlock has no sharded pub/sub in a cluster yet"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--port", type=int, required=True)
@@ -621,8 +615,7 @@ def main():
         suite.run("redisson-%s/rw-wakeup" % v, suite.rw_wakeup(v))
         suite.run("redisson-%s/fenced" % v, suite.fenced(v))
         if opts.cluster:
-            suite.run("redisson-%s/cluster-handover" % v, suite.rlock_watchdog_handover(v, cluster=True),
-                      known_bug=CLUSTER_SHARDED_PUBSUB)
+            suite.run("redisson-%s/cluster-handover" % v, suite.rlock_watchdog_handover(v, cluster=True))
     if opts.python:
         suite.run("redis-py/mutex", suite.mutex_peer("redis-py"))
     if opts.node:

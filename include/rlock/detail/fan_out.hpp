@@ -48,7 +48,11 @@ inline std::vector<node_result> fan_out(
         try {
             conns[i].emplace(nodes[i]->pool.checkout(lock));
             make(i, calls[i]);
-            if (calls[i].s) calls[i].use_body(false);  // re-arm: the call was assigned, not built here
+            if (calls[i].s) {  // re-arm: the call was assigned, not built here
+                sharded_publish() = nodes[i]->ep.sharded_pubsub;
+                calls[i].use_body(false);
+                sharded_publish() = false;
+            }
             redisContext* c = conns[i]->get();
             if (redisAppendCommandArgv(c, calls[i].argc(), calls[i].argv.data(), calls[i].lens.data()) !=
                 REDIS_OK) {
@@ -121,8 +125,11 @@ inline std::vector<node_result> fan_out(
             continue;
         }
         try {
+            sharded_publish() = nodes[i]->ep.sharded_pubsub;
             out[i].reply = run_script(conns[i]->get(), calls[i], lock, nodes[i]->ep.name);
+            sharded_publish() = false;
         } catch (const error& e) {
+            sharded_publish() = false;
             out[i].reply.reset();
             out[i].failure = e;
         }

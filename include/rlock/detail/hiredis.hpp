@@ -72,6 +72,14 @@ inline bool& asking() noexcept {
     return a;
 }
 
+/// Redis Cluster with sharded pub/sub: true on a thread while the pool runs a command there.
+/// Scripts then run in their SPUBLISH form (script::body(true)), so that their unlock messages
+/// reach the waiters of both libraries, which listen with SSUBSCRIBE.
+inline bool& sharded_publish() noexcept {
+    static thread_local bool s = false;
+    return s;
+}
+
 /// The one place hiredis and Redis failures become rlock errors. `ctx` is consulted when it
 /// carries an I/O or protocol error (then `reply` is usually null); otherwise `reply` is an
 /// error reply. `lock` and `server` name where it happened.
@@ -148,6 +156,11 @@ struct endpoint {
     std::unique_ptr<slot_map> slots;
     /// Redis Cluster: the seed nodes (cluster_nodes, or host:port when that is empty).
     std::vector<server_address> seeds;
+    /// Redis Cluster with sharded pub/sub (Redis 7+): waiters SSUBSCRIBE on the master of their
+    /// channel's slot and releases SPUBLISH, as Redisson does there (shardedSubscriptionMode
+    /// AUTO). Decided once by the client's constructor, before any other thread uses the
+    /// endpoint; false otherwise (classic PUBLISH / SUBSCRIBE).
+    bool sharded_pubsub = false;
 
     explicit endpoint(client_options o) : options(std::move(o)) {
         if (options.cluster) {
@@ -445,16 +458,38 @@ inline context_ptr connect(const endpoint& ep) {
     return c;
 }
 
-/// An embedded Lua script: the text and its SHA-1, computed once.
+/// An embedded Lua script: the text and its SHA-1, computed once; and, for a script that
+/// publishes, its sharded form (Redis Cluster with sharded pub/sub): the same text with every
+/// `'publish'` command named `'spublish'` instead, as Redisson's scripts choose by an argument.
+/// The channels a script publishes to carry its lock's hash tag, so they hash to the slot the
+/// script runs in, which SPUBLISH requires.
 class script {
 public:
-    explicit script(std::string_view body) : body_(body), sha_(sha1_hex(body)) {}
-    std::string_view body() const noexcept { return body_; }
-    const std::string& sha() const noexcept { return sha_; }
+    explicit script(std::string_view body) : body_(body), sha_(sha1_hex(body)) {
+        static constexpr std::string_view classic = "'publish'", sharded = "'spublish'";
+        std::size_t at = body.find(classic);
+        if (at == std::string_view::npos) return;
+        std::size_t from = 0;
+        for (; at != std::string_view::npos; at = body.find(classic, from)) {
+            sharded_body_.append(body.substr(from, at - from)).append(sharded);
+            from = at + classic.size();
+        }
+        sharded_body_.append(body.substr(from));
+        sharded_sha_ = sha1_hex(sharded_body_);
+    }
+    /// The text to run; `sharded`: its SPUBLISH form (the same text when it does not publish).
+    std::string_view body(bool sharded = false) const noexcept {
+        return sharded && !sharded_sha_.empty() ? std::string_view(sharded_body_) : body_;
+    }
+    const std::string& sha(bool sharded = false) const noexcept {
+        return sharded && !sharded_sha_.empty() ? sharded_sha_ : sha_;
+    }
 
 private:
     std::string_view body_;
     std::string sha_;
+    std::string sharded_body_;  // empty when the script does not publish
+    std::string sharded_sha_;
 };
 
 /// Builds argv for EVALSHA (or EVAL) sha numkeys keys... args... into caller-owned vectors, so
@@ -497,12 +532,14 @@ struct script_call {
     }
     /// Arms the call as EVALSHA sha or EVAL body. Also re-points numkeys at this object's own
     /// buffer, so a call that was moved (kept in a vector) is safe to send.
+    /// The sharded form (SPUBLISH) is chosen on a thread where sharded_publish() is set.
     void use_body(bool body) {
+        const bool sharded = sharded_publish();
         argv[2] = numkeys;
         argv[0] = body ? "EVAL" : "EVALSHA";
         lens[0] = body ? 4 : 7;
-        argv[1] = body ? s->body().data() : s->sha().data();
-        lens[1] = body ? s->body().size() : s->sha().size();
+        argv[1] = body ? s->body(sharded).data() : s->sha(sharded).data();
+        lens[1] = body ? s->body(sharded).size() : s->sha(sharded).size();
     }
     int argc() const noexcept { return static_cast<int>(argv.size()); }
 };

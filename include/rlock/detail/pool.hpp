@@ -220,13 +220,19 @@ private:
             last_redirect() = redirect{};
             // Set for this one run of f, and cleared however it ends.
             struct asking_scope {
-                explicit asking_scope(bool on) noexcept { asking() = on; }
-                ~asking_scope() { asking() = false; }
+                asking_scope(bool on, bool sharded) noexcept {
+                    asking() = on;
+                    sharded_publish() = sharded;
+                }
+                ~asking_scope() {
+                    asking() = false;
+                    sharded_publish() = false;
+                }
                 asking_scope(const asking_scope&) = delete;
                 asking_scope& operator=(const asking_scope&) = delete;
             };
             try {
-                const asking_scope scope(ask);
+                const asking_scope scope(ask, ep_.sharded_pubsub);
                 current_server_id() = h->server_id();
                 return f(h->get());
             } catch (const error& e) {

@@ -9,6 +9,13 @@
 //
 // The thread owns the hiredis context. It poll()s the socket and a self-pipe; other threads ask
 // for SUBSCRIBE / UNSUBSCRIBE by queueing the channel name and writing to the pipe.
+//
+// Redis Cluster with sharded pub/sub (endpoint::sharded_pubsub, Redis 7+): the same thread owns
+// one connection per master that serves a channel somebody waits on, and SSUBSCRIBEs each
+// channel on the master of its slot (the slot map's; a MOVED reply corrects it). When a slot
+// moves away, its old master tells with an `sunsubscribe` message of its own; the channel is
+// then subscribed again where a fresh slot map says, and its waiters retry once (a message may
+// have gone by meanwhile). A broken shard connection does the same for all its channels.
 #pragma once
 
 #include <poll.h>
@@ -18,10 +25,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -47,7 +57,13 @@ public:
     /// again after it broke (the server may have restarted and lost data meanwhile).
     explicit subscriber(const endpoint& ep, std::function<void()> on_reconnect = {})
         : ep_(ep), on_reconnect_(std::move(on_reconnect)), wake_(ep.name) {
-        thread_ = std::thread([this] { run(); });
+        thread_ = std::thread([this] {
+            if (ep_.slots && ep_.sharded_pubsub) {
+                run_sharded();
+            } else {
+                run();
+            }
+        });
     }
     subscriber(const subscriber&) = delete;
     subscriber& operator=(const subscriber&) = delete;
@@ -174,22 +190,27 @@ private:
         }
     }
 
+    // The queued channels, each with whether it is wanted (subscribe) or not any more
+    // (unsubscribe; its state is dropped).
+    std::vector<std::pair<std::string, bool>> take_pending() {
+        std::vector<std::pair<std::string, bool>> ops;  // channel, subscribe?
+        std::lock_guard<std::mutex> g(mu_);
+        std::sort(pending_.begin(), pending_.end());
+        pending_.erase(std::unique(pending_.begin(), pending_.end()), pending_.end());
+        for (std::string& name : pending_) {
+            auto it = channels_.find(name);
+            if (it == channels_.end()) continue;
+            const bool want = it->second->waiters > 0;
+            if (!want) channels_.erase(it);
+            ops.emplace_back(std::move(name), want);
+        }
+        pending_.clear();
+        return ops;
+    }
+
     // Sends the queued SUBSCRIBE / UNSUBSCRIBE commands. False on an I/O error.
     bool send_pending(redisContext* c) {
-        std::vector<std::pair<std::string, bool>> ops;  // channel, subscribe?
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            std::sort(pending_.begin(), pending_.end());
-            pending_.erase(std::unique(pending_.begin(), pending_.end()), pending_.end());
-            for (std::string& name : pending_) {
-                auto it = channels_.find(name);
-                if (it == channels_.end()) continue;
-                const bool want = it->second->waiters > 0;
-                if (!want) channels_.erase(it);
-                ops.emplace_back(std::move(name), want);
-            }
-            pending_.clear();
-        }
+        std::vector<std::pair<std::string, bool>> ops = take_pending();
         for (auto& [name, sub] : ops) {
             const char* argv[2] = {sub ? "SUBSCRIBE" : "UNSUBSCRIBE", name.c_str()};
             const std::size_t lens[2] = {sub ? 9u : 11u, name.size()};
@@ -252,6 +273,247 @@ private:
                     on_reply(r.get());
                 }
             }
+        }
+    }
+
+    // ---- Redis Cluster with sharded pub/sub ----
+
+    // One master's connection; all of it the thread's own.
+    struct shard {
+        server_address at;
+        context_ptr c;
+        std::deque<std::pair<std::string, bool>> sent;  // SSUBSCRIBE (true) / SUNSUBSCRIBE due
+        bool unwritten = false;
+    };
+
+    struct sharded_state {
+        std::vector<std::unique_ptr<shard>> shards;
+        std::unordered_map<std::string, shard*> where;  // channel -> the shard it is subscribed on
+        std::vector<std::string> retry;                 // to subscribe again at retry_at
+        clock::time_point retry_at{};
+        std::chrono::milliseconds backoff{0};
+        clock::time_point last_load{};
+    };
+
+    static bool append(shard& s, const char* cmd, const std::string& name) {
+        const char* argv[2] = {cmd, name.c_str()};
+        const std::size_t lens[2] = {std::char_traits<char>::length(cmd), name.size()};
+        if (redisAppendCommandArgv(s.c.get(), 2, argv, lens) != REDIS_OK) return false;
+        s.sent.emplace_back(name, cmd[1] == 'S');  // SSUBSCRIBE, not SUNSUBSCRIBE
+        s.unwritten = true;
+        return true;
+    }
+
+    // `names` lost their subscription (slot moved, connection broke): subscribe them again (per
+    // the slot map, loaded again first) and let their waiters retry once now.
+    void resubscribe_locked(const std::vector<std::string>& names) {
+        for (const std::string& name : names) {
+            auto it = channels_.find(name);
+            if (it == channels_.end()) continue;
+            it->second->active = false;
+            ++it->second->generation;
+            it->second->cv.notify_all();
+            if (it->second->waiters > 0) pending_.push_back(name);
+        }
+    }
+
+    void try_later(sharded_state& st, std::string name) {
+        if (st.retry.empty()) {
+            st.backoff = std::clamp(st.backoff * 2, std::chrono::milliseconds(10),
+                                    std::chrono::milliseconds(1000));
+            st.retry_at = clock::now() + st.backoff;
+        }
+        st.retry.push_back(std::move(name));
+    }
+
+    // The connection broke (its master may have restarted or failed over).
+    void drop_shard(sharded_state& st, shard* s) {
+        std::vector<std::string> lost;
+        for (auto it = st.where.begin(); it != st.where.end();) {
+            if (it->second == s) {
+                lost.push_back(it->first);
+                it = st.where.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        ep_.slots->mark_stale();
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            resubscribe_locked(lost);
+        }
+        st.shards.erase(std::find_if(st.shards.begin(), st.shards.end(),
+                                     [&](const std::unique_ptr<shard>& p) { return p.get() == s; }));
+        if (on_reconnect_) on_reconnect_();
+    }
+
+    // SSUBSCRIBE `name` on its slot's master. False: not now (no master known, or it cannot be
+    // reached), to be tried again later.
+    bool subscribe_sharded(sharded_state& st, const std::string& name) {
+        const int slot = key_slot(name);
+        std::optional<server_address> m = ep_.slots->master_of(slot);
+        if ((!m || ep_.slots->stale()) && clock::now() - st.last_load >= std::chrono::milliseconds(25)) {
+            st.last_load = clock::now();
+            try {
+                load_slots(ep_);
+            } catch (const error&) {
+            }
+            m = ep_.slots->master_of(slot);
+        }
+        if (!m) return false;
+        shard* to = nullptr;
+        for (auto& p : st.shards) {
+            if (p->at.port == m->port && p->at.host == m->host) to = p.get();
+        }
+        if (!to) {
+            context_ptr c;
+            try {
+                c = connect_node(ep_, *m);
+            } catch (const error&) {
+                ep_.slots->mark_stale();
+                return false;
+            }
+            auto p = std::make_unique<shard>();
+            p->at = *m;
+            p->c = std::move(c);
+            to = st.shards.emplace_back(std::move(p)).get();
+        }
+        auto w = st.where.find(name);
+        if (w != st.where.end() && w->second != to) (void)append(*w->second, "SUNSUBSCRIBE", name);
+        if (!append(*to, "SSUBSCRIBE", name)) return false;
+        st.where[name] = to;
+        return true;
+    }
+
+    void on_sharded_reply(sharded_state& st, shard* s, const redisReply* r) {
+        if (!r) return;
+        auto take_sent = [&](const std::string& name, bool sub) {
+            auto it = std::find(s->sent.begin(), s->sent.end(), std::make_pair(name, sub));
+            if (it == s->sent.end()) return false;
+            s->sent.erase(it);
+            return true;
+        };
+        if (r->type == REDIS_REPLY_ERROR) {
+            // The oldest command's answer: MOVED (the map was wrong), TRYAGAIN, CLUSTERDOWN...
+            if (s->sent.empty()) return;
+            auto [name, sub] = std::move(s->sent.front());
+            s->sent.pop_front();
+            auto w = st.where.find(name);
+            if (!sub || w == st.where.end() || w->second != s) return;
+            st.where.erase(w);
+            const redirect d = parse_redirect(reply_text(r));
+            if (d.kind == redirect::moved) {
+                ep_.slots->moved(d.slot, d.to.host.empty() ? server_address{s->at.host, d.to.port} : d.to);
+            } else {
+                ep_.slots->mark_stale();
+            }
+            try_later(st, std::move(name));
+            return;
+        }
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
+        const std::string_view kind = reply_text(r->element[0]);
+        const std::string name(reply_text(r->element[1]));
+        if (kind == "ssubscribe") {
+            (void)take_sent(name, true);
+            auto w = st.where.find(name);
+            if (w == st.where.end() || w->second != s) return;
+            st.backoff = std::chrono::milliseconds(0);
+            std::lock_guard<std::mutex> g(mu_);
+            auto it = channels_.find(name);
+            if (it != channels_.end() && it->second->waiters > 0) {
+                // Listening from now on; a message published before was missed: retry once.
+                it->second->active = true;
+                ++it->second->generation;
+                it->second->cv.notify_all();
+            }
+        } else if (kind == "sunsubscribe") {
+            if (take_sent(name, false)) return;  // the answer to ours
+            // The server's own: the channel's slot is not this master's any more.
+            auto w = st.where.find(name);
+            if (w == st.where.end() || w->second != s) return;
+            st.where.erase(w);
+            ep_.slots->mark_stale();
+            std::lock_guard<std::mutex> g(mu_);
+            resubscribe_locked({name});
+        } else if (kind == "smessage") {
+            std::lock_guard<std::mutex> g(mu_);
+            auto it = channels_.find(name);
+            if (it != channels_.end()) {
+                ++it->second->generation;
+                it->second->cv.notify_all();
+            }
+        }
+    }
+
+    void run_sharded() {
+        sharded_state st;
+        std::vector<pollfd> fds;
+        std::vector<shard*> broken;
+        while (!stopped()) {
+            if (!st.retry.empty() && clock::now() >= st.retry_at) {
+                std::lock_guard<std::mutex> g(mu_);
+                for (std::string& name : st.retry) pending_.push_back(std::move(name));
+                st.retry.clear();
+            }
+            for (auto& [name, want] : take_pending()) {
+                if (want) {
+                    if (!subscribe_sharded(st, name)) try_later(st, name);
+                    continue;
+                }
+                auto w = st.where.find(name);
+                if (w == st.where.end()) continue;
+                (void)append(*w->second, "SUNSUBSCRIBE", name);
+                st.where.erase(w);
+            }
+            broken.clear();
+            for (auto& p : st.shards) {
+                if (!p->unwritten) continue;
+                p->unwritten = false;
+                int done = 0;
+                while (!done) {
+                    if (redisBufferWrite(p->c.get(), &done) != REDIS_OK) {
+                        broken.push_back(p.get());
+                        break;
+                    }
+                }
+            }
+            for (shard* b : broken) drop_shard(st, b);
+            if (!broken.empty()) continue;
+
+            fds.assign(1, pollfd{wake_.fd(), POLLIN, 0});
+            for (auto& p : st.shards) fds.push_back({p->c->fd, POLLIN, 0});
+            int timeout = -1;
+            if (!st.retry.empty()) {
+                const auto left = std::chrono::ceil<std::chrono::milliseconds>(st.retry_at - clock::now());
+                timeout = static_cast<int>(std::max<long long>(0, left.count()));
+            }
+            if (::poll(fds.data(), fds.size(), timeout) < 0) {
+                if (errno == EINTR) continue;
+                return;
+            }
+            if (fds[0].revents) wake_.drain();
+            const std::vector<shard*> now = [&] {
+                std::vector<shard*> v;
+                for (auto& p : st.shards) v.push_back(p.get());
+                return v;
+            }();
+            for (std::size_t i = 0; i < now.size(); ++i) {
+                if (!fds[i + 1].revents) continue;
+                shard* p = now[i];
+                bool ok = redisBufferRead(p->c.get()) == REDIS_OK;
+                while (ok) {
+                    void* raw = nullptr;
+                    if (redisGetReplyFromReader(p->c.get(), &raw) != REDIS_OK) {
+                        ok = false;
+                        break;
+                    }
+                    if (!raw) break;
+                    reply_ptr r(static_cast<redisReply*>(raw));
+                    on_sharded_reply(st, p, r.get());
+                }
+                if (!ok) broken.push_back(p);
+            }
+            for (shard* b : broken) drop_shard(st, b);
         }
     }
 
