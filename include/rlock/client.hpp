@@ -409,7 +409,7 @@ private:
             // the renewal went, not about the hold: the caller retries elsewhere.
             if (e.value() == errc::connection_failed || e.value() == errc::timeout ||
                 last_redirect().kind != redirect::none) {
-                throw e;
+                throw error(e.value(), e.what());
             }
             r.refusals.push_back(std::move(e));
             for (std::size_t i = from; i < from + count; ++i) r.refusal[i] = r.refusals.size();
