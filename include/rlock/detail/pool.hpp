@@ -122,8 +122,6 @@ public:
         for (auto& n : nodes_) drop_idle_locked(*n, dead);
     }
 
-    const endpoint& ep() const noexcept { return ep_; }
-
 private:
     struct pooled {
         context_ptr ctx;
@@ -142,7 +140,7 @@ private:
     handle checkout_at(node_pool& n, std::string_view lock) {
         std::unique_lock<std::mutex> g(mu_);
         const auto deadline = clock::now() + ep_.options.command_timeout;
-        const std::size_t cap = ep_.options.pool_size == 0 ? 1 : ep_.options.pool_size;
+        const std::size_t cap = ep_.options.pool_size;  // at least 1 (checked by client)
         const std::uint64_t epoch = ep_.epoch.load();
         while (!n.idle.empty() && n.idle.back().epoch != epoch) {  // from before a master switch
             n.idle.pop_back();

@@ -115,12 +115,6 @@ public:
         return f();
     }
 
-    /// Marks a hold lost; returns true when the caller must tell the owner (first report).
-    bool mark_lost(hold& h) {
-        std::lock_guard<std::mutex> g(mu_);
-        return mark_lost_locked(h);
-    }
-
     /// The watched holds still in force, each flagged in_flight until renewed() is called.
     /// Holds whose lease has already run out by this client's clock are lost for good (lost()
     /// has been saying so): they are not renewed, even if Redis still has them, and go to
@@ -219,11 +213,6 @@ public:
         if (h.released || h.told || h.refused) return false;
         h.refused = true;
         return true;
-    }
-
-    std::size_t size() const {
-        std::lock_guard<std::mutex> g(mu_);
-        return holds_.size();
     }
 
 private:
