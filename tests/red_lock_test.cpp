@@ -30,7 +30,7 @@ protected:
             o.lock_watchdog_timeout = watchdog;
             o.command_timeout = 300ms;
             o.connect_timeout = 300ms;
-            o.on_lock_lost = lost.handler();
+            o.on_lock_lost = lost.hold_handler();
             out.push_back(std::make_unique<rlock::client>(o));
         }
         return out;
@@ -192,10 +192,13 @@ TEST_F(red_lock_test, a_bare_majority_that_loses_a_node_to_a_restart_is_told_at_
     servers[3]->cmd({"SET", name(), "someone-else", "PX", "30000"});
     servers[4]->cmd({"SET", name(), "someone-else", "PX", "30000"});
     lock.lock();  // nodes 0, 1, 2: a bare majority of five
+    const std::uint64_t id = lock.hold_id();
     servers[0]->restart();
     EXPECT_NO_THROW((void)lock.unlock());
     EXPECT_EQ(lost.calls, 1);
     EXPECT_EQ(lost.code, static_cast<int>(rlock::errc::lock_lost));
+    EXPECT_EQ(lost.last_hold_id.load(), id) << "the report does not say which hold was lost";
+    EXPECT_THROW((void)lock.hold_id(), rlock::error) << "hold_id() after unlock";
     EXPECT_EQ(keys_named(name(), 0), 2);  // the other client's keys are untouched
 }
 

@@ -249,6 +249,37 @@ void expect_no_fair_keys(const std::string& n) {
         << "fair-lock keys left behind";
 }
 
+// Issue 16, the read side: a server restarted empty between lock_shared() and unlock_shared(),
+// before any watchdog tick. Whether a writer took the lock meanwhile or not, unlock_shared()
+// tells the owner once, under the read hold's id, and lost_shared() is true. The write side's
+// form of this test is lock_test's an_unlock_after_a_restart_lost_the_hold_tells_the_owner.
+TEST(read_write_lock, an_unlock_after_a_restart_lost_a_read_hold_tells_the_owner) {
+    for (const bool taken : {true, false}) {
+        SCOPED_TRACE(taken ? "a writer took the lock" : "nobody took the lock");
+        redis_server own;
+        rlock_test::lost_log lost;
+        rlock::client_options o = own.options();
+        o.on_lock_lost = lost.hold_handler();
+        rlock::client c(o), other(own.options());
+        rlock::read_write_lock lock(c, name()), theirs(other, name());
+        lock.lock_shared();
+        const std::uint64_t id = lock.hold_id_shared();
+        own.restart();  // empty
+        if (taken) {
+            ASSERT_TRUE(theirs.try_lock_for(2s));
+        }
+        EXPECT_NO_THROW(lock.unlock_shared());
+        EXPECT_TRUE(lock.lost_shared());
+        EXPECT_EQ(lost.calls.load(), 1);
+        EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::lock_lost));
+        EXPECT_EQ(lost.last_hold_id.load(), id);
+        if (taken) {
+            EXPECT_TRUE(theirs.is_held_by_current_thread()) << "the unlock released another's hold";
+            theirs.unlock();
+        }
+    }
+}
+
 TEST(fair_lock_layout, a_waiter_is_queued_with_a_deadline_and_the_release_wakes_it) {
     rlock::client holder(server().options()), waiter(server().options());
     rlock::fair_lock mine(holder, name()), theirs(waiter, name());

@@ -294,7 +294,7 @@ public:
     /// EVALSHA) is refused at lock(), with nothing written, rather than at unlock().
     std::atomic<bool> scripts_allowed{false};
     /// How much this client's waiters for `lock` have been losing races for it lately
-    /// (basic_lock::yield_to_older). Names share 64 counters by hash: a shared one only makes
+    /// (race_pacing, wait_pacing.hpp). Names share 64 counters by hash: a shared one only makes
     /// a waiter yield when it need not.
     std::atomic<int>& lost_races(std::string_view lock) {
         return lost_races_[std::hash<std::string_view>{}(lock) % lost_races_.size()];

@@ -21,15 +21,19 @@
 // one atomic script on that node.
 //
 // Watched parts are renewed in their clients' watchdog batches; losing any part marks the
-// whole multi_lock lost (lost()) and tells the owner once (the first part's on_lock_lost).
+// whole multi_lock lost (lost()) and tells the owner once (the first part's on_lock_lost),
+// under multi_lock::hold_id(). A red_lock part is told as its own red_lock.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "rlock/detail/basic_lock.hpp"
@@ -37,6 +41,7 @@
 #include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/mutex_kind.hpp"
 #include "rlock/detail/reentrant_kind.hpp"
+#include "rlock/detail/timed_lockable.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/mutex.hpp"
 #include "rlock/reentrant_lock.hpp"
@@ -104,9 +109,56 @@ return out
     return s;
 }
 
+template <class E, class = void>
+struct is_pointer_like : std::false_type {};
+template <class E>
+struct is_pointer_like<E, std::void_t<decltype(*std::declval<E&>()), typename E::element_type>>
+    : std::true_type {};
+template <class E>
+struct is_reference_wrapper : std::false_type {};
+template <class L>
+struct is_reference_wrapper<std::reference_wrapper<L>> : std::true_type {};
+
+/// True for one argument that is a range (has begin and end): multi_lock's runtime form.
+template <class... T>
+struct is_lock_range : std::false_type {};
+template <class T>
+struct is_lock_range<T> {
+    template <class U>
+    static auto test(U& u) -> decltype(std::begin(u), std::end(u), std::true_type{});
+    static std::false_type test(...);
+    static constexpr bool value = decltype(test(std::declval<T&>()))::value;
+};
+template <class... T>
+inline constexpr bool is_lock_range_v = is_lock_range<T...>::value;
+
+/// The lock an element of such a range stands for: the element, or what it points or refers to.
+template <class E>
+auto& lock_of(E& element) {
+    if constexpr (std::is_pointer_v<E> || is_pointer_like<E>::value) {
+        return *element;  // T*, unique_ptr, shared_ptr
+    } else if constexpr (is_reference_wrapper<E>::value) {
+        return element.get();
+    } else {
+        return element;
+    }
+}
+
 }  // namespace detail
 
-class multi_lock {
+class read_write_lock;
+class red_lock;
+
+/// lock() blocks until every part is held (watched parts: renewed by their clients'
+/// watchdogs); with a lease every part is leased and never renewed. It never waits while holding
+/// a part: a refused part is waited on alone, then the round starts again in canonical order.
+/// try_lock() is one attempt at every part; try_lock_for() and try_lock_until() give up at
+/// their deadline (steady_clock; another clock's deadline is converted once). A false return
+/// leaves no part held, and refused() names the part that refused last. All of them
+/// (timed_lockable) throw what a part's lock() throws (would_deadlock, connection errors, ...),
+/// with every part already taken released first, and invalid_argument for a lease not positive
+/// or over 100 years (nothing sent).
+class multi_lock : public detail::timed_lockable<multi_lock> {
     using clock = std::chrono::steady_clock;
 
     struct part {
@@ -115,11 +167,14 @@ class multi_lock {
         bool (*try_until)(void*, clock::time_point, std::chrono::milliseconds) = nullptr;
         void (*release)(void*) = nullptr;
         bool (*is_lost)(void*) = nullptr;
+        std::uint64_t (*hold_id)(void*) = nullptr;
+        // Where the part's hold is registered: set for every part but a red_lock (whose node
+        // holds are a group of their own). The parts found there are grouped (group_parts).
+        detail::client_core* core = nullptr;
+        const detail::kind_info* kind = nullptr;
         // For the one-script path: set for mutex and reentrant_lock.
         void (*lost_at_unlock)(void*, std::uint64_t thread) = nullptr;  // lost() stays true
-        detail::client_core* core = nullptr;
         const detail::lock_keys* keys = nullptr;
-        const detail::kind_info* kind = nullptr;
         char code = 0;  // 'm' or 'r'
         bool fencing = false;
     };
@@ -127,68 +182,27 @@ class multi_lock {
 public:
     /// Names the parts; sends nothing. Throws `error` (invalid_argument) when a lock is given
     /// twice.
-    template <class... Locks>
+    template <class... Locks, std::enable_if_t<!detail::is_lock_range_v<Locks...>, int> = 0>
     multi_lock(Locks&... locks) {  // NOLINT(google-explicit-constructor): brace-init
         static_assert(sizeof...(Locks) > 0, "a multi_lock needs at least one lock");
         (parts_.push_back(make_part(locks)), ...);
-        std::sort(parts_.begin(), parts_.end(), [](const part& a, const part& b) {
-            return std::tie(a.server, a.name) < std::tie(b.server, b.name);
-        });
-        for (std::size_t i = 1; i < parts_.size(); ++i) {
-            if (parts_[i].server == parts_[i - 1].server && parts_[i].name == parts_[i - 1].name) {
-                throw error(errc::invalid_argument, parts_[i].name, parts_[i].server,
-                            "the same lock is given twice to one multi_lock");
-            }
+        name_parts();
+    }
+    /// The parts from a range known at run time: its elements are locks, or pointers (plain or
+    /// smart) or std::reference_wrappers to locks (a basket of N keys:
+    /// `std::vector<std::unique_ptr<rlock::mutex>>`, `std::deque<rlock::mutex>`, ...). The range
+    /// may go; the locks must outlive the multi_lock. Sends nothing. Throws `error`
+    /// (invalid_argument) for an empty range or a lock given twice.
+    template <class Range, std::enable_if_t<detail::is_lock_range_v<Range>, int> = 0>
+    explicit multi_lock(Range& locks) {
+        for (auto& element : locks) parts_.push_back(make_part(detail::lock_of(element)));
+        if (parts_.empty()) {
+            throw error(errc::invalid_argument, "", "", "a multi_lock needs at least one lock");
         }
-        one_node_ = std::all_of(parts_.begin(), parts_.end(), [&](const part& p) {
-            // In a cluster one script reaches one slot only.
-            return p.code && !p.fencing && p.core == parts_.front().core &&
-                   (!p.core->ep.slots || detail::key_slot(p.name) == detail::key_slot(parts_.front().name));
-        });
+        name_parts();
     }
     multi_lock(const multi_lock&) = delete;
     multi_lock& operator=(const multi_lock&) = delete;
-
-    /// Blocks until every part is held (watched parts: renewed by their clients' watchdogs).
-    /// Never waits while holding a part: a refused part is waited on alone, then the round
-    /// starts again in canonical order. Throws what a part's lock() throws (would_deadlock,
-    /// connection errors, ...), with every part already taken released first.
-    void lock() { (void)acquire(clock::time_point::max(), std::chrono::milliseconds(0)); }
-    /// As lock(), every part leased for `lease` and never renewed. Throws invalid_argument for
-    /// a lease that is not positive or longer than 100 years (nothing is sent).
-    template <class Rep, class Period>
-    void lock(const std::chrono::duration<Rep, Period>& lease) {
-        (void)acquire(clock::time_point::max(), detail::lease_ms(lease, parts_.front().name, ""));
-    }
-    /// One attempt at every part, no waiting: true when all are held; false with none held
-    /// (refused() names the part that refused). Throws as lock().
-    [[nodiscard]] bool try_lock() { return acquire(clock::now(), std::chrono::milliseconds(0)); }
-    /// As lock(), giving up once `wait` has passed (relative, on steady_clock): false with no
-    /// part held and refused() naming the part that refused last.
-    template <class Rep, class Period>
-    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait) {
-        return acquire(detail::deadline_after(wait), std::chrono::milliseconds(0));
-    }
-    /// As try_lock_for(wait), every part leased (never renewed).
-    template <class Rep, class Period, class Rep2, class Period2>
-    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait,
-                                    const std::chrono::duration<Rep2, Period2>& lease) {
-        const auto l = detail::lease_ms(lease, parts_.front().name, "");
-        return acquire(detail::deadline_after(wait), l);
-    }
-    /// As try_lock_for, until the absolute deadline `t` (any clock; converted to steady_clock
-    /// once).
-    template <class Clock, class Duration>
-    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-        return acquire(detail::to_steady(t), std::chrono::milliseconds(0));
-    }
-    /// As try_lock_until(t), every part leased (never renewed).
-    template <class Clock, class Duration, class Rep, class Period>
-    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t,
-                                      const std::chrono::duration<Rep, Period>& lease) {
-        const auto l = detail::lease_ms(lease, parts_.front().name, "");
-        return acquire(detail::to_steady(t), l);
-    }
 
     /// Releases every part (on one node: one script). Throws not_owner only to a thread that
     /// holds no part; runtime failures go to on_lock_lost, as for the parts.
@@ -221,10 +235,44 @@ public:
         return refused_;
     }
 
+    /// The calling thread's hold's id, as on_lock_lost is told it (lost_hold::hold_id): the
+    /// parts stand or fall together, and the loss of any is told once, under this id. A red_lock
+    /// part is the exception: it is told as its own red_lock, under its own hold_id() (with only
+    /// red_lock parts, this is the first one's). Throws `error` (not_owner) when this thread
+    /// holds no part. No round trip.
+    [[nodiscard]] std::uint64_t hold_id() const {
+        const std::uint64_t thread = detail::current_thread_number();
+        for (const part& p : parts_) {
+            if (!p.core) continue;
+            if (auto h = p.core->reg.find(p.kind, p.name, thread)) {
+                if (auto group = p.core->reg.with([&] { return h->group; })) return group->id;
+            }
+        }
+        return parts_.front().hold_id(parts_.front().lock);
+    }
+
     /// Number of parts. Never blocks or throws.
     std::size_t size() const noexcept { return parts_.size(); }
 
 private:
+    // Canonical order, no lock twice, and whether one script can take them all.
+    void name_parts() {
+        std::sort(parts_.begin(), parts_.end(), [](const part& a, const part& b) {
+            return std::tie(a.server, a.name) < std::tie(b.server, b.name);
+        });
+        for (std::size_t i = 1; i < parts_.size(); ++i) {
+            if (parts_[i].server == parts_[i - 1].server && parts_[i].name == parts_[i - 1].name) {
+                throw error(errc::invalid_argument, parts_[i].name, parts_[i].server,
+                            "the same lock is given twice to one multi_lock");
+            }
+        }
+        one_node_ = std::all_of(parts_.begin(), parts_.end(), [&](const part& p) {
+            // In a cluster one script reaches one slot only.
+            return p.code && !p.fencing && p.core == parts_.front().core &&
+                   (!p.core->ep.slots || detail::key_slot(p.name) == detail::key_slot(parts_.front().name));
+        });
+    }
+
     template <class L>
     static part make_part(L& l) {
         part p;
@@ -236,26 +284,31 @@ private:
         };
         p.release = [](void* o) { static_cast<L*>(o)->unlock(); };
         p.is_lost = [](void* o) { return static_cast<L*>(o)->lost(); };
+        p.hold_id = [](void* o) { return static_cast<const L*>(o)->hold_id(); };
+        if constexpr (std::is_base_of_v<read_write_lock, L>) {
+            registered_in(p, l.writer());  // a read_write_lock part takes its write side
+        } else if constexpr (!std::is_base_of_v<red_lock, L>) {
+            registered_in(p, l);
+        }
         if constexpr (std::is_base_of_v<detail::basic_lock<detail::mutex_kind>, L> ||
                       std::is_base_of_v<detail::basic_lock<detail::reentrant_kind>, L>) {
-            p.core = l.core_.get();
             p.keys = &l.keys_;
             p.lost_at_unlock = [](void* o, std::uint64_t thread) {
                 (void)static_cast<L*>(o)->lost_at_unlock(thread, true);
             };
             p.fencing = l.options_.fencing;
             p.server = l.core_->ep.name;
-            if constexpr (std::is_base_of_v<detail::basic_lock<detail::mutex_kind>, L>) {
-                p.kind = &detail::mutex_kind::info;
-                p.code = 'm';
-            } else {
-                p.kind = &detail::reentrant_kind::info;
-                p.code = 'r';
-            }
+            p.code = std::is_base_of_v<detail::basic_lock<detail::mutex_kind>, L> ? 'm' : 'r';
         } else {
             p.server = server_of(l);
         }
         return p;
+    }
+
+    template <class Kind>
+    static void registered_in(part& p, const detail::basic_lock<Kind>& l) {
+        p.core = l.core_.get();
+        p.kind = &Kind::info;
     }
 
     template <class L>
@@ -272,6 +325,11 @@ private:
         refused_ = std::move(what);
     }
 
+    friend class detail::timed_lockable<multi_lock>;
+    const std::string& name() const noexcept { return parts_.front().name; }  // in lease errors
+    std::string_view server() const noexcept { return ""; }
+
+    // timed_lockable's entry point (see there).
     bool acquire(clock::time_point deadline, std::chrono::milliseconds lease) {
         std::size_t first = 0;
         if (one_node_) {
@@ -306,7 +364,7 @@ private:
                 taken.push_back(i);
             }
             if (refusing == parts_.size()) {
-                group_parts(lease);
+                group_parts();
                 set_refused("");
                 return true;
             }
@@ -329,7 +387,7 @@ private:
     }
 
     // Links the parts' holds so that the loss of any one is the loss of all, told once.
-    void group_parts(std::chrono::milliseconds) {
+    void group_parts() {
         auto group = std::make_shared<detail::hold_group>();
         group->name = parts_.front().name;
         group->tolerance = 0;

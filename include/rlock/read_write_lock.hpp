@@ -38,11 +38,12 @@
 #include "rlock/client.hpp"
 #include "rlock/detail/basic_lock.hpp"
 #include "rlock/detail/read_write_kind.hpp"
+#include "rlock/detail/timed_lockable.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock {
 
-class read_write_lock {
+class read_write_lock : public detail::timed_lockable<read_write_lock> {
 public:
     using write_side = detail::basic_lock<detail::rw_write_kind>;
     using read_side = detail::basic_lock<detail::rw_read_kind>;
@@ -52,35 +53,16 @@ public:
         : write_(c, name, options), read_(c, name, options) {}
 
     // --- write side (exclusive) -------------------------------------------------------------
-    /// Blocks until this thread holds the write side (watched). Throws would_deadlock when the
-    /// thread holds only the read side.
-    void lock() { write_.lock(); }
-    template <class Rep, class Period>
-    void lock(const std::chrono::duration<Rep, Period>& lease) { write_.lock(lease); }
-    [[nodiscard]] bool try_lock() { return write_.try_lock(); }
-    template <class Rep, class Period>
-    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait) {
-        return write_.try_lock_for(wait);
-    }
-    template <class Rep, class Period, class Rep2, class Period2>
-    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait,
-                                    const std::chrono::duration<Rep2, Period2>& lease) {
-        return write_.try_lock_for(wait, lease);
-    }
-    template <class Clock, class Duration>
-    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-        return write_.try_lock_until(t);
-    }
-    template <class Clock, class Duration, class Rep, class Period>
-    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t,
-                                      const std::chrono::duration<Rep, Period>& lease) {
-        return write_.try_lock_until(t, lease);
-    }
+    // lock(), try_lock(), try_lock_for(), try_lock_until() (timed_lockable) take the write side
+    // (exclusive). They throw would_deadlock when the thread holds only the read side.
+
     /// Leaves one write level; the last publishes `1` (wakes every waiter). Throws not_owner
     /// only to a thread without a write hold; never throws for runtime failures.
     void unlock() { write_.unlock(); }
 
     // --- read side (shared) -----------------------------------------------------------------
+    // std::shared_timed_mutex's names for the read side's timed_lockable forms: as the write
+    // side's, but shared with other readers (a writer waits for every reader to leave).
     void lock_shared() { read_.lock(); }
     template <class Rep, class Period>
     void lock_shared(const std::chrono::duration<Rep, Period>& lease) { read_.lock(lease); }
@@ -137,6 +119,12 @@ public:
     read_side& reader() noexcept { return read_; }
 
 private:
+    friend class detail::timed_lockable<read_write_lock>;
+    bool acquire(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds lease) {
+        return write_.acquire(deadline, lease);
+    }
+    std::string_view server() const noexcept { return write_.server(); }
+
     write_side write_;
     read_side read_;
 };

@@ -44,6 +44,7 @@
 #include "rlock/detail/fan_out.hpp"
 #include "rlock/detail/mutex_kind.hpp"
 #include "rlock/detail/random.hpp"
+#include "rlock/detail/timed_lockable.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/options.hpp"
 
@@ -60,7 +61,17 @@ namespace detail {
 inline const kind_info red_lock_info{"red_lock", &mutex_kind::renew_script};
 }  // namespace detail
 
-class red_lock {
+/// lock() blocks until held (watched); with a lease, the hold's validity is the lease minus the
+/// time the round took minus the drift, never renewed. try_lock() is one round on every node:
+/// true when a majority accepted in time, false otherwise (the partial holds are released on
+/// every node first); it blocks for at most one round (the per-node timeout). try_lock_for()
+/// and try_lock_until() run rounds with a random pause between them until held or the deadline
+/// (steady_clock; a deadline on another clock is converted once, so later wall-clock jumps do
+/// not move it). All of them (timed_lockable) throw would_deadlock (this thread holds it),
+/// invalid_argument for a lease not positive or over 100 years (nothing sent), and
+/// quorum_not_reached with each node's answer when too many nodes failed (not merely refused):
+/// lock() at once, the others when their deadline passes.
+class red_lock : public detail::timed_lockable<red_lock> {
     using clock = std::chrono::steady_clock;
 
 public:
@@ -81,7 +92,7 @@ public:
             nodes_.push_back(core);
         }
         keys_.name = name_;
-        keys_.channel = detail::prefixed_key("rlock_lock__channel", name_);
+        keys_.channel = detail::prefixed_key(detail::mutex_kind::channel_prefix, name_);
     }
     red_lock(const red_lock&) = delete;
     red_lock& operator=(const red_lock&) = delete;
@@ -92,48 +103,6 @@ public:
     std::size_t size() const noexcept { return nodes_.size(); }
     /// The lock's name (the key on every node). Never blocks or throws.
     const std::string& name() const noexcept { return name_; }
-
-    /// Blocks until held (watched). Throws would_deadlock (this thread holds it), or
-    /// quorum_not_reached when a round could not reach a majority of nodes.
-    void lock() { acquire(false, {}, std::chrono::milliseconds(0)); }
-    /// As lock(), with a fixed lease: the hold's validity is `lease` minus the time the round
-    /// took minus the drift, and it is never renewed. Throws invalid_argument for a lease that
-    /// is not positive or longer than 100 years (nothing is sent).
-    template <class Rep, class Period>
-    void lock(const std::chrono::duration<Rep, Period>& lease) {
-        acquire(false, {}, detail::lease_ms(lease, name_, ""));
-    }
-    /// One round on every node, no waiting: true when a majority accepted in time (watched
-    /// hold), false otherwise (the partial holds are released on every node first). Blocks for
-    /// at most one round (the per-node timeout). Throws would_deadlock, or quorum_not_reached
-    /// with the per-node detail when too many nodes failed (not merely refused).
-    [[nodiscard]] bool try_lock() { return acquire(true, clock::now(), std::chrono::milliseconds(0)); }
-    /// Rounds with a random pause between them until held or `wait` has passed (a relative
-    /// timeout, measured on steady_clock). Returns and throws as try_lock().
-    template <class Rep, class Period>
-    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait) {
-        return acquire(true, detail::deadline_after(wait), std::chrono::milliseconds(0));
-    }
-    /// As try_lock_for(wait), the hold leased (never renewed), as lock(lease).
-    template <class Rep, class Period, class Rep2, class Period2>
-    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait,
-                                    const std::chrono::duration<Rep2, Period2>& lease) {
-        const auto l = detail::lease_ms(lease, name_, "");
-        return acquire(true, detail::deadline_after(wait), l);
-    }
-    /// As try_lock_for, until the absolute deadline `t` (any clock; converted to steady_clock
-    /// once, so later wall-clock jumps do not move it).
-    template <class Clock, class Duration>
-    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-        return acquire(true, detail::to_steady(t), std::chrono::milliseconds(0));
-    }
-    /// As try_lock_until(t), the hold leased (never renewed).
-    template <class Clock, class Duration, class Rep, class Period>
-    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t,
-                                      const std::chrono::duration<Rep, Period>& lease) {
-        const auto l = detail::lease_ms(lease, name_, "");
-        return acquire(true, detail::to_steady(t), l);
-    }
 
     /// Releases on every node in parallel (the renewals stop first); returns on how many nodes
     /// our key was deleted. Throws not_owner only to a thread that does not hold it; never
@@ -176,7 +145,7 @@ public:
         if (((was_lost && watched) || short_of_quorum) && group && group->tell &&
             !group->told.exchange(true)) {
             try {
-                group->tell(name_, error(errc::lock_lost, name_, "",
+                group->tell(lost_hold{name_, group->id, 0}, error(errc::lock_lost, name_, "",
                                          short_of_quorum
                                              ? "at unlock only " + std::to_string(released) + " of " +
                                                    std::to_string(nodes_.size()) +
@@ -202,6 +171,20 @@ public:
         if (!valid) return std::chrono::milliseconds(0);
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*valid - clock::now());
         return std::max(left, std::chrono::milliseconds(0));
+    }
+
+    /// The calling thread's hold's id: unique in the process, kept across re-entries, and the
+    /// `hold_id` on_lock_lost is told when this hold is lost (lost_hold; once for the whole
+    /// red_lock, whichever nodes lost it). Throws `error` (not_owner) when this thread holds no
+    /// such red_lock. No round trip.
+    [[nodiscard]] std::uint64_t hold_id() const {
+        const std::uint64_t thread = detail::current_thread_number();
+        for (detail::client_core* n : nodes_) {
+            if (auto h = n->reg.find(&detail::red_lock_info, name_, thread)) {
+                if (auto group = n->reg.with([&] { return h->group; })) return group->id;
+            }
+        }
+        throw error(errc::not_owner, name_, "", "this thread holds no such red_lock");
     }
 
     /// The calling thread holds it and its validity has not run out (no round trip).
@@ -277,7 +260,13 @@ private:
         return m;
     }
 
-    bool acquire(bool bounded, clock::time_point deadline, std::chrono::milliseconds lease) {
+    friend class detail::timed_lockable<red_lock>;
+    std::string_view server() const noexcept { return ""; }  // one per node: named in messages
+
+    // timed_lockable's entry point (see there). lock() (deadline max) gives up at once when
+    // too few nodes can be asked; a bounded wait keeps trying until its deadline.
+    bool acquire(clock::time_point deadline, std::chrono::milliseconds lease) {
+        const bool bounded = deadline != clock::time_point::max();
         const std::uint64_t thread = detail::current_thread_number();
         for (detail::client_core* n : nodes_) {
             if (n->reg.find(&detail::red_lock_info, name_, thread)) {
@@ -299,12 +288,7 @@ private:
             auto results = detail::fan_out(
                 nodes_, name_,
                 [&](std::size_t, detail::script_call& call) {
-                    call = detail::script_call();
-                    for (std::string_view p : {std::string_view("SET"), std::string_view(name_),
-                                               std::string_view(token), std::string_view("NX"),
-                                               std::string_view("PX"), std::string_view(lease_text)}) {
-                        call.push(p);
-                    }
+                    call = detail::mutex_kind::set_command(name_, token, lease_text);
                 },
                 node_timeout(lease), [&](const std::vector<detail::node_result>& so_far) {
                     std::size_t yes = 0, no = 0;

@@ -1,7 +1,12 @@
 // The translation unit scripts/tidy hands to clang-tidy: it instantiates every lock template
 // explicitly, so the checks see all member functions of include/rlock, not only the ones some
 // test happens to call. Not built by CMake.
+#include <chrono>
+#include <vector>
+
 #include "rlock/rlock.hpp"
+
+using namespace std::chrono_literals;
 
 template class rlock::detail::basic_lock<rlock::detail::mutex_kind>;
 template class rlock::detail::basic_lock<rlock::detail::reentrant_kind>;
@@ -15,7 +20,10 @@ bool use_every_kind(rlock::client& c) {
     rlock::reentrant_lock r(c, "r");
     rlock::fair_lock f(c, "f");
     rlock::read_write_lock rw(c, "rw");
-    rlock::multi_lock all{m, r, f};
+    rlock::multi_lock all{m, r, f, rw};
+    std::vector<rlock::mutex*> basket{&m};
+    rlock::multi_lock some(basket);
     rlock::red_lock red({&c}, "red");
-    return all.try_lock() && red.try_lock() && rw.try_lock_shared();
+    return all.try_lock() && red.try_lock() && rw.try_lock_shared() && some.try_lock_for(1s, 2s) &&
+           all.hold_id() + red.hold_id() > 0 && red.try_lock_until(std::chrono::system_clock::now(), 1s);
 }

@@ -10,7 +10,6 @@
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -18,167 +17,35 @@
 
 #include "rlock/client.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/kind.hpp"
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
 #include "rlock/detail/subscriber.hpp"
+#include "rlock/detail/timed_lockable.hpp"
+#include "rlock/detail/wait_pacing.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock {
 class multi_lock;
+class read_write_lock;
 }  // namespace rlock
 
 namespace rlock::detail {
 
-/// The keys and channel of one lock.
-struct lock_keys {
-    std::string name;      // the lock key itself
-    std::string channel;   // where unlocks are published (fair_lock: the prefix of each waiter's)
-    std::string fencing;   // redisson_lock_token:{name}     (each: prefixed_key's rule for
-    std::string queue;     // redisson_lock_queue:{name}      names that have a '{' of their
-    std::string timeouts;  // redisson_lock_timeout:{name}    own)
-};
-
-/// What one acquire attempt asks for.
-struct attempt_spec {
-    std::string_view value;  // token or holder id (read_write_lock's write side: "<holder>:write")
-    std::string_view lease;  // ms, decimal
-    bool fencing = false;    // INCR the fencing counter on success
-    bool want_ttl = false;   // the caller will wait: report the holder's TTL when refused
-    bool reentry = false;    // this thread holds it already: must not create a hold that is gone
-    bool may_queue = false;  // fair_lock: join the queue when refused
-    std::string_view wait_timeout;  // fair_lock: ms a queued waiter may go silent before eviction
-    bool scripted = false;   // mutex: acquire by script even without fencing (see client_core)
-};
-
-/// What one acquire attempt said.
-struct acquire_result {
-    bool acquired = false;
-    long long ttl = -2;        // when refused: the holder's remaining ms, -1 no expiry, -2 unknown
-    std::uint64_t count = 1;   // reentry depth after the attempt (reentrant kinds)
-    std::uint64_t fencing = 0;
-    // When refused and the caller will wait: whether the holder's release wakes this waiter by
-    // a message (false: a mutex holder of another library — redis-py, node-redlock — which
-    // deletes the key and publishes nothing), and the holder's value when the kind reads it.
-    bool holder_publishes = true;
-    std::string holder;
-};
-
-/// Deletes the key whoever holds it and, if it existed, publishes `0` on its channel.
-/// KEYS[1] lock key; ARGV[1] channel (not a key: in a cluster a declared key that does not
-/// exist makes a migrating slot refuse the script). Returns 1 when a key was deleted, else 0.
-inline const script& force_unlock_script() {
-    static const script s(R"lua(
-if redis.call('del', KEYS[1]) == 1 then
-    redis.call('publish', ARGV[1], '0')
-    return 1
-end
-return 0
-)lua");
-    return s;
-}
-
-/// An acquire script call: KEYS[1] the lock key, KEYS[2] the fencing counter only when fencing
-/// is on (in a cluster a declared key that does not exist makes a migrating slot refuse the
-/// script with TRYAGAIN), then `args`.
-inline script_call acquire_call(const script& s, const lock_keys& k, bool fencing,
-                                std::initializer_list<std::string_view> args) {
-    script_call call;
-    call.argv.reserve(4 + args.size());
-    call.lens.reserve(4 + args.size());
-    call.start(s, fencing ? 2 : 1);
-    call.push(k.name);
-    if (fencing) call.push(k.fencing);
-    for (std::string_view a : args) call.push(a);
-    return call;
-}
-
-/// Kind hooks with their usual meaning; a Kind derives from this and hides what it changes.
-struct kind_defaults {
-    /// Called before a fresh (not re-entrant) acquisition; may throw (read_write_lock: a reader
-    /// asking for the write side).
-    static void check_acquire(const registry&, std::string_view /*name*/, std::uint64_t /*thread*/,
-                              std::string_view /*server*/) {}
-    /// The channel this waiter listens on.
-    static std::string wait_channel(const lock_keys& k, std::string_view /*value*/) {
-        return k.channel;
-    }
-    /// Undoes what a refused attempt left behind when the waiter gives up (fair_lock's queue).
-    static void abandon(redisContext*, const lock_keys&, std::string_view /*value*/,
-                        std::string_view /*server*/) {}
-    static constexpr bool abandons = false;
-    /// Redis Cluster: the kind's scripts touch only keys they declare, so they may follow an
-    /// ASK to a slot's new node before all of the lock's keys are there (false:
-    /// read_write_lock, whose hold keys are not declared, waits for the migration to end).
-    static constexpr bool follows_ask = true;
-    /// Waiters that race for a released lock yield to older ones (basic_lock::yield_to_older);
-    /// false for a kind whose waiters are queued in Redis (fair_lock), which orders them itself.
-    static constexpr bool races = true;
-    /// Longest single wait: a queued fair waiter must refresh its place (0: no limit).
-    static std::chrono::milliseconds heartbeat(const lock_options&) {
-        return std::chrono::milliseconds(0);
-    }
-    /// Deletes the lock whoever holds it and wakes its waiters; true when it was held.
-    static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
-        return eval_integer(c, force_unlock_script(), {k.name}, {k.channel}, k.name, server) == 1;
-    }
-    /// The value stored for this thread's hold.
-    static std::string value_for(client_core& core, std::uint64_t thread, bool reentrant) {
-        return reentrant ? core.holder_id(thread) : random_token();
-    }
-};
-
-/// The longest lease rlock accepts: 100 years. Longer ones would overflow the client's
-/// steady_clock arithmetic (and Redis refuses expiries near 2^63 ms).
-inline constexpr std::chrono::hours max_lease{24 * 365 * 100};
-
-template <class Duration>
-std::chrono::milliseconds lease_ms(const Duration& lease, std::string_view lock, std::string_view server) {
-    if (lease <= Duration::zero()) {
-        throw error(errc::invalid_argument, lock, server, "lease must be positive");
-    }
-    // Compared in floating point: converting a huge lease to milliseconds first would overflow.
-    if (std::chrono::duration<double, std::milli>(lease) >
-        std::chrono::duration<double, std::milli>(max_lease)) {
-        throw error(errc::invalid_argument, lock, server, "lease must be at most 100 years");
-    }
-    return std::max(std::chrono::milliseconds(1), std::chrono::ceil<std::chrono::milliseconds>(lease));
-}
-
-/// steady_clock deadline `wait` from now, saturating (hours::max() means "forever").
-template <class Duration>
-std::chrono::steady_clock::time_point deadline_after(const Duration& wait) {
-    using clock = std::chrono::steady_clock;
-    const auto now = clock::now();
-    if (wait <= Duration::zero()) return now;
-    const auto room = clock::time_point::max() - now;
-    if (std::chrono::duration_cast<std::chrono::duration<double>>(wait) >=
-        std::chrono::duration_cast<std::chrono::duration<double>>(room)) {
-        return clock::time_point::max();
-    }
-    return now + std::chrono::ceil<clock::duration>(wait);
-}
-
-template <class Clock, class Duration>
-std::chrono::steady_clock::time_point to_steady(const std::chrono::time_point<Clock, Duration>& t) {
-    if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
-        return std::chrono::time_point_cast<std::chrono::steady_clock::duration>(t);
-    } else {
-        // Compare first: `t - now` overflows for a deadline near the clock's minimum.
-        const auto now = Clock::now();
-        if (t <= now) return std::chrono::steady_clock::now();
-        return deadline_after(t - now);
-    }
-}
-
+/// lock(), try_lock(), try_lock_for() and try_lock_until() (timed_lockable) throw `error`:
+/// would_deadlock (a mutex this thread holds already; a reader asking for the write side),
+/// lock_lost (re-entry of a reentrant hold that was lost), connection_failed (the client was
+/// destroyed), timeout, wrong_type, ... naming the lock and the server.
 template <class Kind>
-class basic_lock {
+class basic_lock : public timed_lockable<basic_lock<Kind>> {
 public:
     using clock = std::chrono::steady_clock;
 
     /// Names a lock on `c`; sends nothing. Throws `error` (invalid_argument) for an empty name.
     basic_lock(client& c, std::string name, lock_options options = {})
         : core_(client_access::core(c).shared_from_this()), options_(options) {
+        static_assert(check_kind<Kind>());
         if (name.empty()) {
             throw error(errc::invalid_argument, "", core_->ep.name, "lock name is empty");
         }
@@ -200,47 +67,6 @@ public:
     }
     basic_lock(const basic_lock&) = delete;
     basic_lock& operator=(const basic_lock&) = delete;
-
-    /// Blocks until this thread holds the lock; the hold is watched (renewed until unlock).
-    /// Throws `error`: would_deadlock (a mutex this thread holds already), lock_lost (re-entry of
-    /// a reentrant hold that was lost), connection_failed / timeout / wrong_type / ...
-    void lock() { acquire(false, clock::time_point{}, std::chrono::milliseconds(0)); }
-
-    /// As lock(), but the hold expires after `lease` and is never renewed.
-    template <class Rep, class Period>
-    void lock(const std::chrono::duration<Rep, Period>& lease) {
-        acquire(false, clock::time_point{}, lease_ms(lease, name(), server()));
-    }
-
-    /// One attempt, no waiting. True when this thread now holds the lock (watched).
-    [[nodiscard]] bool try_lock() { return acquire(true, clock::now(), std::chrono::milliseconds(0)); }
-
-    /// Waits up to `wait` for the lock; true when this thread now holds it (watched).
-    template <class Rep, class Period>
-    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait) {
-        return acquire(true, deadline_after(wait), std::chrono::milliseconds(0));
-    }
-
-    /// Waits up to `wait`; on success the hold expires after `lease`, never renewed.
-    template <class Rep, class Period, class Rep2, class Period2>
-    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait,
-                                    const std::chrono::duration<Rep2, Period2>& lease) {
-        const auto l = lease_ms(lease, name(), server());
-        return acquire(true, deadline_after(wait), l);
-    }
-
-    /// Waits until `deadline` (any clock; measured on steady_clock from now).
-    template <class Clock, class Duration>
-    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-        return acquire(true, to_steady(deadline), std::chrono::milliseconds(0));
-    }
-
-    template <class Clock, class Duration, class Rep, class Period>
-    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline,
-                                      const std::chrono::duration<Rep, Period>& lease) {
-        const auto l = lease_ms(lease, name(), server());
-        return acquire(true, to_steady(deadline), l);
-    }
 
     /// Releases one level of this thread's hold (the last level deletes the key and publishes
     /// the unlock message). Before it returns the hold is out of the watchdog: no renewal of it
@@ -371,9 +197,12 @@ protected:
 
 private:
     friend class rlock::multi_lock;  // takes several locks of one node in one script
+    friend class timed_lockable<basic_lock>;
+    friend class rlock::read_write_lock;  // its two sides
 
-    // lease == 0: watched.
-    bool acquire(bool bounded, clock::time_point deadline, std::chrono::milliseconds lease) {
+    // timed_lockable's entry point. deadline: time_point::max() waits for ever. lease == 0:
+    // watched.
+    bool acquire(clock::time_point deadline, std::chrono::milliseconds lease) {
         registry& reg = core_->reg;
         const std::uint64_t thread = current_thread_number();
         const std::chrono::milliseconds watchdog = core_->ep.options.lock_watchdog_timeout;
@@ -389,12 +218,12 @@ private:
         const bool watched = lease.count() == 0;
         if (watched) lease = watchdog;
         std::string value = Kind::value_for(*core_, thread, Kind::reentrant);
-        const bool may_wait = !bounded || clock::now() < deadline;
+        const bool may_wait = clock::now() < deadline;
 
         auto sent = clock::now();
         acquire_result r = attempt(value, lease, /*want_ttl=*/false, /*fresh=*/true, may_wait);
         if (!r.acquired) {
-            if (bounded && clock::now() >= deadline) {
+            if (clock::now() >= deadline) {
                 if (may_wait) give_up(value);  // it may have queued
                 return false;
             }
@@ -408,41 +237,36 @@ private:
                 }
             } leave{this, value};
             subscriber::subscription sub(*core_->sub, Kind::wait_channel(keys_, value));
-            sub.wait_active(std::min(deadline_or_max(bounded, deadline),
+            sub.wait_active(std::min(deadline,
                                      clock::now() + core_->ep.options.command_timeout));
             // Used only when no message can be relied on: the subscription is not confirmed
             // (subscriber reconnecting) or the key has no TTL (a foreign holder without
             // expiry). Then waits grow from 10 ms to 1 s; with a subscription and a TTL the wait
             // is exactly "until the message or the TTL".
             std::chrono::milliseconds fallback(10);
-            // Behind a holder that will not publish its release: the next look, and whom it
-            // was last measured against (see look_again).
-            std::chrono::milliseconds look = first_look;
-            std::string silent_holder;
+            silent_holder_looks looks;  // behind a holder that will not publish its release
+            race_pacing race(core_->lost_races(name()));
             const std::chrono::milliseconds heartbeat = Kind::heartbeat(options_);
-            std::atomic<int>& lost_races = core_->lost_races(name());
-            int round = 0;       // attempts made in this loop
             bool woken = false;  // the last wait ended with a message (an unlock, mostly)
             for (;;) {
                 if (core_->sub->stopped()) {
                     throw error(errc::connection_failed, name(), server(),
                                 "the client was destroyed while this thread waited");
                 }
-                if constexpr (Kind::races) yield_to_older(round, lost_races);
+                if constexpr (Kind::races) race.before_try();
                 const std::uint64_t seen = sub.generation();
                 sent = clock::now();
                 r = attempt(value, lease, /*want_ttl=*/true, /*fresh=*/true, true);
-                ++round;
-                if constexpr (Kind::races) count_race(r, woken, lost_races);
+                if constexpr (Kind::races) race.after_try(r, woken);
                 if (r.acquired) break;
                 const auto now = clock::now();
-                if (bounded && now >= deadline) return false;
+                if (now >= deadline) return false;
                 if (core_->sub->stopped()) {
                     throw error(errc::connection_failed, name(), server(),
                                 "the client was destroyed while this thread waited");
                 }
                 if (r.ttl == -2) continue;  // freed between SET and PTTL: try again now
-                auto until = deadline_or_max(bounded, deadline);
+                auto until = deadline;
                 // Re-read each time: a subscriber that reconnected is not listening until its
                 // SUBSCRIBE is confirmed (the confirmation then wakes this waiter to retry).
                 const bool active = sub.active();
@@ -451,11 +275,7 @@ private:
                     until = std::min(until, now + fallback);
                     fallback = std::min(fallback * 2, std::chrono::milliseconds(1000));
                 }
-                if (!r.holder_publishes) {
-                    if (r.holder != silent_holder) look = first_look;
-                    silent_holder = std::move(r.holder);
-                    until = std::min(until, now + look_again(look));
-                }
+                if (!r.holder_publishes) until = std::min(until, now + looks.next(std::move(r.holder)));
                 // A queued fair waiter renews its place in the queue with each attempt: this
                 // bound is its heartbeat, not a poll for the lock.
                 if (heartbeat.count() > 0) until = std::min(until, now + heartbeat);
@@ -476,62 +296,6 @@ private:
         if (watched) thread_exit_watch::enlist(*core_);
         if (lost_at_unlock_any_.load(std::memory_order_relaxed)) lost_at_unlock(thread, false, true);
         return true;
-    }
-
-    static constexpr int max_lost_races = 8;
-
-    // Keeps lost_races: -1 for an acquisition; +2 (up to max_lost_races) when a try an unlock
-    // message woke was beaten by another waiter, i.e. the lock is raced for. Only for kinds
-    // that race: a queued kind's names would otherwise bump counters they share by hash.
-    static void count_race(const acquire_result& r, bool woken, std::atomic<int>& lost_races) {
-        const int now = lost_races.load(std::memory_order_relaxed);
-        if (r.acquired) {
-            if (now > 0) lost_races.fetch_sub(1, std::memory_order_relaxed);
-        } else if (woken && r.ttl != -2 && now < max_lost_races) {
-            lost_races.fetch_add(2, std::memory_order_relaxed);
-        }
-    }
-
-    // Waiters of different processes race for a released lock: each is woken by the unlock
-    // message and tries again, and the first try to reach Redis wins. Left alone the race
-    // favours the newest waiter (Redis writes a message to a channel's newest subscriber first,
-    // and a newcomer's tries are often in flight as the lock frees), a loser keeps losing, and
-    // the wait's tail grows geometrically (docs/benchmarks.md, "Contention"). So, while this
-    // client has been losing such races for the lock (lost_races > 0), a waiter's tries are
-    // held back by its youth: its first try in the loop by 2 * yield_step, its second by
-    // yield_step, later ones not at all. The oldest waiter, woken with the others, is then
-    // first to Redis. A waiter that has no rival never loses a race, and pays nothing. This
-    // is a short pause before a try, never a poll: the wait itself is for the message or TTL.
-    static void yield_to_older(int round, const std::atomic<int>& lost_races) {
-        if (round >= yield_rounds || lost_races.load(std::memory_order_relaxed) == 0) return;
-        std::this_thread::sleep_for(yield_step * (yield_rounds - round));
-    }
-    static constexpr std::chrono::microseconds yield_step{100};
-    // Two rounds suit a handful of waiters (more rounds would hold back the oldest of three,
-    // measured: busy 0.80 instead of 0.90 at W=4; docs/benchmarks.md).
-    static constexpr int yield_rounds = 2;
-
-    // A holder of another library on a mutex's key (redis-py's Lock, node-redlock, go-redsync)
-    // deletes it without a message, and would leave a waiter asleep for the holder's whole TTL.
-    // So behind a holder whose value lacks rlock's mark (detail::token_prefix) the waiter looks
-    // again by itself: after `look`, which starts at first_look, doubles up to longest_look
-    // while the same holder stays, and starts again when another value holds the key (the
-    // lock is changing hands, so its free moments are frequent and short). Each look waits a
-    // random 1/2 to 1 of it, so waiters do not look in step. A message still ends the wait at
-    // once; behind rlock's and Redisson's holders (which publish) nothing of this applies.
-    static std::chrono::microseconds look_again(std::chrono::milliseconds& look) {
-        const auto full = std::chrono::duration_cast<std::chrono::microseconds>(look).count();
-        std::uniform_int_distribution<long long> pick(full / 2, full);
-        look = std::min(look * 2, longest_look);
-        return std::chrono::microseconds(pick(thread_rng()));
-    }
-    static constexpr std::chrono::milliseconds first_look{1};
-    // As often as redis-py's own waiters try (its Lock's default sleep, 0.1 s), and well
-    // within the 250 ms a waiter may take to notice a release (issue 17).
-    static constexpr std::chrono::milliseconds longest_look{100};
-
-    static clock::time_point deadline_or_max(bool bounded, clock::time_point deadline) {
-        return bounded ? deadline : clock::time_point::max();
     }
 
     bool reenter(hold& h, std::chrono::milliseconds lease) {

@@ -38,7 +38,7 @@
 #include <string>
 #include <string_view>
 
-#include "rlock/detail/basic_lock.hpp"
+#include "rlock/detail/kind.hpp"
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/reentrant_kind.hpp"
@@ -47,7 +47,7 @@
 namespace rlock::detail {
 
 /// Lua helpers shared by the fair-lock scripts (prepended to their bodies, after lua_checks).
-/// evict reads the queue (LINDEX) and the deadlines (ZRANGEBYSCORE) before it writes, so a key
+/// evict reads the queue (LINDEX) and the head's deadline (ZSCORE) before it writes, so a key
 /// of another type fails it with WRONGTYPE before anything is changed.
 inline constexpr std::string_view fair_lua_helpers = R"lua(
 local function now_ms()
@@ -109,12 +109,8 @@ struct fair_kind : kind_defaults {
         static const std::string body = with_fair_helpers(R"lua(
 local mine = redis.call('hget', KEYS[1], ARGV[2])
 if mine and not can_step(mine, 1) then return bad_count(KEYS[1], ARGV[2]) end
-local had
-if ARGV[4] == '1' then
-    local bad
-    bad, had = check_counter(KEYS[4])
-    if bad then return bad end
-end
+local bad, had = counter_if(ARGV[4], KEYS[4])
+if bad then return bad end
 local now
 local head, head_changed = false, false
 if redis.call('exists', KEYS[2], KEYS[3]) > 0 then

@@ -25,6 +25,8 @@ namespace rlock::detail {
 ///                         and the int64 limit; above 2^53 a token would not pass through a
 ///                         Lua number, a double, exactly: two holders could get the same one),
 ///                         else nil and its value (false when missing), for next_token.
+///   counter_if(fenced, key)  check_counter(key) when `fenced` is '1' (the scripts' fencing
+///                         argument); else nil, false.
 ///   next_token(key, had)  the next fencing token: INCR; a missing counter (never made, or lost
 ///                         with the server's data) starts from the server's TIME in
 ///                         microseconds, so tokens keep increasing across a data loss as long
@@ -62,6 +64,10 @@ local function check_counter(key)
             ' limit; a larger token would lose precision in Lua); nothing was changed')
     end
     return nil, v
+end
+local function counter_if(fenced, key)
+    if fenced ~= '1' then return nil, false end
+    return check_counter(key)
 end
 local function next_token(key, had)
     if had then return redis.call('incr', key) end

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "rlock/detail/basic_lock.hpp"
+#include "rlock/detail/kind.hpp"
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/random.hpp"
@@ -28,12 +28,8 @@ struct mutex_kind : kind_defaults {
     /// lock left without an owner.
     static const script& acquire_fenced_script() {
         static const std::string body = with_lua_checks(R"lua(
-local had
-if ARGV[3] == '1' then
-    local bad
-    bad, had = check_counter(KEYS[2])
-    if bad then return bad end
-end
+local bad, had = counter_if(ARGV[3], KEYS[2])
+if bad then return bad end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     if ARGV[3] == '1' then
         return {1, next_token(KEYS[2], had)}
@@ -85,6 +81,17 @@ return out
     }
 
     static inline const kind_info info{"mutex", &renew_script};
+
+    /// The unscripted acquire, `SET key token NX PX lease`, as a call of its own (red_lock
+    /// sends it to every node; acquire() below pipelines it with PTTL and GET).
+    static script_call set_command(std::string_view key, std::string_view token, std::string_view lease) {
+        script_call call;
+        for (std::string_view part : {std::string_view("SET"), key, token, std::string_view("NX"),
+                                      std::string_view("PX"), lease}) {
+            call.push(part);
+        }
+        return call;
+    }
 
     static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
                                   std::string_view server) {

@@ -20,7 +20,7 @@
 #include <string>
 #include <string_view>
 
-#include "rlock/detail/basic_lock.hpp"
+#include "rlock/detail/kind.hpp"
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/reentrant_kind.hpp"
@@ -105,12 +105,8 @@ struct rw_read_kind : kind_defaults {
     static const script& acquire_script() {
         static const std::string body = with_rw_helpers(R"lua(
 local mode = redis.call('hget', KEYS[1], 'mode')
-local had
-if ARGV[4] == '1' then
-    local bad
-    bad, had = check_counter(KEYS[2])
-    if bad then return bad end
-end
+local bad, had = counter_if(ARGV[4], KEYS[2])
+if bad then return bad end
 if mode == false then
     if ARGV[5] == '1' then return {0, -2} end
     redis.call('set', hold_key(KEYS[1], ARGV[2], 1), 1, 'PX', ARGV[1])
@@ -272,12 +268,8 @@ struct rw_write_kind : kind_defaults {
     static const script& acquire_script() {
         static const std::string body = with_rw_helpers(R"lua(
 local mode = redis.call('hget', KEYS[1], 'mode')
-local had
-if ARGV[3] == '1' then
-    local bad
-    bad, had = check_counter(KEYS[2])
-    if bad then return bad end
-end
+local bad, had = counter_if(ARGV[3], KEYS[2])
+if bad then return bad end
 if mode == 'read' and ARGV[4] ~= '1' then
     local alive = live_readers(KEYS[1])
     if alive == 0 then

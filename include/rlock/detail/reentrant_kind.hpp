@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "rlock/detail/basic_lock.hpp"
+#include "rlock/detail/kind.hpp"
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/registry.hpp"
@@ -34,12 +34,8 @@ if redis.call('exists', KEYS[1]) == 0 then
 elseif redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return {0, redis.call('pttl', KEYS[1])}
 end
-local had
-if ARGV[3] == '1' then
-    local bad
-    bad, had = check_counter(KEYS[2])
-    if bad then return bad end
-end
+local bad, had = counter_if(ARGV[3], KEYS[2])
+if bad then return bad end
 local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
 redis.call('pexpire', KEYS[1], ARGV[1])
 local token = 0

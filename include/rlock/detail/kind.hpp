@@ -1,0 +1,176 @@
+// What a lock kind is: the contract a Kind supplies to basic_lock<Kind> (its keys, its scripts,
+// its hooks), the defaults it may keep (kind_defaults), and check_kind<Kind>(), which names at
+// compile time what a Kind lacks. Each kind's protocol is in its own header (mutex_kind.hpp,
+// reentrant_kind.hpp, read_write_kind.hpp, fair_kind.hpp); docs/design.md, "Kind hooks",
+// explains each member.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "rlock/client.hpp"
+#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/random.hpp"
+#include "rlock/detail/registry.hpp"
+#include "rlock/options.hpp"
+
+namespace rlock::detail {
+
+/// The keys and channel of one lock.
+struct lock_keys {
+    std::string name;      // the lock key itself
+    std::string channel;   // where unlocks are published (fair_lock: the prefix of each waiter's)
+    std::string fencing;   // redisson_lock_token:{name}     (each: prefixed_key's rule for
+    std::string queue;     // redisson_lock_queue:{name}      names that have a '{' of their
+    std::string timeouts;  // redisson_lock_timeout:{name}    own)
+};
+
+/// What one acquire attempt asks for.
+struct attempt_spec {
+    std::string_view value;  // token or holder id (read_write_lock's write side: "<holder>:write")
+    std::string_view lease;  // ms, decimal
+    bool fencing = false;    // INCR the fencing counter on success
+    bool want_ttl = false;   // the caller will wait: report the holder's TTL when refused
+    bool reentry = false;    // this thread holds it already: must not create a hold that is gone
+    bool may_queue = false;  // fair_lock: join the queue when refused
+    std::string_view wait_timeout;  // fair_lock: ms a queued waiter may go silent before eviction
+    bool scripted = false;   // mutex: acquire by script even without fencing (see client_core)
+};
+
+/// What one acquire attempt said.
+struct acquire_result {
+    bool acquired = false;
+    long long ttl = -2;        // when refused: the holder's remaining ms, -1 no expiry, -2 unknown
+    std::uint64_t count = 1;   // reentry depth after the attempt (reentrant kinds)
+    std::uint64_t fencing = 0;
+    // When refused and the caller will wait: whether the holder's release wakes this waiter by
+    // a message (false: a mutex holder of another library — redis-py, node-redlock — which
+    // deletes the key and publishes nothing), and the holder's value when the kind reads it.
+    bool holder_publishes = true;
+    std::string holder;
+};
+
+/// Deletes the key whoever holds it and, if it existed, publishes `0` on its channel.
+/// KEYS[1] lock key; ARGV[1] channel (not a key: in a cluster a declared key that does not
+/// exist makes a migrating slot refuse the script). Returns 1 when a key was deleted, else 0.
+inline const script& force_unlock_script() {
+    static const script s(R"lua(
+if redis.call('del', KEYS[1]) == 1 then
+    redis.call('publish', ARGV[1], '0')
+    return 1
+end
+return 0
+)lua");
+    return s;
+}
+
+/// An acquire script call: KEYS[1] the lock key, KEYS[2] the fencing counter only when fencing
+/// is on (in a cluster a declared key that does not exist makes a migrating slot refuse the
+/// script with TRYAGAIN), then `args`.
+inline script_call acquire_call(const script& s, const lock_keys& k, bool fencing,
+                                std::initializer_list<std::string_view> args) {
+    script_call call;
+    call.argv.reserve(4 + args.size());
+    call.lens.reserve(4 + args.size());
+    call.start(s, fencing ? 2 : 1);
+    call.push(k.name);
+    if (fencing) call.push(k.fencing);
+    for (std::string_view a : args) call.push(a);
+    return call;
+}
+
+/// Kind hooks with their usual meaning; a Kind derives from this and hides what it changes.
+struct kind_defaults {
+    /// Called before a fresh (not re-entrant) acquisition; may throw (read_write_lock: a reader
+    /// asking for the write side).
+    static void check_acquire(const registry&, std::string_view /*name*/, std::uint64_t /*thread*/,
+                              std::string_view /*server*/) {}
+    /// The channel this waiter listens on.
+    static std::string wait_channel(const lock_keys& k, std::string_view /*value*/) {
+        return k.channel;
+    }
+    /// Undoes what a refused attempt left behind when the waiter gives up (fair_lock's queue).
+    static void abandon(redisContext*, const lock_keys&, std::string_view /*value*/,
+                        std::string_view /*server*/) {}
+    static constexpr bool abandons = false;
+    /// Redis Cluster: the kind's scripts touch only keys they declare, so they may follow an
+    /// ASK to a slot's new node before all of the lock's keys are there (false:
+    /// read_write_lock, whose hold keys are not declared, waits for the migration to end).
+    static constexpr bool follows_ask = true;
+    /// Waiters that race for a released lock yield to older ones (race_pacing, wait_pacing.hpp);
+    /// false for a kind whose waiters are queued in Redis (fair_lock), which orders them itself.
+    static constexpr bool races = true;
+    /// Longest single wait: a queued fair waiter must refresh its place (0: no limit).
+    static std::chrono::milliseconds heartbeat(const lock_options&) {
+        return std::chrono::milliseconds(0);
+    }
+    /// Deletes the lock whoever holds it and wakes its waiters; true when it was held.
+    static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
+        return eval_integer(c, force_unlock_script(), {k.name}, {k.channel}, k.name, server) == 1;
+    }
+    /// The value stored for this thread's hold.
+    static std::string value_for(client_core& core, std::uint64_t thread, bool reentrant) {
+        return reentrant ? core.holder_id(thread) : random_token();
+    }
+};
+
+
+// The type of a Kind member's use, or `missing` when the Kind has no such member: lets
+// check_kind name what is missing in its own words instead of a compiler's lookup error.
+struct missing {};
+template <template <class> class Use, class K, class = void>
+struct kind_member {
+    using type = missing;
+};
+template <template <class> class Use, class K>
+struct kind_member<Use, K, std::void_t<Use<K>>> {
+    using type = Use<K>;
+};
+template <template <class> class Use, class K>
+using kind_member_t = typename kind_member<Use, K>::type;
+
+template <class K>
+using kind_reentrant = std::remove_cv_t<decltype(K::reentrant)>;
+template <class K>
+using kind_channel_prefix = std::remove_cv_t<decltype(K::channel_prefix)>;
+template <class K>
+using kind_info_of = std::remove_cv_t<decltype(K::info)>;
+template <class K>
+using kind_acquire = decltype(K::acquire(std::declval<redisContext*>(), std::declval<const lock_keys&>(),
+                                         std::declval<const attempt_spec&>(), std::string_view()));
+template <class K>
+using kind_release = decltype(K::release(std::declval<redisContext*>(), std::declval<const lock_keys&>(),
+                                         std::string_view(), std::string_view()));
+template <class K>
+using kind_held = decltype(K::held(std::declval<redisContext*>(), std::declval<const lock_keys&>(),
+                                   std::string_view(), std::string_view()));
+
+/// Names what `Kind` lacks of the contract basic_lock<Kind> relies on; true when nothing.
+/// Used as `static_assert(check_kind<Kind>())` in basic_lock.
+template <class Kind>
+constexpr bool check_kind() {
+    static_assert(std::is_base_of_v<kind_defaults, Kind>,
+                  "a lock Kind derives from kind_defaults (and hides the hooks it changes)");
+    static_assert(std::is_same_v<kind_member_t<kind_reentrant, Kind>, bool>,
+                  "a lock Kind needs `static constexpr bool reentrant`");
+    static_assert(std::is_same_v<kind_member_t<kind_channel_prefix, Kind>, std::string_view>,
+                  "a lock Kind needs `static constexpr std::string_view channel_prefix`");
+    static_assert(std::is_same_v<kind_member_t<kind_info_of, Kind>, kind_info>,
+                  "a lock Kind needs `static inline const kind_info info` (name, renew script)");
+    static_assert(std::is_same_v<kind_member_t<kind_acquire, Kind>, acquire_result>,
+                  "a lock Kind needs `static acquire_result acquire(redisContext*, const "
+                  "lock_keys&, const attempt_spec&, std::string_view server)`: one attempt");
+    static_assert(std::is_same_v<kind_member_t<kind_release, Kind>, long long>,
+                  "a lock Kind needs `static long long release(redisContext*, const lock_keys&, "
+                  "std::string_view value, std::string_view server)`: -1 not held, else levels left");
+    static_assert(std::is_same_v<kind_member_t<kind_held, Kind>, bool>,
+                  "a lock Kind needs `static bool held(redisContext*, const lock_keys&, "
+                  "std::string_view value, std::string_view server)`");
+    return true;
+}
+
+}  // namespace rlock::detail

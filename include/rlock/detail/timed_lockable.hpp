@@ -1,0 +1,121 @@
+// The standard TimedLockable forms (lock, try_lock, try_lock_for, try_lock_until, each also
+// with a lease), written once for every lock type, and the deadline and lease arithmetic they
+// share. A lock type derives from timed_lockable<itself> and supplies one entry point,
+// `acquire(deadline, lease)`.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <string_view>
+#include <type_traits>
+
+#include "rlock/errors.hpp"
+
+namespace rlock::detail {
+
+/// The longest lease rlock accepts: 100 years. Longer ones would overflow the client's
+/// steady_clock arithmetic (and Redis refuses expiries near 2^63 ms).
+inline constexpr std::chrono::hours max_lease{24 * 365 * 100};
+
+/// `lease` in whole milliseconds (rounded up, at least 1). Throws `error` (invalid_argument,
+/// naming `lock` and `server`) for a lease that is not positive or longer than max_lease.
+template <class Duration>
+std::chrono::milliseconds lease_ms(const Duration& lease, std::string_view lock, std::string_view server) {
+    if (lease <= Duration::zero()) {
+        throw error(errc::invalid_argument, lock, server, "lease must be positive");
+    }
+    // Compared in floating point: converting a huge lease to milliseconds first would overflow.
+    if (std::chrono::duration<double, std::milli>(lease) >
+        std::chrono::duration<double, std::milli>(max_lease)) {
+        throw error(errc::invalid_argument, lock, server, "lease must be at most 100 years");
+    }
+    return std::max(std::chrono::milliseconds(1), std::chrono::ceil<std::chrono::milliseconds>(lease));
+}
+
+/// steady_clock deadline `wait` from now, saturating (hours::max() means "forever").
+template <class Duration>
+std::chrono::steady_clock::time_point deadline_after(const Duration& wait) {
+    using clock = std::chrono::steady_clock;
+    const auto now = clock::now();
+    if (wait <= Duration::zero()) return now;
+    const auto room = clock::time_point::max() - now;
+    if (std::chrono::duration_cast<std::chrono::duration<double>>(wait) >=
+        std::chrono::duration_cast<std::chrono::duration<double>>(room)) {
+        return clock::time_point::max();
+    }
+    return now + std::chrono::ceil<clock::duration>(wait);
+}
+
+/// A deadline on any clock as a steady_clock one, measured from now.
+template <class Clock, class Duration>
+std::chrono::steady_clock::time_point to_steady(const std::chrono::time_point<Clock, Duration>& t) {
+    if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
+        return std::chrono::time_point_cast<std::chrono::steady_clock::duration>(t);
+    } else {
+        // Compare first: `t - now` overflows for a deadline near the clock's minimum.
+        const auto now = Clock::now();
+        if (t <= now) return std::chrono::steady_clock::now();
+        return deadline_after(t - now);
+    }
+}
+
+/// What a lock type gives timed_lockable (as a friend: these may be private):
+///   bool acquire(steady_clock::time_point deadline, std::chrono::milliseconds lease);
+///       true when the calling thread now holds the lock. `deadline` is time_point::max() for
+///       lock() (wait for ever); a deadline already past is one attempt. `lease` is 0 for a
+///       watched hold (renewed until unlock), else already checked by lease_ms.
+///   const std::string& name() const;  std::string_view server() const;  (lease errors)
+/// read_write_lock's read side maps std::shared_timed_mutex's names onto a second lock object
+/// of this kind (its read side), forwarding.
+template <class Derived>
+class timed_lockable {
+    using clock = std::chrono::steady_clock;
+    static constexpr clock::time_point forever = clock::time_point::max();
+    static constexpr std::chrono::milliseconds watched{0};
+
+public:
+    /// Blocks until the calling thread holds the lock; the hold is watched (renewed until
+    /// unlock).
+    void lock() { (void)self().acquire(forever, watched); }
+    /// As lock(), but the hold expires after `lease` and is never renewed. Throws `error`
+    /// (invalid_argument) for a lease not positive or over 100 years; nothing is sent.
+    template <class Rep, class Period>
+    void lock(const std::chrono::duration<Rep, Period>& lease) {
+        (void)self().acquire(forever, checked(lease));
+    }
+    /// One attempt, no waiting. True when the calling thread now holds the lock (watched).
+    [[nodiscard]] bool try_lock() { return self().acquire(clock::now(), watched); }
+    /// Waits up to `wait` (measured on steady_clock); true when the thread now holds it.
+    template <class Rep, class Period>
+    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait) {
+        return self().acquire(deadline_after(wait), watched);
+    }
+    /// As try_lock_for(wait); on success the hold expires after `lease`, never renewed.
+    template <class Rep, class Period, class Rep2, class Period2>
+    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& wait,
+                                    const std::chrono::duration<Rep2, Period2>& lease) {
+        const auto l = checked(lease);
+        return self().acquire(deadline_after(wait), l);
+    }
+    /// Waits until `deadline` (any clock; measured on steady_clock from now).
+    template <class Clock, class Duration>
+    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
+        return self().acquire(to_steady(deadline), watched);
+    }
+    /// As try_lock_until(deadline); on success the hold expires after `lease`, never renewed.
+    template <class Clock, class Duration, class Rep, class Period>
+    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline,
+                                      const std::chrono::duration<Rep, Period>& lease) {
+        const auto l = checked(lease);
+        return self().acquire(to_steady(deadline), l);
+    }
+
+private:
+    Derived& self() { return static_cast<Derived&>(*this); }
+    template <class Rep, class Period>
+    std::chrono::milliseconds checked(const std::chrono::duration<Rep, Period>& lease) {
+        return lease_ms(lease, self().name(), self().server());
+    }
+};
+
+}  // namespace rlock::detail
