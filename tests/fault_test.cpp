@@ -1415,6 +1415,27 @@ TEST(replica_sync, a_lock_is_granted_only_once_the_replica_has_it_and_released_l
     }
 }
 
+// Issue 18: multi_lock's one-script path (parts of one client) waits for replicas as its parts
+// do one by one: an acquire too few replicas acknowledged is undone, every part, and reported.
+// Failed before: the one-script acquire sent no WAIT and was granted.
+TEST(replica_sync, a_multi_lock_of_one_node_is_synced_and_undone_as_its_parts_are) {
+    replicated r;
+    const std::string name = rlock_test::test_lock_name();
+    rlock::client c(r.options(2));  // one replica exists: always short
+    rlock::mutex a(c, name + ":a");
+    rlock::reentrant_lock b(c, name + ":b");
+    rlock::multi_lock both{a, b};
+    try {
+        both.lock();
+        FAIL() << "lock() succeeded with one replica of the two asked for";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::replica_sync_failed) << e.what();
+        EXPECT_NE(std::string(e.what()).find("undone"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(r.master.integer({"EXISTS", name + ":a", name + ":b"}), 0)
+        << "the undone acquire left a part";
+}
+
 TEST(replica_sync, an_acquire_too_few_replicas_acknowledge_is_undone_and_reported) {
     replicated r;
     const std::string name = rlock_test::test_lock_name();

@@ -203,6 +203,46 @@ TEST(multi_lock, a_basket_of_locks_known_at_run_time_is_taken_as_one) {
     EXPECT_THROW(rlock::multi_lock{twice}, rlock::error);
 }
 
+// Issue 16, item 6, for multi_lock's one-script path (parts of one client): a thread that
+// exits holding it stops their renewal and the owner is told once; another client gets the
+// parts once the lease has run out. And a multi_lock whose client was destroyed takes nothing.
+// Failed before: the one-script path's holds were renewed for the client's lifetime, and it
+// took holds through a destroyed client.
+TEST(multi_lock, a_thread_that_exits_holding_it_stops_renewing_its_parts) {
+    rlock_test::lost_log lost;
+    rlock::client_options o = server().options();
+    o.lock_watchdog_timeout = 600ms;
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o), other(server().options());
+    rlock::mutex a(c, name(":a"));
+    rlock::reentrant_lock r(c, name(":r"));
+    rlock::multi_lock both{a, r};
+    std::thread([&] { both.lock(); }).join();
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() > 0; }, 2s));
+    {
+        std::lock_guard<std::mutex> g(lost.mu);
+        EXPECT_NE(lost.last_message.find("exited"), std::string::npos) << lost.last_message;
+    }
+    rlock::mutex theirs_a(other, name(":a"));
+    rlock::reentrant_lock theirs_r(other, name(":r"));
+    rlock::multi_lock theirs{theirs_a, theirs_r};
+    EXPECT_TRUE(theirs.try_lock_for(3s)) << "the exited thread's parts are still renewed";
+    theirs.unlock();
+    EXPECT_EQ(lost.calls.load(), 1);
+
+    auto gone = std::make_unique<rlock::client>(server().options());
+    rlock::mutex x(*gone, name(":x")), y(*gone, name(":y"));
+    rlock::multi_lock through_gone{x, y};
+    gone.reset();
+    try {
+        through_gone.lock();
+        FAIL() << "lock() through a destroyed client succeeded";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::connection_failed) << e.what();
+    }
+    EXPECT_EQ(server().integer({"EXISTS", name(":x"), name(":y")}), 0);
+}
+
 TEST(multi_lock, mixes_kinds_and_clients) {
     rlock::client c1(server().options()), c2(server().options());
     rlock::mutex m(c1, name(":m"));

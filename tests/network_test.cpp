@@ -356,6 +356,32 @@ TEST_F(network, a_final_unlock_whose_reply_comes_too_late_is_retried_without_a_f
     EXPECT_EQ(lost.calls, 0) << last_message(lost);
 }
 
+// multi_lock's one-script acquire (parts of one client) whose reply comes too late may have
+// run on the server: it is undone, every part, before the error reaches the caller, as
+// basic_lock's attempt undoes its own. Failed before: both parts stayed for the whole lease
+// with nobody holding them.
+TEST_F(network, a_multi_lock_acquire_whose_reply_comes_too_late_leaves_no_part_behind) {
+    rlock::client c(through_proxy(30s, 500ms));
+    rlock::mutex a(c, name() + ":a");
+    rlock::reentrant_lock b(c, name() + ":b");
+    rlock::multi_lock both{a, b};
+    both.lock();
+    both.unlock();  // the scripts are cached now: the slowed call runs, not NOSCRIPT
+    proxy.slow_replies_on_open_connections(1500ms);
+    bool locked = false;
+    try {
+        locked = both.try_lock();
+    } catch (const rlock::error& e) {
+        EXPECT_TRUE(connection_error(e.value())) << e.what();
+    }
+    proxy.slow_replies_on_open_connections(0ms);
+    ASSERT_FALSE(locked) << "the slowed reply did not time out: nothing was tested";
+    EXPECT_EQ(server.integer({"EXISTS", name() + ":a", name() + ":b"}), 0)
+        << "a failed acquire left its parts for a whole lease";
+    EXPECT_TRUE(both.try_lock_for(2s));
+    both.unlock();
+}
+
 // ---------------------------------------------------------------------------------------------
 // clock_*: the worker under libfaketime; its wall clock jumps by hours and days while it holds
 // watched and leased locks and waits in try_lock_for. Redis runs on the real clock.

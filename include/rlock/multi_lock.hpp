@@ -36,6 +36,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "rlock/client.hpp"
 #include "rlock/detail/basic_lock.hpp"
 #include "rlock/detail/fair_kind.hpp"
 #include "rlock/detail/lua_checks.hpp"
@@ -404,6 +405,10 @@ private:
     bool acquire_in_one_script(std::chrono::milliseconds lease, std::size_t& refusing) {
         detail::client_core& core = *parts_.front().core;
         const std::uint64_t thread = detail::current_thread_number();
+        if (core.sub->stopped()) {  // nothing would renew or release what it took
+            throw error(errc::connection_failed, parts_.front().name, core.ep.name,
+                        "the client this lock was made from has been destroyed");
+        }
         for (part& p : parts_) {
             if (core.reg.find(p.kind, p.name, thread)) {
                 refusing = 0;
@@ -414,20 +419,45 @@ private:
         if (watched) lease = core.ep.options.lock_watchdog_timeout;
         const std::string lease_text = std::to_string(lease.count());
         const std::string token = detail::random_token(), holder = core.holder_id(thread);
+        std::vector<std::string_view> values;
+        values.reserve(parts_.size());
+        for (part& p : parts_) values.push_back(p.code == 'm' ? std::string_view(token) : holder);
         detail::script_call call;
         call.start(detail::multi_acquire_script(), parts_.size());
         for (part& p : parts_) call.push(p.keys->name);
         call.push(lease_text);
-        for (part& p : parts_) {
-            call.push(p.code == 'm' ? "m" : "r");
-            call.push(p.code == 'm' ? std::string_view(token) : std::string_view(holder));
+        for (std::size_t i = 0; i < parts_.size(); ++i) {
+            call.push(parts_[i].code == 'm' ? "m" : "r");
+            call.push(values[i]);
         }
+        const std::string& name = parts_.front().name;
         const auto sent = clock::now();
-        detail::reply_ptr r = core.pool.run(parts_.front().name, false, [&](redisContext* c) {
-            return detail::run_script(c, call, parts_.front().name, core.ep.name);
-        });
+        detail::reply_ptr r;
+        try {
+            r = core.pool.run(name, false, [&](redisContext* c) {
+                detail::reply_ptr got = detail::run_script(c, call, name, core.ep.name);
+                if (got && got->type == REDIS_REPLY_ARRAY && got->elements >= 1 &&
+                    got->element[0]->integer == 1) {
+                    sync_or_undo(core, c, values);
+                }
+                return got;
+            });
+        } catch (const error& e) {
+            // A connection that broke or timed out may have run the script: undo it, as
+            // basic_lock's attempt does, so nothing of ours outlives the failure.
+            if (e.value() == errc::connection_failed || e.value() == errc::timeout) {
+                try {
+                    detail::script_call undo = release_call(values);
+                    (void)core.pool.run(name, true, [&](redisContext* c) {
+                        return detail::run_script(c, undo, name, core.ep.name);
+                    });
+                } catch (const error&) {  // unreachable still: the parts expire with the lease
+                }
+            }
+            throw;
+        }
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-            throw error(errc::protocol_error, parts_.front().name, core.ep.name,
+            throw error(errc::protocol_error, name, core.ep.name,
                         "unexpected reply from the multi-lock script");
         }
         if (r->element[0]->integer != 1) {
@@ -449,7 +479,48 @@ private:
             h->group = group;
             core.reg.add(std::move(h));
         }
+        if (watched) detail::thread_exit_watch::enlist(core);  // as basic_lock's holds
         return true;
+    }
+
+    // The one-script release of every part, each with its value (parts_ order).
+    detail::script_call release_call(const std::vector<std::string_view>& values) const {
+        detail::script_call call;
+        call.start(detail::multi_release_script(), 2 * parts_.size());
+        for (const part& p : parts_) {
+            call.push(p.keys->name);
+            call.push(p.keys->channel);
+        }
+        for (std::size_t i = 0; i < parts_.size(); ++i) {
+            call.push(parts_[i].code == 'm' ? "m" : "r");
+            call.push(values[i]);
+        }
+        return call;
+    }
+
+    // Replica sync after the one-script acquire on `c`, as basic_lock's sync_or_undo for each
+    // part: too few acknowledgements release every part and throw replica_sync_failed.
+    void sync_or_undo(detail::client_core& core, redisContext* c,
+                      const std::vector<std::string_view>& values) const {
+        const int wanted = core.ep.options.sync_replicas;
+        if (wanted <= 0) return;
+        const std::string& name = parts_.front().name;
+        const long long acked = core.wait_for_replicas(c, name);
+        if (acked >= wanted) return;
+        try {
+            detail::script_call undo = release_call(values);
+            (void)detail::run_script(c, undo, name, core.ep.name);
+        } catch (const error&) {
+            // Not a redirection for the pool to follow: that would run the acquire again.
+            detail::last_redirect() = detail::redirect{};
+            throw;
+        }
+        throw error(errc::replica_sync_failed, name, core.ep.name,
+                    std::to_string(acked) + " of the " + std::to_string(wanted) +
+                        " replicas asked for acknowledged the acquire of the multi_lock's " +
+                        std::to_string(parts_.size()) + " parts within " +
+                        std::to_string(core.ep.options.sync_timeout.count()) +
+                        " ms; it was undone");
     }
 
     bool release_in_one_script() {
@@ -462,16 +533,10 @@ private:
             holds.push_back(std::move(h));
         }
         for (auto& h : holds) core.reg.remove(h);
-        detail::script_call call;
-        call.start(detail::multi_release_script(), 2 * parts_.size());
-        for (part& p : parts_) {
-            call.push(p.keys->name);
-            call.push(p.keys->channel);
-        }
-        for (std::size_t i = 0; i < parts_.size(); ++i) {
-            call.push(parts_[i].code == 'm' ? "m" : "r");
-            call.push(holds[i]->value);
-        }
+        std::vector<std::string_view> values;
+        values.reserve(holds.size());
+        for (const auto& h : holds) values.push_back(h->value);
+        detail::script_call call = release_call(values);
         try {
             detail::reply_ptr r = core.pool.run(parts_.front().name, true, [&](redisContext* c) {
                 return detail::run_script(c, call, parts_.front().name, core.ep.name);

@@ -90,6 +90,7 @@ public:
             detail::client_core* core = &detail::client_access::core(*c);
             if (std::find(nodes_.begin(), nodes_.end(), core) != nodes_.end()) bad("the same client is given twice");
             nodes_.push_back(core);
+            owners_.push_back(core->shared_from_this());
         }
         keys_.name = name_;
         keys_.channel = detail::prefixed_key(detail::mutex_kind::channel_prefix, name_);
@@ -269,6 +270,13 @@ private:
         const bool bounded = deadline != clock::time_point::max();
         const std::uint64_t thread = detail::current_thread_number();
         for (detail::client_core* n : nodes_) {
+            // Nothing would renew or release a hold taken there.
+            if (n->sub->stopped()) {
+                throw error(errc::connection_failed, name_, n->ep.name,
+                            "the client of this node has been destroyed");
+            }
+        }
+        for (detail::client_core* n : nodes_) {
             if (n->reg.find(&detail::red_lock_info, name_, thread)) {
                 throw error(errc::would_deadlock, name_, n->ep.name,
                             "this thread already holds the red_lock, which is not reentrant");
@@ -330,6 +338,8 @@ private:
                     h->group = group;
                     // Nodes that did not accept count as lost from the start.
                     nodes_[i]->reg.add(std::move(h));
+                    // A thread that exits holding it stops its renewal (client_core::thread_exited).
+                    if (watched) detail::thread_exit_watch::enlist(*nodes_[i]);
                 }
                 group->lost_parts = static_cast<int>(n - got.size());
                 return true;
@@ -364,6 +374,9 @@ private:
     }
 
     std::vector<detail::client_core*> nodes_;
+    // Keep each node's core alive as basic_lock does: a client destroyed before this red_lock
+    // leaves a core whose threads have stopped, which acquire() refuses to use.
+    std::vector<std::shared_ptr<detail::client_core>> owners_;
     std::string name_;
     red_lock_options options_;
     detail::lock_keys keys_;
