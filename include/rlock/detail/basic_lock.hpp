@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "rlock/client.hpp"
+#include "rlock/detail/client_core.hpp"
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/kind.hpp"
 #include "rlock/detail/random.hpp"

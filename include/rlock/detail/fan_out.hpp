@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "rlock/client.hpp"
+#include "rlock/detail/client_core.hpp"
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/pool.hpp"
 

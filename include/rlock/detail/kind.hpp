@@ -12,7 +12,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "rlock/client.hpp"
+#include "rlock/detail/client_core.hpp"
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
