@@ -53,11 +53,19 @@ configure_and_build() {
     cmake --build "$dir" --parallel "$(nproc 2>/dev/null || echo 2)"
 }
 
-# A loopback TCP port nothing listens on (never 6379).
+# A loopback TCP port nothing listens on (never 6379), below the kernel's ephemeral range by
+# more than 10000: an outgoing connection's local port is drawn from that range and would make
+# a server's bind fail (seen: a cluster node of the interop suite), and a Redis Cluster node
+# also listens on its port + 10000.
 free_port() {
-    local port
+    local port low=32768 span
+    if [ -r /proc/sys/net/ipv4/ip_local_port_range ]; then
+        read -r low _ </proc/sys/net/ipv4/ip_local_port_range || low=32768
+    fi
+    span=$((low - 10000 - 10000))
+    if [ "$span" -lt 1000 ]; then span=2768; fi
     for _ in $(seq 1 100); do
-        port=$(( (RANDOM % 30000) + 20000 ))
+        port=$(( (RANDOM % span) + 10000 ))
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
             echo "$port"
             return 0
