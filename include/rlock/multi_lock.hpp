@@ -405,10 +405,8 @@ private:
     bool acquire_in_one_script(std::chrono::milliseconds lease, std::size_t& refusing) {
         detail::client_core& core = *parts_.front().core;
         const std::uint64_t thread = detail::current_thread_number();
-        if (core.sub->stopped()) {  // nothing would renew or release what it took
-            throw error(errc::connection_failed, parts_.front().name, core.ep.name,
-                        "the client this lock was made from has been destroyed");
-        }
+        core.throw_if_destroyed(parts_.front().name,
+                                "the client this lock was made from has been destroyed");
         for (part& p : parts_) {
             if (core.reg.find(p.kind, p.name, thread)) {
                 refusing = 0;

@@ -270,11 +270,7 @@ private:
         const bool bounded = deadline != clock::time_point::max();
         const std::uint64_t thread = detail::current_thread_number();
         for (detail::client_core* n : nodes_) {
-            // Nothing would renew or release a hold taken there.
-            if (n->sub->stopped()) {
-                throw error(errc::connection_failed, name_, n->ep.name,
-                            "the client of this node has been destroyed");
-            }
+            n->throw_if_destroyed(name_, "the client of this node has been destroyed");
         }
         for (detail::client_core* n : nodes_) {
             if (n->reg.find(&detail::red_lock_info, name_, thread)) {

@@ -207,10 +207,7 @@ private:
         const std::uint64_t thread = current_thread_number();
         const std::chrono::milliseconds watchdog = core_->ep.options.lock_watchdog_timeout;
         // Nothing would renew or release a hold taken now.
-        if (core_->sub->stopped()) {
-            throw error(errc::connection_failed, name(), server(),
-                        "the client this lock was made from has been destroyed");
-        }
+        core_->throw_if_destroyed(name(), "the client this lock was made from has been destroyed");
         if (registry::hold_ptr h = reg.find(&Kind::info, name(), thread)) {
             return reenter(*h, lease);
         }
@@ -249,10 +246,7 @@ private:
             const std::chrono::milliseconds heartbeat = Kind::heartbeat(options_);
             bool woken = false;  // the last wait ended with a message (an unlock, mostly)
             for (;;) {
-                if (core_->sub->stopped()) {
-                    throw error(errc::connection_failed, name(), server(),
-                                "the client was destroyed while this thread waited");
-                }
+                core_->throw_if_destroyed(name(), "the client was destroyed while this thread waited");
                 if constexpr (Kind::races) race.before_try();
                 const std::uint64_t seen = sub.generation();
                 sent = clock::now();
@@ -261,10 +255,7 @@ private:
                 if (r.acquired) break;
                 const auto now = clock::now();
                 if (now >= deadline) return false;
-                if (core_->sub->stopped()) {
-                    throw error(errc::connection_failed, name(), server(),
-                                "the client was destroyed while this thread waited");
-                }
+                core_->throw_if_destroyed(name(), "the client was destroyed while this thread waited");
                 if (r.ttl == -2) continue;  // freed between SET and PTTL: try again now
                 auto until = deadline;
                 // Re-read each time: a subscriber that reconnected is not listening until its

@@ -141,6 +141,13 @@ public:
         sub->stop();
     }
 
+    /// Throws `error` (connection_failed, naming `lock`, this server and `what`) once the
+    /// rlock::client that owned this core is destroyed: nothing would renew or release a hold
+    /// taken through it, and a waiter must stop waiting.
+    void throw_if_destroyed(std::string_view lock, const char* what) const {
+        if (sub->stopped()) throw error(errc::connection_failed, lock, ep.name, what);
+    }
+
     /// Asks the watchdog for a tick now rather than at its next period: a connection broke, and
     /// the server may have come back without the holds (a restart without persistence, a
     /// failover to a replica that never had them). A renewal is the check: a hold whose key is

@@ -34,6 +34,9 @@ public:
     /// Before each try of the wait loop.
     void before_try() const {
         if (round_ >= yield_rounds || lost_races_.load(std::memory_order_relaxed) == 0) return;
+        // A fixed pause, and a defensible one: at most 200 µs, before the first two tries of a
+        // wait only, and only while this client is losing races for the lock. It orders woken
+        // waiters; the wait itself still ends on the unlock message or the holder's TTL.
         std::this_thread::sleep_for(yield_step * (yield_rounds - round_));
     }
 
