@@ -1,7 +1,7 @@
 // What a held lock costs besides its lock+unlock round trips (issue 5), against a local
 // redis-server started here on a free port:
 //
-//   watchdog_tick/N    one renewal tick of the watchdog (client_core::renew_all) with N watched
+//   watchdog_tick/N    one renewal tick of the watchdog (watchdog::renew_all) with N watched
 //                      mutex holds: time per tick, its share of the renewal interval at the
 //                      default 30 s timeout (target: <= 10 %), and the script calls per tick,
 //                      counted by the server (INFO commandstats). The calls of a tick go out as
@@ -106,11 +106,11 @@ void bm_watchdog_tick(benchmark::State& state) {
     rlock::detail::client_core& core = rlock::detail::client_access::core(c);
     rlock::detail::context_ptr conn;
     std::uint64_t epoch = 0;
-    core.renew_all(conn, epoch);  // connects and caches the script
+    core.watch().renew_all(conn, epoch);  // connects and caches the script
     const long long calls_before = command_calls("evalsha");
     const auto start = std::chrono::steady_clock::now();
     for (auto _ : state) {
-        if (!core.renew_all(conn, epoch)) state.SkipWithError("a renewal tick failed");
+        if (!core.watch().renew_all(conn, epoch)) state.SkipWithError("a renewal tick failed");
     }
     const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
     const std::chrono::duration<double> interval = c.options().lock_watchdog_timeout / 3;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <list>
@@ -151,17 +152,17 @@ TEST(cluster_parse, redirections_name_the_slot_and_node_and_malformed_ones_are_n
     redirect r = parse_redirect("MOVED 3999 127.0.0.1:6381");
     EXPECT_EQ(r.kind, redirect::moved);
     EXPECT_EQ(r.slot, 3999);
-    EXPECT_EQ(r.to.host, "127.0.0.1");
-    EXPECT_EQ(r.to.port, 6381);
+    EXPECT_EQ(r.host, "127.0.0.1");
+    EXPECT_EQ(r.port, 6381);
     r = parse_redirect("ASK 12 [::1]:7000");
     EXPECT_EQ(r.kind, redirect::ask);
     EXPECT_EQ(r.slot, 12);
-    EXPECT_EQ(r.to.host, "::1");
-    EXPECT_EQ(r.to.port, 7000);
+    EXPECT_EQ(r.host, "::1");
+    EXPECT_EQ(r.port, 7000);
     r = parse_redirect("MOVED 5 :7001");  // the node we asked, on another port
     EXPECT_EQ(r.kind, redirect::moved);
-    EXPECT_EQ(r.to.host, "");
-    EXPECT_EQ(r.to.port, 7001);
+    EXPECT_EQ(r.host, "");
+    EXPECT_EQ(r.port, 7001);
     EXPECT_EQ(parse_redirect("TRYAGAIN Multiple keys request during rehashing of slot").kind,
               redirect::try_again);
     EXPECT_EQ(parse_redirect("CLUSTERDOWN The cluster is down").kind, redirect::try_again);
@@ -170,11 +171,36 @@ TEST(cluster_parse, redirections_name_the_slot_and_node_and_malformed_ones_are_n
                             "NOSCRIPT No matching script", ""}) {
         EXPECT_EQ(parse_redirect(bad).kind, redirect::none) << bad;
     }
-    const rlock::error busy(rlock::errc::server_error, "l", "cluster node h:1",
-                            "TRYAGAIN Multiple keys request during rehashing of slot");
-    EXPECT_TRUE(rlock::detail::says_try_again(busy.what()));
-    const rlock::error moved(rlock::errc::server_error, "l", "cluster node h:1", "MOVED 1 h:2");
-    EXPECT_FALSE(rlock::detail::says_try_again(moved.what()));
+}
+
+// The error made from a redirecting reply carries the redirection as data, whatever the lock's
+// name says: a name that reads like a redirection is never followed.
+TEST(cluster_parse, an_error_carries_the_redirection_of_its_reply_not_of_its_text) {
+    using rlock::detail::error_access;
+    using rlock::detail::redirect;
+    auto from_reply = [](const char* text, const char* lock) {
+        redisReply r{};
+        r.type = REDIS_REPLY_ERROR;
+        r.str = const_cast<char*>(text);
+        r.len = std::strlen(text);
+        return rlock::detail::make_error(nullptr, &r, lock, "cluster node h:1");
+    };
+    const rlock::error busy =
+        from_reply("TRYAGAIN Multiple keys request during rehashing of slot", "l");
+    EXPECT_EQ(error_access::origin(busy).to.kind, redirect::try_again);
+    EXPECT_EQ(busy.lock(), "l");
+    EXPECT_EQ(busy.server(), "cluster node h:1");
+    EXPECT_EQ(busy.cause(), "TRYAGAIN Multiple keys request during rehashing of slot");
+    const rlock::error moved = from_reply("MOVED 1 h:2", "l");
+    EXPECT_EQ(error_access::origin(moved).to.kind, redirect::moved);
+    EXPECT_EQ(error_access::origin(moved).to.host, "h");
+    EXPECT_EQ(error_access::origin(moved).to.port, 2);
+    const rlock::error named = from_reply("ERR something else", ": TRYAGAIN MOVED 1 h:2");
+    EXPECT_EQ(error_access::origin(named).to.kind, redirect::none);
+    // Re-addressed to the node that failed, it keeps its redirection.
+    EXPECT_EQ(error_access::origin(error_access::on(busy, "cluster node h:3")).to.kind,
+              redirect::try_again);
+    EXPECT_EQ(error_access::origin(error_access::unredirected(moved)).to.kind, redirect::none);
 }
 
 TEST(cluster_parse, the_slot_map_reads_every_endpoint_form_of_cluster_slots) {

@@ -11,9 +11,11 @@
 // rlock::errc::timeout) ... }`.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 
 namespace rlock {
 
@@ -22,7 +24,7 @@ enum class errc {
     invalid_argument = 1,  ///< bad input (empty name, bad URI, non-positive lease); nothing was sent
     connection_failed,     ///< could not connect, or the connection broke mid-command
     timeout,               ///< connect or command timeout, or no pooled connection in time
-    auth_failed,           ///< AUTH or SELECT refused (NOAUTH, WRONGPASS, NOPERM, bad db)
+    auth_failed,           ///< AUTH refused, or an ACL forbids a command or key (NOAUTH, WRONGPASS, NOPERM)
     wrong_type,            ///< the lock's key exists and holds another kind of value
     server_error,          ///< any other error reply from Redis (the message carries it)
     protocol_error,        ///< a reply rlock cannot understand
@@ -69,31 +71,113 @@ inline std::error_code make_error_code(errc e) noexcept {
     return {static_cast<int>(e), error_category()};
 }
 
+namespace detail {
+
+/// Where a Redis Cluster node sent a command instead of running it (MOVED, ASK), or that it
+/// could not run it yet (TRYAGAIN, CLUSTERDOWN, a script that reached a key migrated away).
+/// An empty host means the node that answered.
+struct redirect {
+    enum kind_t : unsigned char { none, moved, ask, try_again } kind = none;
+    int slot = -1;
+    std::string host;  // moved and ask: the node to ask instead
+    int port = 0;
+};
+
+/// What rlock itself reads from an error, beyond its code: filled by make_error from the reply
+/// that caused it, carried unchanged when the error is re-addressed (error_access).
+struct error_origin {
+    redirect to;            // Redis Cluster: the redirection in the reply
+    bool readonly = false;  // a replica refused a write (READONLY): the command did not run
+};
+
+struct error_access;
+
+}  // namespace detail
+
 /// The exception rlock throws, and the reason it passes to `on_lock_lost`.
+///
+/// what() reads "rlock: lock "<lock>" on <server>: <cause>: <code's message>" (empty parts
+/// left out); lock(), server() and cause() give the parts. Copying never throws.
 class error : public std::system_error {
 public:
-    error(errc code, const std::string& what) : std::system_error(make_error_code(code), what) {}
+    /// An error with `what` as its cause, naming no lock or server.
+    error(errc code, const std::string& what) : error(code, {}, {}, what) {}
 
-    /// Builds the message "rlock: lock "<lock>" on <server>: <cause>"; empty parts are left out.
+    /// An error about `lock` (empty: none) on `server` (empty: none) because of `cause`.
     error(errc code, std::string_view lock, std::string_view server, std::string_view cause)
-        : error(code, compose(lock, server, cause)) {}
+        : error(code, std::make_shared<const parts>(parts{std::string(lock), std::string(server),
+                                                          std::string(cause), {}})) {}
 
     errc value() const noexcept { return static_cast<errc>(code().value()); }
 
+    /// The name of the lock the error concerns; empty when it concerns none (a client's own
+    /// connection, bad client options).
+    const std::string& lock() const noexcept { return parts_->lock; }
+    /// The server as messages name it: "host:port", a socket path, "master <name> via
+    /// sentinel", "cluster node host:port"; empty when no server was involved.
+    const std::string& server() const noexcept { return parts_->server; }
+    /// What went wrong, in words (a Redis error reply's text, or rlock's own).
+    const std::string& cause() const noexcept { return parts_->cause; }
+
 private:
-    static std::string compose(std::string_view lock, std::string_view server,
-                               std::string_view cause) {
+    friend struct detail::error_access;
+    struct parts {
+        std::string lock, server, cause;
+        detail::error_origin origin;
+    };
+
+    error(errc code, std::shared_ptr<const parts> p)
+        : std::system_error(make_error_code(code), compose(*p)), parts_(std::move(p)) {}
+
+    static std::string compose(const parts& p) {
         std::string m = "rlock:";
-        if (!lock.empty()) {
-            m.append(" lock \"").append(lock).append("\"");
+        if (!p.lock.empty()) {
+            m.append(" lock \"").append(p.lock).append("\"");
         }
-        if (!server.empty()) {
-            m.append(" on ").append(server);
+        if (!p.server.empty()) {
+            m.append(" on ").append(p.server);
         }
-        m.append(lock.empty() && server.empty() ? " " : ": ").append(cause);
+        m.append(p.lock.empty() && p.server.empty() ? " " : ": ").append(p.cause);
         return m;
     }
+
+    std::shared_ptr<const parts> parts_;
 };
+
+namespace detail {
+
+/// rlock's internal view of an error: the origin make_error recorded, and the same error
+/// re-addressed (naming the lock a connection was opened for, the cluster node that failed).
+struct error_access {
+    static error with_origin(errc code, std::string_view lock, std::string_view server,
+                             std::string_view cause, error_origin origin) {
+        return error(code, std::make_shared<const error::parts>(error::parts{
+                               std::string(lock), std::string(server), std::string(cause),
+                               std::move(origin)}));
+    }
+    static const error_origin& origin(const error& e) noexcept { return e.parts_->origin; }
+    /// `e`, naming `lock` when it named none.
+    static error about(const error& e, std::string_view lock) {
+        if (!e.lock().empty() || lock.empty()) return e;
+        return with_origin(e.value(), lock, e.server(), e.cause(), origin(e));
+    }
+    /// `e`, naming `server` instead of the server it named.
+    static error on(const error& e, std::string_view server) {
+        return with_origin(e.value(), e.lock(), server, e.cause(), origin(e));
+    }
+    /// "<server>: <cause>" (or the cause alone): `e` told inside another error's cause.
+    static std::string brief(const error& e) {
+        return e.server().empty() ? e.cause() : e.server() + ": " + e.cause();
+    }
+    /// `e` without its redirection: an error a redirection must not be followed for.
+    static error unredirected(const error& e) {
+        error_origin o = origin(e);
+        o.to = redirect{};
+        return with_origin(e.value(), e.lock(), e.server(), e.cause(), std::move(o));
+    }
+};
+
+}  // namespace detail
 
 }  // namespace rlock
 

@@ -295,7 +295,7 @@ private:
                       std::is_base_of_v<detail::basic_lock<detail::reentrant_kind>, L>) {
             p.keys = &l.keys_;
             p.lost_at_unlock = [](void* o, std::uint64_t thread) {
-                (void)static_cast<L*>(o)->lost_at_unlock(thread, true);
+                static_cast<L*>(o)->mark_lost_at_unlock(thread);
             };
             p.fencing = l.options_.fencing;
             p.server = l.core_->ep.name;
@@ -432,7 +432,7 @@ private:
         const auto sent = clock::now();
         detail::reply_ptr r;
         try {
-            r = core.pool.run(name, false, [&](redisContext* c) {
+            r = core.pool.run(name, detail::on_break::fail, [&](redisContext* c) {
                 detail::reply_ptr got = detail::run_script(c, call, name, core.ep.name);
                 if (got && got->type == REDIS_REPLY_ARRAY && got->elements >= 1 &&
                     got->element[0]->integer == 1) {
@@ -446,7 +446,7 @@ private:
             if (e.value() == errc::connection_failed || e.value() == errc::timeout) {
                 try {
                     detail::script_call undo = release_call(values);
-                    (void)core.pool.run(name, true, [&](redisContext* c) {
+                    (void)core.pool.run(name, detail::on_break::retry, [&](redisContext* c) {
                         return detail::run_script(c, undo, name, core.ep.name);
                     });
                 } catch (const error&) {  // unreachable still: the parts expire with the lease
@@ -465,19 +465,11 @@ private:
         auto group = std::make_shared<detail::hold_group>();
         group->name = parts_.front().name;
         group->tell = core.ep.options.on_lock_lost;
+        const detail::hold_terms terms{
+            lease, watched ? detail::renewal::watched : detail::renewal::leased, sent};
         for (part& p : parts_) {
-            auto h = std::make_shared<detail::hold>();
-            h->kind = p.kind;
-            h->name = p.name;
-            h->value = p.code == 'm' ? token : holder;
-            h->thread = thread;
-            h->lease = lease;
-            h->watched = watched;
-            h->expires = sent + lease;
-            h->group = group;
-            core.reg.add(std::move(h));
+            core.add_hold(*p.kind, p.name, p.code == 'm' ? token : holder, thread, terms, 0, group);
         }
-        if (watched) detail::thread_exit_watch::enlist(core);  // as basic_lock's holds
         return true;
     }
 
@@ -508,10 +500,9 @@ private:
         try {
             detail::script_call undo = release_call(values);
             (void)detail::run_script(c, undo, name, core.ep.name);
-        } catch (const error&) {
+        } catch (const error& e) {
             // Not a redirection for the pool to follow: that would run the acquire again.
-            detail::last_redirect() = detail::redirect{};
-            throw;
+            throw detail::error_access::unredirected(e);
         }
         throw error(errc::replica_sync_failed, name, core.ep.name,
                     std::to_string(acked) + " of the " + std::to_string(wanted) +
@@ -536,22 +527,20 @@ private:
         for (const auto& h : holds) values.push_back(h->value);
         detail::script_call call = release_call(values);
         try {
-            detail::reply_ptr r = core.pool.run(parts_.front().name, true, [&](redisContext* c) {
+            detail::reply_ptr r = core.pool.run(parts_.front().name, detail::on_break::retry, [&](redisContext* c) {
                 return detail::run_script(c, call, parts_.front().name, core.ep.name);
             });
             for (std::size_t i = 0; i < holds.size() && r && i < r->elements; ++i) {
-                const bool expected = core.reg.with(
-                    [&] { return !holds[i]->watched && clock::now() >= holds[i]->expires; });
-                if (r->element[i]->integer >= 0 || expected) continue;
-                parts_[i].lost_at_unlock(parts_[i].lock, thread);
-                if (core.reg.claim_report(*holds[i])) {
-                    core.tell_hold(*holds[i], error(errc::lock_lost, holds[i]->name, core.ep.name,
-                                                    "at unlock the part was no longer held"));
+                if (r->element[i]->integer >= 0) continue;
+                if (core.reg.report_at_unlock(
+                        *holds[i], error(errc::lock_lost, holds[i]->name, core.ep.name,
+                                         "at unlock the part was no longer held"))) {
+                    parts_[i].lost_at_unlock(parts_[i].lock, thread);
                 }
             }
         } catch (const error& e) {
             for (part& p : parts_) p.lost_at_unlock(p.lock, thread);
-            if (core.reg.claim_report(*holds.front())) core.tell_hold(*holds.front(), e);
+            core.reg.report(*holds.front(), e);
         }
         return true;
     }

@@ -61,32 +61,49 @@ public:
     void unlock() { write_.unlock(); }
 
     // --- read side (shared) -----------------------------------------------------------------
-    // std::shared_timed_mutex's names for the read side's timed_lockable forms: as the write
-    // side's, but shared with other readers (a writer waits for every reader to leave).
+    // std::shared_timed_mutex's names. A read level is shared with other readers; a writer
+    // waits for every reader to leave. Each call throws what the write side's throws, except
+    // would_deadlock: a thread may hold both sides (a writer taking the read side is the first
+    // step of a downgrade). Waits end on the unlock message or the holder's TTL, never a poll.
+
+    /// Blocks until this thread holds a read level (no time limit); the hold is watched (renewed
+    /// until unlock_shared). Throws lock_lost on re-entry of a lost read hold, connection and
+    /// server errors (connection_failed also when the client is destroyed while waiting).
     void lock_shared() { read_.lock(); }
+    /// As lock_shared(), but the level expires after `lease` and is never renewed. Throws
+    /// invalid_argument for a lease not positive or over 100 years (nothing sent).
     template <class Rep, class Period>
     void lock_shared(const std::chrono::duration<Rep, Period>& lease) { read_.lock(lease); }
+    /// One attempt, no wait: true when this thread now holds a read level (watched).
     [[nodiscard]] bool try_lock_shared() { return read_.try_lock(); }
+    /// Waits up to `wait` (steady_clock) for a read level: true when held (watched), false when
+    /// the wait ran out, leaving nothing behind.
     template <class Rep, class Period>
     [[nodiscard]] bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& wait) {
         return read_.try_lock_for(wait);
     }
+    /// As try_lock_shared_for(wait), with a level that expires after `lease`, never renewed.
     template <class Rep, class Period, class Rep2, class Period2>
     [[nodiscard]] bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& wait,
                                            const std::chrono::duration<Rep2, Period2>& lease) {
         return read_.try_lock_for(wait, lease);
     }
+    /// Waits until `t` for a read level (a deadline on another clock is converted to
+    /// steady_clock once, so later wall-clock jumps do not move it).
     template <class Clock, class Duration>
     [[nodiscard]] bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t) {
         return read_.try_lock_until(t);
     }
+    /// As try_lock_shared_until(t), with a level that expires after `lease`, never renewed.
     template <class Clock, class Duration, class Rep, class Period>
     [[nodiscard]] bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t,
                                              const std::chrono::duration<Rep, Period>& lease) {
         return read_.try_lock_until(t, lease);
     }
-    /// Leaves one read level (and deletes that hold's key); the last reader out deletes the
-    /// lock and publishes `0`.
+    /// Leaves one read level (and deletes that level's key); the last reader out deletes the
+    /// lock and publishes `0`. One round trip; before it returns the level is out of the
+    /// watchdog. Throws not_owner only to a thread without a read hold; a lost hold or an
+    /// unreachable Redis is told through on_lock_lost instead, so it never throws in a guard.
     void unlock_shared() { read_.unlock(); }
 
     // --- queries ----------------------------------------------------------------------------

@@ -35,7 +35,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -143,18 +142,13 @@ public:
         // to be gone.
         const bool expected = was_lost && !watched;
         const bool short_of_quorum = released + unanswered < quorum() && !expected;
-        if (((was_lost && watched) || short_of_quorum) && group && group->tell &&
-            !group->told.exchange(true)) {
-            try {
-                group->tell(lost_hold{name_, group->id, 0}, error(errc::lock_lost, name_, "",
-                                         short_of_quorum
-                                             ? "at unlock only " + std::to_string(released) + " of " +
-                                                   std::to_string(nodes_.size()) +
-                                                   " nodes still held it (a majority is " +
-                                                   std::to_string(quorum()) + ")"
-                                             : std::string("its validity ran out before it was unlocked")));
-            } catch (...) {
-            }
+        if (((was_lost && watched) || short_of_quorum) && group) {
+            detail::registry::tell_group(
+                *group, short_of_quorum ? "at unlock only " + std::to_string(released) + " of " +
+                                              std::to_string(nodes_.size()) +
+                                              " nodes still held it (a majority is " +
+                                              std::to_string(quorum()) + ")"
+                                        : std::string("its validity ran out before it was unlocked"));
         }
         return released;
     }
@@ -248,7 +242,7 @@ private:
                 m += "not waited for (the round was decided without it)";
             } else if (r.failure) {
                 m += "failed: ";
-                m += r.failure->what();
+                m += r.failure->cause();
             } else if (r.reply && r.reply->type == REDIS_REPLY_STATUS) {
                 m += "accepted";
             } else if (r.reply && r.reply->type == REDIS_REPLY_ERROR) {
@@ -322,21 +316,12 @@ private:
                 group->name = name_;
                 group->tolerance = static_cast<int>(n - need);
                 group->tell = nodes_.front()->ep.options.on_lock_lost;
+                const detail::hold_terms terms{
+                    lease, watched ? detail::renewal::watched : detail::renewal::leased, start};
                 for (std::size_t i : got) {
-                    auto h = std::make_shared<detail::hold>();
-                    h->kind = &detail::red_lock_info;
-                    h->name = name_;
-                    h->value = token;
-                    h->thread = thread;
-                    h->lease = lease;
-                    h->watched = watched;
-                    h->expires = start + lease;
-                    h->group = group;
-                    // Nodes that did not accept count as lost from the start.
-                    nodes_[i]->reg.add(std::move(h));
-                    // A thread that exits holding it stops its renewal (client_core::thread_exited).
-                    if (watched) detail::thread_exit_watch::enlist(*nodes_[i]);
+                    nodes_[i]->add_hold(detail::red_lock_info, name_, token, thread, terms, 0, group);
                 }
+                // Nodes that did not accept count as lost from the start.
                 group->lost_parts = static_cast<int>(n - got.size());
                 return true;
             }
@@ -362,8 +347,8 @@ private:
             // lockstep), cut short by an unlock message from the first node.
             if (!sub) sub.emplace(*nodes_.front()->sub, keys_.channel);
             const auto seen = sub->generation();
-            std::uniform_int_distribution<long long> pick(1, std::max<long long>(1, options_.retry_delay.count()));
-            auto until = now + std::chrono::milliseconds(pick(detail::thread_rng()));
+            auto until = now + std::chrono::milliseconds(detail::random_between(
+                                   1, std::max<long long>(1, options_.retry_delay.count())));
             if (bounded) until = std::min(until, deadline);
             sub->wait(seen, until);
         }

@@ -1,6 +1,7 @@
-// basic_lock<Kind>: what every single-key lock shares. Kind supplies the key layout and the Lua
-// scripts; this template supplies the wait loop, leases, watchdog registration, fencing, lost
-// holds and error mapping. Users see it through rlock::mutex and rlock::reentrant_lock.
+// basic_lock<Kind>: what every lock on one Redis key shares. Kind supplies the key layout and
+// the Lua scripts (kind.hpp states the contract); this template supplies the wait loop, leases,
+// watchdog registration, fencing, lost holds and error mapping. Users see it as rlock::mutex,
+// rlock::reentrant_lock and rlock::fair_lock, and as the two sides of rlock::read_write_lock.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 
 #include "rlock/detail/client_core.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/script.hpp"
 #include "rlock/detail/kind.hpp"
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
@@ -87,39 +89,35 @@ public:
         if (last) reg.remove(h);
         long long left = 0;
         try {
-            left = release(h->value, /*may_retry=*/last);
+            left = release(h->value, last ? on_break::retry : on_break::fail);
             // Redis still counts levels after this thread's last one: a re-entry whose reply was
             // lost (the connection broke after the script ran) added a level this thread never
             // counted. It is this thread's, so the final unlock drains it; left alone, the lock
             // would outlive the unlock until its lease ran out, and the thread's next lock()
             // would re-enter the leftover hash with a count its unlocks never bring to zero.
             for (int extra = 0; last && left > 0 && extra < 64; ++extra) {
-                left = release(h->value, /*may_retry=*/true);
+                left = release(h->value, on_break::retry);
             }
         } catch (const error& e) {
             if (!last) --h->count;
-            if (last) lost_at_unlock(h->thread, true);
-            if (reg.claim_report(*h)) core_->tell_hold(*h, e);
+            if (last) mark_lost_at_unlock(h->thread);
+            reg.report(*h, e);  // unreachable: the hold is lost to its owner either way
             return;
         }
         if (!last) --h->count;
         if (left < 0) {
-            // Not ours any more. A leased hold past its lease is the expected case; anything
-            // else is a loss the owner has to hear of, unless the watchdog already said so.
-            const bool expected =
-                reg.with([&] { return !h->watched && clock::now() >= h->expires; });
-            if (last && !expected) lost_at_unlock(h->thread, true);
-            if (!expected && reg.claim_report(*h)) {
-                core_->tell_hold(*h, error(errc::lock_lost, name(), server(),
-                                          "at unlock the lock was no longer held by this "
-                                          "thread (expired, deleted or taken over)"));
-            }
+            // Not ours any more.
+            const bool lost = reg.report_at_unlock(
+                *h, error(errc::lock_lost, name(), server(),
+                          "at unlock the lock was no longer held by this thread (expired, "
+                          "deleted or taken over)"));
+            if (last && lost) mark_lost_at_unlock(h->thread);
         }
     }
 
     /// True when anyone holds the lock (EXISTS). Throws on connection errors.
     [[nodiscard]] bool is_locked() const {
-        return core_->pool.run(name(), true, [&](redisContext* c) {
+        return core_->pool.run(name(), on_break::retry, [&](redisContext* c) {
             return reply_integer(run_command(c, {"EXISTS", name()}, name(), server()).get(), name(),
                                  server()) == 1;
         }, Kind::follows_ask);
@@ -130,7 +128,7 @@ public:
     [[nodiscard]] bool is_held_by_current_thread() const {
         registry::hold_ptr h = core_->reg.find(&Kind::info, name(), current_thread_number());
         if (!h || core_->reg.is_lost(*h)) return false;
-        return core_->pool.run(name(), true,
+        return core_->pool.run(name(), on_break::retry,
                                [&](redisContext* c) { return Kind::held(c, keys_, h->value, server()); },
                                Kind::follows_ask);
     }
@@ -138,7 +136,7 @@ public:
     /// The lock key's remaining time to live: zero when the lock is free,
     /// milliseconds::max() for a key without expiry (rlock never makes one).
     [[nodiscard]] std::chrono::milliseconds remaining_lease() const {
-        const long long ttl = core_->pool.run(name(), true, [&](redisContext* c) {
+        const long long ttl = core_->pool.run(name(), on_break::retry, [&](redisContext* c) {
             return reply_integer(run_command(c, {"PTTL", name()}, name(), server()).get(), name(),
                                  server());
         }, Kind::follows_ask);
@@ -156,13 +154,13 @@ public:
         const std::uint64_t thread = current_thread_number();
         registry::hold_ptr h = core_->reg.find(&Kind::info, name(), thread);
         if (h) return core_->reg.is_lost(*h);
-        return lost_at_unlock(thread, false);
+        return was_lost_at_unlock(thread);
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters. Holders on this client find
     /// their holds lost at the next renewal. True when the lock was held.
     bool force_unlock() {
-        return core_->pool.run(name(), true,
+        return core_->pool.run(name(), on_break::retry,
                                [&](redisContext* c) { return Kind::force_unlock(c, keys_, server()); },
                                Kind::follows_ask);
     }
@@ -218,7 +216,7 @@ private:
         const bool may_wait = clock::now() < deadline;
 
         auto sent = clock::now();
-        acquire_result r = attempt(value, lease, /*want_ttl=*/false, /*fresh=*/true, may_wait);
+        acquire_result r = attempt(value, lease, may_wait ? try_kind::first : try_kind::only);
         if (!r.acquired) {
             if (clock::now() >= deadline) {
                 if (may_wait) give_up(value);  // it may have queued
@@ -250,7 +248,7 @@ private:
                 if constexpr (Kind::races) race.before_try();
                 const std::uint64_t seen = sub.generation();
                 sent = clock::now();
-                r = attempt(value, lease, /*want_ttl=*/true, /*fresh=*/true, true);
+                r = attempt(value, lease, try_kind::waiting);
                 if constexpr (Kind::races) race.after_try(r, woken);
                 if (r.acquired) break;
                 const auto now = clock::now();
@@ -274,18 +272,9 @@ private:
             }
             leave.armed = false;
         }
-        auto h = std::make_shared<hold>();
-        h->kind = &Kind::info;
-        h->name = name();
-        h->value = std::move(value);
-        h->thread = thread;
-        h->lease = lease;
-        h->watched = watched;
-        h->fencing = r.fencing;
-        h->expires = sent + lease;
-        reg.add(std::move(h));
-        if (watched) thread_exit_watch::enlist(*core_);
-        if (lost_at_unlock_any_.load(std::memory_order_relaxed)) lost_at_unlock(thread, false, true);
+        core_->add_hold(Kind::info, name(), std::move(value), thread,
+                        {lease, watched ? renewal::watched : renewal::leased, sent}, r.fencing);
+        forget_lost_at_unlock(thread);
         return true;
     }
 
@@ -306,12 +295,10 @@ private:
             const bool watched = reg.with([&] { return h.watched; }) || lease.count() == 0;
             if (watched) lease = core_->ep.options.lock_watchdog_timeout;
             const auto sent = clock::now();
-            acquire_result r = attempt(h.value, lease, false, /*fresh=*/false, false);
+            acquire_result r = attempt(h.value, lease, try_kind::reentry);
             if (!r.acquired) {
-                if (reg.claim_report(h)) {
-                    core_->tell_hold(h, error(errc::lock_lost, name(), server(),
-                                              "found the hold gone on re-entry"));
-                }
+                reg.report(h, error(errc::lock_lost, name(), server(),
+                                    "found the hold gone on re-entry"));
                 throw error(errc::lock_lost, name(), server(),
                             "this thread's hold was lost; unlock it before locking again");
             }
@@ -326,25 +313,34 @@ private:
         }
     }
 
-    // One acquire attempt. When a first acquisition fails ambiguously (the connection broke
-    // or timed out, so the command may have run), a release with the same value undoes it and
-    // the attempt is made once more on a new connection: nothing of ours outlives a failure.
-    acquire_result attempt(const std::string& value, std::chrono::milliseconds lease, bool want_ttl,
-                           bool fresh, bool may_queue) {
+    /// Which attempt at the lock this is.
+    enum class try_kind : unsigned char {
+        only,     // try_lock(), or a deadline already past: nothing waits after it
+        first,    // the first try of a wait: may join a queue (fair_lock)
+        waiting,  // a try inside the wait: may queue, and reports the holder's TTL
+        reentry,  // this thread holds the lock already
+    };
+
+    // One acquire attempt. When an acquisition that is not a re-entry fails ambiguously (the
+    // connection broke or timed out, so the command may have run), a release with the same
+    // value undoes it and the attempt is made once more on a new connection: nothing of ours
+    // outlives a failure.
+    acquire_result attempt(const std::string& value, std::chrono::milliseconds lease,
+                           try_kind kind) {
         const std::string lease_text = std::to_string(lease.count());
         const std::string wait_text = std::to_string(options_.fair_lock_wait_timeout.count());
         attempt_spec spec;
         spec.value = value;
         spec.lease = lease_text;
         spec.fencing = options_.fencing;
-        spec.want_ttl = want_ttl;
-        spec.reentry = !fresh;
-        spec.may_queue = may_queue;
-        spec.scripted = !core_->scripts_allowed.load(std::memory_order_relaxed);
+        spec.want_ttl = kind == try_kind::waiting;
+        spec.reentry = kind == try_kind::reentry;
+        spec.may_queue = kind == try_kind::first || kind == try_kind::waiting;
+        spec.scripts_allowed = core_->scripts_allowed.load(std::memory_order_relaxed);
         spec.wait_timeout = wait_text;
         for (int round = 0;; ++round) {
             try {
-                acquire_result r = core_->pool.run(name(), false, [&](redisContext* c) {
+                acquire_result r = core_->pool.run(name(), on_break::fail, [&](redisContext* c) {
                     acquire_result got = Kind::acquire(c, keys_, spec, server());
                     if (got.acquired) sync_or_undo(c, value);
                     return got;
@@ -354,10 +350,10 @@ private:
             } catch (const error& e) {
                 const bool ambiguous =
                     e.value() == errc::connection_failed || e.value() == errc::timeout;
-                if (!ambiguous || !fresh) throw;
+                if (!ambiguous || kind == try_kind::reentry) throw;
                 give_up(value);  // fair_lock: the attempt may have queued
                 try {
-                    release(value, true);
+                    release(value, on_break::retry);
                 } catch (const error&) {
                     throw e;
                 }
@@ -375,10 +371,9 @@ private:
         if (acked >= wanted) return;
         try {
             Kind::release(c, keys_, value, server());
-        } catch (const error&) {
+        } catch (const error& e) {
             // Not a redirection for the pool to follow: that would run the acquire again.
-            last_redirect() = redirect{};
-            throw;
+            throw error_access::unredirected(e);
         }
         throw error(errc::replica_sync_failed, name(), server(),
                     std::to_string(acked) + " of the " + std::to_string(wanted) +
@@ -392,7 +387,7 @@ private:
     void give_up(const std::string& value) noexcept {
         if constexpr (Kind::abandons) {
             try {
-                core_->pool.run(name(), true, [&](redisContext* c) {
+                core_->pool.run(name(), on_break::retry, [&](redisContext* c) {
                     Kind::abandon(c, keys_, value, server());
                     return 0;
                 }, Kind::follows_ask);
@@ -404,7 +399,7 @@ private:
     }
 
     // Runs the release script: the count left (0: released), or -1 when `value` does not hold
-    // the lock. With may_retry a broken connection gets one more try, on a new connection. A
+    // the lock. With on_break::retry a broken connection gets one more try, on a new one. A
     // "not held" answer to that retry counts as released when the first try most likely did
     // it: it reached the same server process (the run_id each connection read when it was
     // opened; when either is unknown, an ACL without +info, it is assumed). It is the truth
@@ -413,13 +408,13 @@ private:
     // (READONLY: it did not run). A connection the server had closed before the first try is
     // never used for it (pool: closed_while_idle), so a restart between the hold and its unlock
     // does not even need the retry to be noticed.
-    long long release(const std::string& value, bool may_retry) {
+    long long release(const std::string& value, on_break broken_then) {
         bool first_ran = true;  // as far as anyone can tell
         std::uint64_t first_server = 0;  // server_identity behind the first try's connection
         for (int round = 0;; ++round) {
             std::uint64_t server_id = 0;
             try {
-                const long long left = core_->pool.run(name(), false, [&](redisContext* c) {
+                const long long left = core_->pool.run(name(), on_break::fail, [&](redisContext* c) {
                     server_id = current_server_id();
                     const long long l = Kind::release(c, keys_, value, server());
                     // Replica sync: a shortfall is not an error here (see client_options).
@@ -433,25 +428,33 @@ private:
                 return left;
             } catch (const error& e) {
                 const bool io = e.value() == errc::connection_failed || e.value() == errc::timeout;
-                if (!io || !may_retry || round > 0) throw;
-                first_ran = !is_readonly(e.what());
+                if (!io || broken_then != on_break::retry || round > 0) throw;
+                first_ran = !error_access::origin(e).readonly;
                 first_server = server_id;
             }
         }
     }
 
     // The threads whose final unlock of this lock found their hold lost, until they lock it
-    // again (lost() stays true for them): add, or read, or with `forget` take `thread` out.
-    // `lost_at_unlock_any_` spares the common path the mutex.
-    bool lost_at_unlock(std::uint64_t thread, bool add, bool forget = false) const {
-        if (!add && !forget && !lost_at_unlock_any_.load(std::memory_order_relaxed)) return false;
+    // again: lost() stays true for them. `lost_at_unlock_any_` spares the common path the mutex.
+    void mark_lost_at_unlock(std::uint64_t thread) const {
+        std::lock_guard<std::mutex> g(lost_at_unlock_mu_);
+        if (std::find(lost_at_unlock_.begin(), lost_at_unlock_.end(), thread) == lost_at_unlock_.end()) {
+            lost_at_unlock_.push_back(thread);
+        }
+        lost_at_unlock_any_.store(true, std::memory_order_relaxed);
+    }
+    bool was_lost_at_unlock(std::uint64_t thread) const {
+        if (!lost_at_unlock_any_.load(std::memory_order_relaxed)) return false;
+        std::lock_guard<std::mutex> g(lost_at_unlock_mu_);
+        return std::find(lost_at_unlock_.begin(), lost_at_unlock_.end(), thread) != lost_at_unlock_.end();
+    }
+    void forget_lost_at_unlock(std::uint64_t thread) const {
+        if (!lost_at_unlock_any_.load(std::memory_order_relaxed)) return;
         std::lock_guard<std::mutex> g(lost_at_unlock_mu_);
         auto it = std::find(lost_at_unlock_.begin(), lost_at_unlock_.end(), thread);
-        const bool found = it != lost_at_unlock_.end();
-        if (add && !found) lost_at_unlock_.push_back(thread);
-        if (forget && found) lost_at_unlock_.erase(it);
+        if (it != lost_at_unlock_.end()) lost_at_unlock_.erase(it);
         lost_at_unlock_any_.store(!lost_at_unlock_.empty(), std::memory_order_relaxed);
-        return found || add;
     }
     mutable std::mutex lost_at_unlock_mu_;
     mutable std::vector<std::uint64_t> lost_at_unlock_;

@@ -20,12 +20,14 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/detail/connect.hpp"
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/pool.hpp"
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
 #include "rlock/detail/sentinel.hpp"
 #include "rlock/detail/subscriber.hpp"
+#include "rlock/detail/watchdog.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/options.hpp"
 
@@ -81,17 +83,16 @@ inline client_options validated(client_options o) {
 class client_core : public std::enable_shared_from_this<client_core> {
 public:
     using clock = std::chrono::steady_clock;
-    static constexpr std::size_t renew_batch = 100;
 
     explicit client_core(client_options o)
         : ep(validated(std::move(o))),
           id(random_uuid()),
           pool(ep),
-          sync_replicas_arg_(std::to_string(ep.options.sync_replicas)),
-          sync_timeout_arg_(std::to_string(ep.options.sync_timeout.count())) {
+          reg(ep.options.on_lock_lost),
+          watchdog_(ep, pool, reg) {
         pool.on_broken = [this] { verify_holds_soon(); };
         // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
-        pool.run("", true, [&](redisContext* c) { return run_command(c, {"PING"}, "", ep.name); });
+        pool.run("", on_break::retry, [&](redisContext* c) { return run_command(c, {"PING"}, "", ep.name); });
         if (ep.slots) detect_sharded_pubsub();
         sub = std::make_unique<subscriber>(ep, [this] { verify_holds_soon(); });
         if (!ep.options.sentinels.empty()) {
@@ -108,7 +109,7 @@ public:
     /// choose alike for either's unlock to wake the other's waiters.
     void detect_sharded_pubsub() {
         try {
-            pool.run("", true, [&](redisContext* c) {
+            pool.run("", on_break::retry, [&](redisContext* c) {
                 return run_command(c, {"PUBSUB", "SHARDNUMSUB"}, "", ep.name);
             });
             ep.sharded_pubsub = true;
@@ -119,25 +120,11 @@ public:
         }
     }
 
-    void start() {
-        auto self = shared_from_this();
-        watchdog_ = std::thread([self] { self->watchdog_loop(); });
-    }
+    void start() { watchdog_.start(shared_from_this()); }
 
     void stop() {
-        {
-            std::lock_guard<std::mutex> g(wd_mu_);
-            wd_stop_ = true;
-        }
-        wd_cv_.notify_all();
+        watchdog_.stop();
         if (sentinel) sentinel->stop();
-        if (watchdog_.joinable()) {
-            if (watchdog_.get_id() == std::this_thread::get_id()) {
-                watchdog_.detach();
-            } else {
-                watchdog_.join();
-            }
-        }
         sub->stop();
     }
 
@@ -152,28 +139,13 @@ public:
     /// the server may have come back without the holds (a restart without persistence, a
     /// failover to a replica that never had them). A renewal is the check: a hold whose key is
     /// gone is told at once.
-    void verify_holds_soon() noexcept {
-        {
-            std::lock_guard<std::mutex> g(wd_mu_);
-            wd_verify_ = true;
-        }
-        wd_cv_.notify_all();
-    }
+    void verify_holds_soon() noexcept { watchdog_.verify_soon(); }
 
     std::string holder_id(std::uint64_t thread) const {
         std::string h = id;
         h += ':';
         h += std::to_string(thread);
         return h;
-    }
-
-    /// Calls on_lock_lost; never throws, never under an internal lock.
-    void tell(const lost_hold& which, const error& reason) const noexcept {
-        if (!ep.options.on_lock_lost) return;
-        try {
-            ep.options.on_lock_lost(which, reason);
-        } catch (...) {
-        }
     }
 
     /// The thread numbered `thread` has exited: its holds on this client can never be
@@ -183,101 +155,26 @@ public:
     void thread_exited(std::uint64_t thread) noexcept {
         try {
             for (const registry::hold_ptr& h : reg.take_thread(thread)) {
-                tell_hold(*h, error(errc::lock_lost, h->name, ep.name,
-                                    "the thread that held it exited without unlocking; it is no "
-                                    "longer renewed and expires after its lease"));
+                reg.tell_hold(*h, error(errc::lock_lost, h->name, ep.name,
+                                        "the thread that held it exited without unlocking; it is "
+                                        "no longer renewed and expires after its lease"));
             }
         } catch (...) {
         }
     }
 
-    /// Tells the owner of a lost hold: on_lock_lost for a plain hold; for a member of a group
-    /// (a red_lock node) the group decides, and tells its owner once.
-    void tell_hold(const hold& h, const error& reason) const noexcept {
-        const auto [group, fencing] = reg.with([&] { return std::make_pair(h.group, h.fencing); });
-        if (!group) {
-            tell(lost_hold{h.name, h.id, fencing}, reason);
-            return;
-        }
-        if (group->part_lost() && group->tell) {
-            try {
-                group->tell(lost_hold{group->name, group->id, 0},
-                              error(errc::lock_lost, group->name, "",
-                                    "too few of its parts are still held; the last loss: " +
-                                        std::string(reason.what())));
-            } catch (...) {
-            }
-        }
-    }
-
-    /// One watchdog tick: renews every watched hold, in batches of up to `renew_batch` holds of
-    /// one kind (and, in a cluster, one slot) per script call, all calls to one server
-    /// pipelined: on the watchdog's connection, or (Redis Cluster) on a pooled connection to
-    /// each master. `conn_epoch` is the endpoint epoch `conn` was opened in (Sentinel: a stale
-    /// one is replaced). False when a connection failed (not when a hold was gone, nor on an
-    /// error reply): then the watchdog tries again soon.
-    bool renew_all(context_ptr& conn, std::uint64_t& conn_epoch) {
-        std::vector<registry::hold_ptr> expired;
-        std::vector<registry::hold_ptr> holds = reg.take_watched(expired);
-        for (const auto& h : expired) {
-            tell_hold(*h, error(errc::lock_lost, h->name, ep.name,
-                                "the lease ran out before the watchdog could renew it"));
-        }
-        if (holds.empty()) return true;
-        renewal r(holds.size());
-        const auto sent = clock::now();
-        make_batches(holds, r);
-        if (ep.slots) {
-            renew_in_cluster(holds, r);
-        } else {
-            try {
-                if (!conn || closed_while_idle(conn.get()) || conn_epoch != ep.epoch.load()) {
-                    conn.reset();
-                    conn_epoch = ep.epoch.load();
-                    conn = connect(ep);
-                }
-                std::vector<batch*> all;
-                for (batch& b : r.batches) all.push_back(&b);
-                send_batches(conn.get(), all, holds, r, nullptr);
-                // Replica sync: a shortfall is not a loss (the renewals are on the master).
-                if (ep.options.sync_replicas > 0) wait_for_replicas(conn.get(), "");
-            } catch (const error& e) {
-                r.failure = e;
-                // Broken, or READONLY (a failover made it a replica): make a new one next time.
-                if (conn && (conn->err || e.value() == errc::connection_failed)) conn.reset();
-            }
-        }
-        for (std::size_t i = 0; i < holds.size(); ++i) {
-            if (r.refusal[i] != 0 && reg.refused(*holds[i])) {
-                tell_hold(*holds[i], r.refusals[r.refusal[i] - 1]);
-            }
-        }
-        for (const std::size_t i : reg.renewed(holds, r.ok, r.gone, sent)) {
-            const hold& h = *holds[i];
-            if (r.gone[i]) {
-                tell_hold(h, error(errc::lock_lost, h.name, ep.name,
-                                   "the watchdog found the hold gone: the key expired, was "
-                                   "deleted or belongs to another holder now"));
-            } else {
-                tell_hold(h,
-                     error(errc::lock_lost, h.name, ep.name,
-                           std::string("the lease ran out before the watchdog could renew it: ") +
-                               (r.failure ? r.failure->what() : "no reply")));
-            }
-        }
-        // Only a connection that failed, or a cluster that could not run the renewal yet, is
-        // worth trying again soon; another error reply is not.
-        if (r.retry_soon) return false;
-        return !r.failure || (r.failure->value() != errc::connection_failed &&
-                              r.failure->value() != errc::timeout);
-    }
-
     /// Replica sync: `WAIT sync_replicas sync_timeout` on `c`, the connection that just wrote;
     /// returns how many replicas acknowledged. Throws as any command does.
     long long wait_for_replicas(redisContext* c, std::string_view lock) const {
-        reply_ptr r = run_command(c, {"WAIT", sync_replicas_arg_, sync_timeout_arg_}, lock, ep.name);
-        return reply_integer(r.get(), lock, ep.name);
+        return detail::wait_for_replicas(c, ep, lock);
     }
+
+    /// Records a hold just taken: the one place a hold record is made. A watched hold is
+    /// renewed by the watchdog, and told lost when its thread exits without unlocking it.
+    registry::hold_ptr add_hold(const kind_info& kind, std::string name, std::string value,
+                                std::uint64_t thread, const hold_terms& terms,
+                                std::uint64_t fencing = 0,
+                                std::shared_ptr<hold_group> group = nullptr);
 
     endpoint ep;
     std::string id;
@@ -292,229 +189,15 @@ public:
         return lost_races_[std::hash<std::string_view>{}(lock) % lost_races_.size()];
     }
     detail::pool pool;
+    /// The renewal thread (bench/footprint times its ticks).
+    detail::watchdog& watch() noexcept { return watchdog_; }
     std::unique_ptr<subscriber> sub;
     std::unique_ptr<sentinel_watch> sentinel;  // with client_options::sentinels only
     registry reg;
 
 private:
-    /// One renew script call: holds [first, first + count) of the tick's list, all of one kind
-    /// and one slot.
-    struct batch {
-        script_call call;
-        std::size_t first = 0, count = 0;
-        int slot = 0;
-    };
-    /// What one watchdog tick found, per hold, and the last failure.
-    struct renewal {
-        explicit renewal(std::size_t n) : ok(n, 0), gone(n, 0), refusal(n, 0) {}
-        std::vector<char> ok, gone;
-        // Per hold: 0, or 1 + the index in `refusals` of the error its renewal was refused with
-        // (an ACL's NOPERM, OOM, a script error): not "gone", and told as that error.
-        std::vector<std::size_t> refusal;
-        std::vector<error> refusals;
-        std::vector<batch> batches;
-        std::string lease;  // the calls point into it
-        std::optional<error> failure;
-        // Redis Cluster: a node said TRYAGAIN or CLUSTERDOWN to the end, or redirected batches
-        // were left for want of time
-        bool retry_soon = false;
-    };
-
-    /// Sorts `holds` by slot (in a cluster) and kind, and cuts them into script calls.
-    void make_batches(std::vector<registry::hold_ptr>& holds, renewal& r) const {
-        std::vector<int> slot(holds.size(), 0);
-        std::vector<std::size_t> order(holds.size());
-        for (std::size_t i = 0; i < holds.size(); ++i) {
-            order[i] = i;
-            if (ep.slots) slot[i] = key_slot(holds[i]->name);
-        }
-        // Stable, so that batches are deterministic.
-        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-            return slot[a] != slot[b] ? slot[a] < slot[b] : holds[a]->kind < holds[b]->kind;
-        });
-        std::vector<registry::hold_ptr> sorted;
-        std::vector<int> sorted_slot;
-        for (const std::size_t i : order) {
-            sorted.push_back(std::move(holds[i]));
-            sorted_slot.push_back(slot[i]);
-        }
-        holds.swap(sorted);
-        r.lease = std::to_string(ep.options.lock_watchdog_timeout.count());
-        r.batches.reserve(holds.size() / renew_batch + 4);
-        for (std::size_t i = 0; i < holds.size();) {
-            std::size_t j = i;
-            while (j < holds.size() && j - i < renew_batch && holds[j]->kind == holds[i]->kind &&
-                   sorted_slot[j] == sorted_slot[i]) {
-                ++j;
-            }
-            batch& b = r.batches.emplace_back();
-            b.first = i;
-            b.count = j - i;
-            b.slot = sorted_slot[i];
-            b.call.start(holds[i]->kind->renew(), j - i);
-            for (std::size_t k = i; k < j; ++k) b.call.push(holds[k]->name);
-            b.call.push(r.lease);
-            for (std::size_t k = i; k < j; ++k) b.call.push(holds[k]->value);
-            i = j;
-        }
-    }
-
-    /// Pipelines `list` on `c` and records each renewal. A call a cluster node redirected
-    /// (MOVED, ASK, TRYAGAIN) goes to `redirected` when given, to be sent on its own; any
-    /// other error reply, and a broken connection, throw.
-    void send_batches(redisContext* c, const std::vector<batch*>& list,
-                      const std::vector<registry::hold_ptr>& holds, renewal& r,
-                      std::vector<batch*>* redirected) const {
-        for (batch* b : list) {
-            b->call.use_body(false);
-            if (redisAppendCommandArgv(c, b->call.argc(), b->call.argv.data(), b->call.lens.data()) !=
-                REDIS_OK) {
-                throw make_error(c, nullptr, "", ep.name);
-            }
-        }
-        std::vector<reply_ptr> replies;
-        for (std::size_t i = 0; i < list.size(); ++i) {
-            void* raw = nullptr;
-            if (redisGetReply(c, &raw) != REDIS_OK) throw make_error(c, nullptr, "", ep.name);
-            replies.emplace_back(static_cast<redisReply*>(raw));
-        }
-        for (std::size_t i = 0; i < list.size(); ++i) {
-            batch& b = *list[i];
-            reply_ptr& reply = replies[i];
-            if (redirected && reply && reply->type == REDIS_REPLY_ERROR &&
-                parse_redirect(reply_text(reply.get())).kind != redirect::none) {
-                redirected->push_back(&b);
-                continue;
-            }
-            if (reply_is_error(reply.get(), "NOSCRIPT")) reply = run_script(c, b.call, "", ep.name);
-            record(reply.get(), b, holds, r, c);
-        }
-    }
-
-    /// Records the reply of one renew call: per hold 1 renewed, 0 gone, or an error (the
-    /// whole call's, or one hold's) that refused it. No reply at all throws.
-    void record(const redisReply* reply, const batch& b, const std::vector<registry::hold_ptr>& holds,
-                renewal& r, const redisContext* c) const {
-        auto refuse = [&](std::size_t from, std::size_t count, const redisReply* why) {
-            error e = make_error(c, why, holds[from]->name, ep.name);
-            // A replica's READONLY (a failover) and a cluster's redirection are about where
-            // the renewal went, not about the hold: the caller retries elsewhere.
-            if (e.value() == errc::connection_failed || e.value() == errc::timeout ||
-                last_redirect().kind != redirect::none) {
-                throw error(e.value(), e.what());
-            }
-            r.refusals.push_back(std::move(e));
-            for (std::size_t i = from; i < from + count; ++i) r.refusal[i] = r.refusals.size();
-        };
-        if (!reply) throw make_error(c, reply, holds[b.first]->name, ep.name);
-        if (reply->type != REDIS_REPLY_ARRAY) {
-            refuse(b.first, b.count, reply);
-            return;
-        }
-        for (std::size_t e = 0; e < reply->elements && e < b.count; ++e) {
-            const redisReply* one = reply->element[e];
-            if (one->type == REDIS_REPLY_ERROR) {
-                refuse(b.first + e, 1, one);
-                continue;
-            }
-            const bool renewed = one->type == REDIS_REPLY_INTEGER && one->integer == 1;
-            r.ok[b.first + e] = static_cast<char>(renewed);
-            r.gone[b.first + e] = static_cast<char>(!renewed);
-        }
-    }
-
-    /// Redis Cluster: the batches of each master pipelined on a pooled connection to it; a
-    /// batch redirected there (its slot has moved) is sent again on its own, where the pool
-    /// follows the redirection. A master that fails does not stop the others' renewals.
-    void renew_in_cluster(const std::vector<registry::hold_ptr>& holds, renewal& r) {
-        std::vector<std::pair<std::string, std::vector<batch*>>> per_node;
-        for (batch& b : r.batches) {
-            const std::optional<server_address> m = ep.slots->master_of(b.slot);
-            const std::string at = m ? address_name(m->host, m->port) : std::string();
-            auto it = std::find_if(per_node.begin(), per_node.end(), [&](const auto& p) { return p.first == at; });
-            if (it == per_node.end()) it = per_node.insert(per_node.end(), {at, {}});
-            it->second.push_back(&b);
-        }
-        std::vector<batch*> redirected;
-        auto on_error = [&](const error& e) {
-            if (!r.failure || e.value() == errc::connection_failed || e.value() == errc::timeout) r.failure = e;
-            if (says_try_again(e.what())) r.retry_soon = true;
-        };
-        for (auto& node : per_node) {
-            try {
-                std::vector<batch*> moved;
-                pool.run(holds[node.second.front()->first]->name, true, [&](redisContext* c) {
-                    moved.clear();
-                    send_batches(c, node.second, holds, r, &moved);
-                    if (ep.options.sync_replicas > 0) wait_for_replicas(c, "");
-                    return 0;
-                });
-                redirected.insert(redirected.end(), moved.begin(), moved.end());
-            } catch (const error& e) {
-                on_error(e);
-            }
-        }
-        // Redirected batches are sent one by one, each bounded by command_timeout; together
-        // they stop at one command_timeout too (more slots under TRYAGAIN at once than that
-        // allows), and the rest are tried at the soon retry instead: a tick must not outlast
-        // the leases of the holds on healthy masters.
-        const auto redirected_until = clock::now() + ep.options.command_timeout;
-        for (batch* b : redirected) {
-            if (clock::now() >= redirected_until) {
-                r.retry_soon = true;
-                break;
-            }
-            try {
-                const std::string& name = holds[b->first]->name;
-                pool.run(
-                    name, true,
-                    [&](redisContext* c) {
-                        reply_ptr reply = run_script(c, b->call, name, ep.name);
-                        record(reply.get(), *b, holds, r, c);
-                        return 0;
-                    },
-                    holds[b->first]->kind->follows_ask);
-            } catch (const error& e) {
-                on_error(e);
-            }
-        }
-    }
-
-    void watchdog_loop() {
-        context_ptr conn;
-        std::uint64_t conn_epoch = 0;
-        const auto period = ep.options.lock_watchdog_timeout / 3;
-        // A tick that could not reach the server is tried again soon rather than a whole
-        // period later (a failover, a dropped connection): two missed periods lose the holds.
-        const auto retry = std::min<clock::duration>(
-            period, std::max<clock::duration>(period / 10, std::chrono::milliseconds(50)));
-        auto next = clock::now() + period;
-        std::unique_lock<std::mutex> g(wd_mu_);
-        while (!wd_stop_) {
-            wd_cv_.wait_until(g, next, [&] { return wd_stop_ || wd_verify_; });
-            if (wd_stop_) break;
-            // An early tick (verify_holds_soon) leaves the schedule as it was.
-            const bool early = wd_verify_ && clock::now() < next;
-            wd_verify_ = false;
-            g.unlock();
-            const bool sent = renew_all(conn, conn_epoch);
-            g.lock();
-            if (!sent) {
-                next = clock::now() + retry;
-            } else if (!early) {
-                next = std::max(next + period, clock::now());
-            }
-        }
-    }
-
     std::array<std::atomic<int>, 64> lost_races_{};
-    const std::string sync_replicas_arg_;  // WAIT's arguments, formatted once
-    const std::string sync_timeout_arg_;
-    std::mutex wd_mu_;
-    std::condition_variable wd_cv_;
-    bool wd_stop_ = false;
-    bool wd_verify_ = false;  // verify_holds_soon() asked for a tick now
-    std::thread watchdog_;
+    watchdog watchdog_;
 };
 
 /// Tells the clients a thread took watched holds on when that thread exits (client_core::
@@ -548,6 +231,25 @@ public:
 private:
     std::vector<std::pair<const client_core*, std::weak_ptr<client_core>>> cores_;
 };
+
+inline registry::hold_ptr client_core::add_hold(const kind_info& kind, std::string name,
+                                                std::string value, std::uint64_t thread,
+                                                const hold_terms& terms, std::uint64_t fencing,
+                                                std::shared_ptr<hold_group> group) {
+    auto h = std::make_shared<hold>();
+    h->kind = &kind;
+    h->name = std::move(name);
+    h->value = std::move(value);
+    h->thread = thread;
+    h->lease = terms.lease;
+    h->watched = terms.renewal == renewal::watched;
+    h->fencing = fencing;
+    h->expires = terms.sent + terms.lease;
+    h->group = std::move(group);
+    reg.add(h);
+    if (h->watched) thread_exit_watch::enlist(*this);
+    return h;
+}
 
 /// How rlock's own types reach a client's core (rlock::client keeps it private). A template,
 /// so that detail headers need only a declaration of rlock::client.

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/errors.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock::detail {
@@ -61,16 +62,9 @@ inline std::string prefixed_key(std::string_view prefix, std::string_view name) 
     return k;
 }
 
-/// What a cluster node answered instead of running a command.
-struct redirect {
-    enum kind_t { none, moved, ask, try_again } kind = none;
-    int slot = -1;
-    server_address to;  // moved and ask: the node to ask instead
-};
-
 /// Reads MOVED <slot> <host>:<port>, ASK <slot> <host>:<port>, TRYAGAIN and CLUSTERDOWN
 /// (both: the command did not run; try again shortly). An empty host means the node we asked.
-inline redirect parse_redirect(std::string_view text) noexcept {
+inline redirect parse_redirect(std::string_view text) {
     redirect r;
     const bool moved = text.substr(0, 6) == "MOVED ";
     const bool ask = text.substr(0, 4) == "ASK ";
@@ -103,16 +97,9 @@ inline redirect parse_redirect(std::string_view text) noexcept {
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
     r.kind = moved ? redirect::moved : redirect::ask;
     r.slot = slot;
-    r.to = server_address{std::string(host), port};
+    r.host = std::string(host);
+    r.port = port;
     return r;
-}
-
-/// True when an rlock::error's message carries a TRYAGAIN or CLUSTERDOWN reply: the command
-/// did not run, and may run if tried again later.
-inline bool says_try_again(std::string_view what) noexcept {
-    return what.find(": TRYAGAIN") != std::string_view::npos ||
-           what.find(": CLUSTERDOWN") != std::string_view::npos ||
-           what.find("attempted to access a non local key") != std::string_view::npos;
 }
 
 /// Which master serves each slot. Thread-safe; a MOVED updates one slot at once and marks the

@@ -40,6 +40,7 @@
 
 #include "rlock/detail/kind.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/script.hpp"
 #include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/reentrant_kind.hpp"
 #include "rlock/detail/registry.hpp"

@@ -15,6 +15,7 @@
 
 #include "rlock/detail/client_core.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/script.hpp"
 #include "rlock/detail/pool.hpp"
 
 namespace rlock::detail {

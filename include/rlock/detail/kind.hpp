@@ -14,6 +14,7 @@
 
 #include "rlock/detail/client_core.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/script.hpp"
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
 #include "rlock/options.hpp"
@@ -38,7 +39,8 @@ struct attempt_spec {
     bool reentry = false;    // this thread holds it already: must not create a hold that is gone
     bool may_queue = false;  // fair_lock: join the queue when refused
     std::string_view wait_timeout;  // fair_lock: ms a queued waiter may go silent before eviction
-    bool scripted = false;   // mutex: acquire by script even without fencing (see client_core)
+    bool scripts_allowed = false;  // a script has run on this client (client_core): until
+                                   // then the mutex acquires by script even without fencing
 };
 
 /// What one acquire attempt said.
@@ -66,6 +68,17 @@ end
 return 0
 )lua");
     return s;
+}
+
+/// The text of a batch renewal script (the watchdog's, one per kind): KEYS[i] lock keys;
+/// ARGV[1] lease ms, ARGV[i+1] the value that holds KEYS[i]. `held` is a Lua condition, true
+/// when ARGV[i + 1] still holds KEYS[i]; `extend` the statement that renews KEYS[i]. Returns
+/// one integer per key: 1 renewed, 0 gone or someone else's (a renewal never creates a key).
+inline std::string batch_renew_lua(std::string_view held, std::string_view extend) {
+    std::string body = "local out = {}\nfor i = 1, #KEYS do\n    if ";
+    body.append(held).append(" then\n        ").append(extend);
+    body.append("\n        out[i] = 1\n    else\n        out[i] = 0\n    end\nend\nreturn out\n");
+    return body;
 }
 
 /// An acquire script call: KEYS[1] the lock key, KEYS[2] the fencing counter only when fencing

@@ -7,6 +7,7 @@
 
 #include "rlock/detail/kind.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/script.hpp"
 #include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
@@ -62,21 +63,11 @@ return -1
         return s;
     }
 
-    /// Batch compare-and-pexpire: KEYS[i] lock keys; ARGV[1] lease ms, ARGV[i+1] the token of
-    /// KEYS[i]. Returns one integer per key: 1 renewed, 0 gone or someone else's (never created).
+    /// Batch compare-and-pexpire (batch_renew_lua): ARGV[i+1] the token of KEYS[i].
     static const script& renew_script() {
-        static const script s(R"lua(
-local out = {}
-for i = 1, #KEYS do
-    if redis.pcall('get', KEYS[i]) == ARGV[i + 1] then
-        redis.call('pexpire', KEYS[i], ARGV[1])
-        out[i] = 1
-    else
-        out[i] = 0
-    end
-end
-return out
-)lua");
+        static const std::string body = batch_renew_lua(
+            "redis.pcall('get', KEYS[i]) == ARGV[i + 1]", "redis.call('pexpire', KEYS[i], ARGV[1])");
+        static const script s(body);
         return s;
     }
 
@@ -99,7 +90,7 @@ return out
         acquire_result out;
         // By script too while a Redis Cluster slot migrates (asking()): ASKING applies to one
         // command, and the SET + PTTL + GET pipeline is three.
-        if (a.fencing || a.scripted || asking()) {
+        if (a.fencing || !a.scripts_allowed || asking()) {
             script_call call = acquire_call(acquire_fenced_script(), k, a.fencing,
                                             {token, lease, a.fencing ? "1" : "0"});
             reply_ptr r = run_script(c, call, k.name, server);

@@ -19,9 +19,14 @@
 #include <vector>
 
 #include "rlock/detail/cluster.hpp"
+#include "rlock/detail/connect.hpp"
 #include "rlock/detail/hiredis.hpp"
 
 namespace rlock::detail {
+
+/// Whether a command may be sent again on a new connection after its connection broke (or
+/// timed out) while it was in flight: an idempotent one (a read, a DEL of our own key) may.
+enum class on_break : unsigned char { fail, retry };
 
 class pool {
     struct node_pool;
@@ -84,19 +89,20 @@ public:
 
     /// Runs f(redisContext*) on a pooled connection. When the connection breaks (I/O error,
     /// timeout) the other idle connections are dropped too: after a restart they are all dead.
-    /// With `retry_safe` (the command is idempotent) it is tried once more on a new connection.
+    /// With on_break::retry (the command is idempotent) it is tried once more on a new
+    /// connection.
     ///
     /// Redis Cluster: on the master of `lock`'s slot. MOVED updates the slot map and goes
     /// there; ASK goes to the named node once, with ASKING; TRYAGAIN, CLUSTERDOWN and a master
     /// that cannot be reached (nothing was sent) are tried again with a fresh map every 25 ms
-    /// until command_timeout has passed; a `retry_safe` command whose connection broke too.
+    /// until command_timeout has passed; an on_break::retry command whose connection broke too.
     ///
     /// Without `follow_ask` an ASK is waited out like TRYAGAIN: for scripts that touch keys they
     /// do not declare (read_write_lock's hold keys), which may still be on the source.
     template <class F>
-    auto run(std::string_view lock, bool retry_safe, F&& f, bool follow_ask = true)
+    auto run(std::string_view lock, on_break broken_then, F&& f, bool follow_ask = true)
         -> decltype(f(std::declval<redisContext*>())) {
-        if (ep_.slots) return run_clustered(lock, retry_safe, f, follow_ask);
+        if (ep_.slots) return run_clustered(lock, broken_then, f, follow_ask);
         for (int attempt = 0;; ++attempt) {
             handle h = checkout(lock);
             try {
@@ -109,7 +115,7 @@ public:
                 h.discard();
                 drop_idle();
                 broken();
-                if (!retry_safe || attempt > 0) throw;
+                if (broken_then != on_break::retry || attempt > 0) throw;
             }
         }
     }
@@ -179,10 +185,8 @@ private:
             --n.open;
             n.cv.notify_one();
             // Name the lock the connection was for, as a failed command on it would.
-            constexpr std::string_view prefix = "rlock: ";
-            const std::string_view what = e.what();
-            if (lock.empty() || what.substr(0, prefix.size()) != prefix) throw;
-            throw error(e.value(), lock, "", what.substr(prefix.size()));
+            if (lock.empty() || !e.lock().empty()) throw;
+            throw error_access::about(e, lock);
         } catch (...) {
             g.lock();
             --n.open;
@@ -192,7 +196,7 @@ private:
     }
 
     template <class F>
-    auto run_clustered(std::string_view lock, bool retry_safe, F& f, bool follow_ask)
+    auto run_clustered(std::string_view lock, on_break broken_then, F& f, bool follow_ask)
         -> decltype(f(std::declval<redisContext*>())) {
         const int slot = key_slot(lock);
         const auto deadline = clock::now() + ep_.options.command_timeout;
@@ -215,7 +219,6 @@ private:
                 if (!pause_before_retry(deadline)) throw;
                 continue;
             }
-            last_redirect() = redirect{};
             // Set for this one run of f, and cleared however it ends.
             struct asking_scope {
                 asking_scope(bool on, bool sharded) noexcept {
@@ -234,8 +237,7 @@ private:
                 current_server_id() = h->server_id();
                 return f(h->get());
             } catch (const error& e) {
-                redirect r = std::move(last_redirect());
-                last_redirect() = redirect{};
+                redirect r = error_access::origin(e).to;
                 if (r.kind == redirect::ask && !follow_ask) r.kind = redirect::try_again;
                 // Past max_redirects in a row (nodes that disagree on the slot): pause and go
                 // by the map, as for TRYAGAIN. With the count reset at every pause, an ASK whose
@@ -248,7 +250,7 @@ private:
                     // Straight to the node named: a map loaded now could still say otherwise
                     // (the cluster's gossip lags the migration). MOVED also corrects the map,
                     // and marks it for a full load (a failover moves many slots at once).
-                    to = named_host(r.to, *n);
+                    to = named_host(r, *n);
                     ask = r.kind == redirect::ask;
                     if (!ask) ep_.slots->moved(r.slot, *to);
                     continue;
@@ -268,7 +270,9 @@ private:
                 ep_.slots->mark_stale();
                 to.reset();
                 ask = false;
-                if (!retry_safe || !pause_before_retry(deadline)) throw on_node(e, lock, *n);
+                if (broken_then != on_break::retry || !pause_before_retry(deadline)) {
+                    throw on_node(e, lock, *n);
+                }
             }
         }
     }
@@ -293,8 +297,8 @@ private:
                 last_load_ = clock::now();
                 try {
                     load_slots(ep_);
-                } catch (const error&) {
-                    if (!ep_.slots->master_of(slot)) throw;
+                } catch (const error& e) {
+                    if (!ep_.slots->master_of(slot)) throw error_access::about(e, lock);
                 }
             }
         }
@@ -316,9 +320,8 @@ private:
     }
 
     /// A redirection with an empty host means the node that sent it.
-    static server_address named_host(server_address to, const node_pool& from) {
-        if (to.host.empty()) to.host = from.at.host;
-        return to;
+    static server_address named_host(const redirect& r, const node_pool& from) {
+        return server_address{r.host.empty() ? from.at.host : r.host, r.port};
     }
 
     /// Waits before the next try of a command the cluster could not run yet; false when the
@@ -332,20 +335,9 @@ private:
     }
 
     /// `e`, thrown by a command that named the whole cluster, naming the node that failed.
-    /// what() is the composed message followed by ": " and the code's message; the cause is
-    /// what lies between the message composed with an empty cause and that tail.
     error on_node(const error& e, std::string_view lock, const node_pool& n) const {
-        const std::string tail = ": " + e.code().message();
-        std::string head = error(e.value(), lock, ep_.name, "").what();
-        const std::string_view what = e.what();
-        if (head.size() < tail.size()) return e;
-        head.resize(head.size() - tail.size());
-        if (what.size() < head.size() + tail.size() || what.substr(0, head.size()) != head ||
-            what.substr(what.size() - tail.size()) != tail) {
-            return e;
-        }
-        return error(e.value(), lock, n.name,
-                     what.substr(head.size(), what.size() - head.size() - tail.size()));
+        if (e.server() != ep_.name) return error_access::about(e, lock);
+        return error_access::on(error_access::about(e, lock), n.name);
     }
 
     void drop_idle(node_pool& n) {

@@ -22,6 +22,7 @@
 
 #include "rlock/detail/kind.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/script.hpp"
 #include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/reentrant_kind.hpp"
 #include "rlock/detail/registry.hpp"
@@ -41,6 +42,10 @@ namespace rlock::detail {
 /// hash's type (its first HGET), the fencing counter, and the holder's count where it HINCRBYs
 /// after another write.
 inline constexpr std::string_view rw_lua_helpers = R"lua(
+-- A reader's field in the lock hash: neither 'mode' nor a writer's "<holder>:write".
+local function is_reader(field)
+    return field ~= 'mode' and string.sub(field, -6) ~= ':write'
+end
 local function hold_key(hash, holder, n)
     if string.find(hash, '{', 1, true) then
         return hash .. ':' .. holder .. ':rwlock_timeout:' .. n
@@ -49,7 +54,7 @@ local function hold_key(hash, holder, n)
 end
 local function touch_holds(hash)
     for _, field in ipairs(redis.call('hkeys', hash)) do
-        if field ~= 'mode' and string.sub(field, -6) ~= ':write' then
+        if is_reader(field) then
             for i = 1, tonumber(redis.call('hget', hash, field)) or 0 do
                 redis.call('pttl', hold_key(hash, field, i))
             end
@@ -59,7 +64,7 @@ end
 local function live_readers(hash)
     local alive, longest = 0, 0
     for _, field in ipairs(redis.call('hkeys', hash)) do
-        if field ~= 'mode' and string.sub(field, -6) ~= ':write' then
+        if is_reader(field) then
             local count = tonumber(redis.call('hget', hash, field)) or 0
             local live = false
             for i = 1, count do
@@ -88,10 +93,52 @@ inline std::string with_rw_helpers(std::string_view body) {
     return with_lua_checks(rw_lua_helpers) + std::string(body);
 }
 
-struct rw_read_kind : kind_defaults {
+/// What the two sides share: Redisson's layout (one hash, one channel), re-entry, the
+/// release through each side's own script, and force_unlock of the whole lock.
+template <class Side>
+struct rw_kind_base : kind_defaults {
     static constexpr bool reentrant = true;
     static constexpr std::string_view channel_prefix = "redisson_rwlock";
     static constexpr bool follows_ask = false;  // the hold keys are not declared
+
+    /// `field`: the holder id (read side) or "<holder id>:write" (write side).
+    static long long release(redisContext* c, const lock_keys& k, std::string_view field,
+                             std::string_view server) {
+        return eval_integer(c, Side::release_script(), {k.name}, {field, k.channel}, k.name,
+                            server);
+    }
+
+    static bool held(redisContext* c, const lock_keys& k, std::string_view field,
+                     std::string_view server) {
+        return reentrant_kind::held(c, k, field, server);
+    }
+
+    /// Deletes the whole lock (every reader's hold keys too) and publishes `1`.
+    /// KEYS[1] lock hash; ARGV[1] channel. Returns 1 when it was held.
+    static const script& force_unlock_script() {
+        static const std::string body = with_rw_helpers(R"lua(
+if redis.call('exists', KEYS[1]) == 0 then return 0 end
+touch_holds(KEYS[1])
+for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+    if is_reader(field) then
+        local count = tonumber(redis.call('hget', KEYS[1], field)) or 0
+        for n = 1, count do redis.call('del', hold_key(KEYS[1], field, n)) end
+    end
+end
+redis.call('del', KEYS[1])
+redis.call('publish', ARGV[1], '1')
+return 1
+)lua");
+        static const script s(body);
+        return s;
+    }
+
+    static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
+        return eval_integer(c, force_unlock_script(), {k.name}, {k.channel}, k.name, server) == 1;
+    }
+};
+
+struct rw_read_kind : rw_kind_base<rw_read_kind> {
 
     /// Take or re-enter a read hold.
     /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name} (with fencing only);
@@ -207,26 +254,6 @@ return out
         return s;
     }
 
-    /// Deletes the whole lock (every reader's hold keys too) and publishes `1`.
-    /// KEYS[1] lock hash; ARGV[1] channel. Returns 1 when it was held.
-    static const script& force_unlock_script() {
-        static const std::string body = with_rw_helpers(R"lua(
-if redis.call('exists', KEYS[1]) == 0 then return 0 end
-touch_holds(KEYS[1])
-for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
-    if field ~= 'mode' and string.sub(field, -6) ~= ':write' then
-        local count = tonumber(redis.call('hget', KEYS[1], field)) or 0
-        for n = 1, count do redis.call('del', hold_key(KEYS[1], field, n)) end
-    end
-end
-redis.call('del', KEYS[1])
-redis.call('publish', ARGV[1], '1')
-return 1
-)lua");
-        static const script s(body);
-        return s;
-    }
-
     static inline const kind_info info{"read_write_lock.read", &renew_script, follows_ask};
 
     static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
@@ -238,25 +265,9 @@ return 1
         return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
     }
 
-    static long long release(redisContext* c, const lock_keys& k, std::string_view holder,
-                             std::string_view server) {
-        return eval_integer(c, release_script(), {k.name}, {holder, k.channel}, k.name, server);
-    }
-
-    static bool held(redisContext* c, const lock_keys& k, std::string_view holder,
-                     std::string_view server) {
-        return reentrant_kind::held(c, k, holder, server);
-    }
-
-    static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
-        return eval_integer(c, force_unlock_script(), {k.name}, {k.channel}, k.name, server) == 1;
-    }
 };
 
-struct rw_write_kind : kind_defaults {
-    static constexpr bool reentrant = true;
-    static constexpr std::string_view channel_prefix = "redisson_rwlock";
-    static constexpr bool follows_ask = false;  // the hold keys are not declared
+struct rw_write_kind : rw_kind_base<rw_write_kind> {
 
     /// Take or re-enter the write hold.
     /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name} (with fencing only);
@@ -334,24 +345,16 @@ return 0
         return s;
     }
 
-    /// Batch renewal of write holds: KEYS[i] lock hashes; ARGV[1] lease ms, ARGV[i+1]
-    /// "<holder id>:write". The hash's TTL only ever grows here: the writer may also hold
-    /// longer-leased read holds (before a downgrade), whose lease the hash must keep.
+    /// Batch renewal of write holds (batch_renew_lua): ARGV[i+1] "<holder id>:write". The
+    /// hash's TTL only ever grows here: the writer may also hold longer-leased read holds
+    /// (before a downgrade), whose lease the hash must keep.
     static const script& renew_script() {
-        static const script s(R"lua(
-local out = {}
-for i = 1, #KEYS do
-    if redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1 then
-        if redis.call('pttl', KEYS[i]) < tonumber(ARGV[1]) then
-            redis.call('pexpire', KEYS[i], ARGV[1])
-        end
-        out[i] = 1
-    else
-        out[i] = 0
-    end
-end
-return out
-)lua");
+        static const std::string body =
+            batch_renew_lua("redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1",
+                            "if redis.call('pttl', KEYS[i]) < tonumber(ARGV[1]) then\n"
+                            "            redis.call('pexpire', KEYS[i], ARGV[1])\n"
+                            "        end");
+        static const script s(body);
         return s;
     }
 
@@ -378,19 +381,6 @@ return out
         return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
     }
 
-    static long long release(redisContext* c, const lock_keys& k, std::string_view field,
-                             std::string_view server) {
-        return eval_integer(c, release_script(), {k.name}, {field, k.channel}, k.name, server);
-    }
-
-    static bool held(redisContext* c, const lock_keys& k, std::string_view field,
-                     std::string_view server) {
-        return reentrant_kind::held(c, k, field, server);
-    }
-
-    static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
-        return rw_read_kind::force_unlock(c, k, server);
-    }
 };
 
 }  // namespace rlock::detail

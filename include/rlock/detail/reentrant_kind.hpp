@@ -8,6 +8,7 @@
 
 #include "rlock/detail/kind.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/script.hpp"
 #include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/registry.hpp"
 
@@ -72,21 +73,13 @@ return 0
         return s;
     }
 
-    /// Batch renewal (Redisson's renewExpiration, many at once): KEYS[i] lock hashes; ARGV[1]
-    /// lease ms, ARGV[i+1] the holder id for KEYS[i]. One integer per key: 1 renewed, 0 gone.
+    /// Batch renewal (Redisson's renewExpiration, many at once; batch_renew_lua): ARGV[i+1]
+    /// the holder id for KEYS[i].
     static const script& renew_script() {
-        static const script s(R"lua(
-local out = {}
-for i = 1, #KEYS do
-    if redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1 then
-        redis.call('pexpire', KEYS[i], ARGV[1])
-        out[i] = 1
-    else
-        out[i] = 0
-    end
-end
-return out
-)lua");
+        static const std::string body =
+            batch_renew_lua("redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1",
+                            "redis.call('pexpire', KEYS[i], ARGV[1])");
+        static const script s(body);
         return s;
     }
 

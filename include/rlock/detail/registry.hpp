@@ -16,7 +16,9 @@
 #include <utility>
 #include <vector>
 
-#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/script.hpp"
+#include "rlock/errors.hpp"
+#include "rlock/options.hpp"
 
 namespace rlock::detail {
 
@@ -40,13 +42,22 @@ struct hold_group {
     std::uint64_t id = next_hold_id();  // the hold id of the whole (red_lock::hold_id())
     int tolerance = 0;
     std::atomic<int> lost_parts{0};
-    std::atomic<bool> told{false};
+    std::atomic<bool> told{false};  // its owner was told (registry::tell_group)
     lock_lost_handler tell;  // the owner's on_lock_lost (may be empty)
 
-    /// Counts one member lost; true when this loss is the one that loses the group.
-    bool part_lost() noexcept {
-        return lost_parts.fetch_add(1) + 1 > tolerance && !told.exchange(true);
-    }
+    /// Counts one member lost; true when the group is lost with it.
+    bool part_lost() noexcept { return lost_parts.fetch_add(1) + 1 > tolerance; }
+};
+
+/// Whether a hold is renewed by the client's watchdog or ends with its lease.
+enum class renewal : unsigned char { leased, watched };
+
+/// How a hold was taken: for how long, from when (the send time of the acquire that made it),
+/// and whether the watchdog renews it.
+struct hold_terms {
+    std::chrono::milliseconds lease{0};
+    detail::renewal renewal = renewal::leased;
+    std::chrono::steady_clock::time_point sent;
 };
 
 /// One thread's hold on one lock.
@@ -63,7 +74,8 @@ struct hold {
     std::uint64_t id = next_hold_id();  // what hold_id() returns and on_lock_lost is told
     std::shared_ptr<hold_group> group;  // set for the parts of a red_lock
 
-    // Guarded by registry::mu_.
+    // Only the hold's own thread reads or writes `count`; the rest is guarded by
+    // registry::mu_ (the watchdog reads and writes it too).
     std::size_t count = 1;      // reentry depth
     clock::time_point expires;  // send time of the last acquire or renewal that worked + lease
     bool lost = false;          // known to be gone from Redis
@@ -77,6 +89,55 @@ class registry {
 public:
     using clock = std::chrono::steady_clock;
     using hold_ptr = std::shared_ptr<hold>;
+
+    /// `on_lost`: the client's on_lock_lost (may be empty).
+    explicit registry(lock_lost_handler on_lost = {}) : on_lost_(std::move(on_lost)) {}
+
+    /// Runs `f` under the registry's lock (for the fields of a hold it guards).
+    template <class F>
+    decltype(auto) with(F&& f) const {
+        std::lock_guard<std::mutex> g(mu_);
+        return f();
+    }
+
+    /// Tells the owner of a lost hold: on_lock_lost for a plain hold; for a member of a group
+    /// (a red_lock node, a multi_lock part) the group decides, and tells its owner once.
+    /// Never throws; never called under the registry's lock.
+    void tell_hold(const hold& h, const error& reason) const noexcept {
+        const auto [group, fencing] = with([&] { return std::make_pair(h.group, h.fencing); });
+        if (!group) {
+            tell(on_lost_, lost_hold{h.name, h.id, fencing}, reason);
+        } else if (group->part_lost()) {
+            tell_group(*group, "too few of its parts are still held; the last loss: " +
+                                   error_access::brief(reason));
+        }
+    }
+
+    /// A group's owner is told `why` (lock_lost), once for the group, whoever tells first.
+    static void tell_group(hold_group& group, const std::string& why) noexcept {
+        if (group.told.exchange(true)) return;
+        try {
+            tell(group.tell, lost_hold{group.name, group.id, 0},
+                 error(errc::lock_lost, group.name, "", why));
+        } catch (...) {
+        }
+    }
+
+    /// The one way a hold found lost by its own thread (at unlock, at re-entry) is reported:
+    /// marked lost, and its owner told `reason` unless the watchdog already told it.
+    void report(hold& h, const error& reason) {
+        if (claim_report(h)) tell_hold(h, reason);
+    }
+
+    /// An unlock found `h` no longer held in Redis (or could not reach Redis: `reason` says).
+    /// A leased hold past its lease is the expected end, not a loss; anything else is reported.
+    /// True when it was a loss.
+    bool report_at_unlock(hold& h, const error& reason) {
+        const bool expected = with([&] { return !h.watched && clock::now() >= h.expires; });
+        if (expected) return false;
+        report(h, reason);
+        return true;
+    }
 
     hold_ptr find(const kind_info* kind, std::string_view name, std::uint64_t thread) const {
         std::lock_guard<std::mutex> g(mu_);
@@ -107,12 +168,6 @@ public:
         std::lock_guard<std::mutex> g(mu_);
         if (!h.lost && clock::now() >= h.expires) h.lost = true;
         return h.lost;
-    }
-
-    template <class F>
-    decltype(auto) with(F&& f) const {
-        std::lock_guard<std::mutex> g(mu_);
-        return f();
     }
 
     /// The watched holds still in force, each flagged in_flight until renewed() is called.
@@ -216,6 +271,15 @@ public:
     }
 
 private:
+    static void tell(const lock_lost_handler& f, const lost_hold& which,
+                     const error& reason) noexcept {
+        if (!f) return;
+        try {
+            f(which, reason);
+        } catch (...) {
+        }
+    }
+
     bool mark_lost_locked(hold& h) {
         h.lost = true;
         if (h.told || h.released || h.refused) return false;
@@ -232,6 +296,7 @@ private:
         return k;
     }
 
+    lock_lost_handler on_lost_;
     mutable std::mutex mu_;
     std::condition_variable quiet_;
     std::unordered_map<std::string, hold_ptr> holds_;

@@ -22,6 +22,7 @@
 #include <thread>
 #include <utility>
 
+#include "rlock/detail/connect.hpp"
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/wake_pipe.hpp"
 

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/detail/connect.hpp"
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/wake_pipe.hpp"
 
@@ -224,6 +225,19 @@ private:
         return true;
     }
 
+    /// The server confirmed a subscription to `name`: listening from now on. A message
+    /// published before this point (while the connection was being re-made) is lost, so the
+    /// waiters retry once now.
+    void listening(const std::string& name) {
+        std::lock_guard<std::mutex> g(mu_);
+        auto it = channels_.find(name);
+        if (it != channels_.end() && it->second->waiters > 0) {
+            it->second->active = true;
+            ++it->second->generation;
+            it->second->cv.notify_all();
+        }
+    }
+
     void on_reply(const redisReply* r) {
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
         const std::string_view kind = reply_text(r->element[0]);
@@ -232,15 +246,7 @@ private:
             auto in = inflight_.find(name);
             if (in != inflight_.end() && --in->second == 0) inflight_.erase(in);
             if (kind != "subscribe" || inflight_.count(name)) return;
-            std::lock_guard<std::mutex> g(mu_);
-            auto it = channels_.find(name);
-            if (it != channels_.end() && it->second->waiters > 0) {
-                // Listening from now on. A message published before this point (while the
-                // connection was being re-made) is lost, so the waiters retry once now.
-                it->second->active = true;
-                ++it->second->generation;
-                it->second->cv.notify_all();
-            }
+            listening(name);
         } else if (kind == "message") {
             std::lock_guard<std::mutex> g(mu_);
             auto it = channels_.find(name);
@@ -403,7 +409,7 @@ private:
             st.where.erase(w);
             const redirect d = parse_redirect(reply_text(r));
             if (d.kind == redirect::moved) {
-                ep_.slots->moved(d.slot, d.to.host.empty() ? server_address{s->at.host, d.to.port} : d.to);
+                ep_.slots->moved(d.slot, server_address{d.host.empty() ? s->at.host : d.host, d.port});
             } else {
                 ep_.slots->mark_stale();
             }
@@ -418,14 +424,7 @@ private:
             auto w = st.where.find(name);
             if (w == st.where.end() || w->second != s) return;
             st.backoff = std::chrono::milliseconds(0);
-            std::lock_guard<std::mutex> g(mu_);
-            auto it = channels_.find(name);
-            if (it != channels_.end() && it->second->waiters > 0) {
-                // Listening from now on; a message published before was missed: retry once.
-                it->second->active = true;
-                ++it->second->generation;
-                it->second->cv.notify_all();
-            }
+            listening(name);
         } else if (kind == "sunsubscribe") {
             if (take_sent(name, false)) return;  // the answer to ours
             // The server's own: the channel's slot is not this master's any more.

@@ -120,8 +120,20 @@ inline uri_parts parse_uri(std::string_view uri) {
     constexpr std::string_view sentinel_scheme = "redis-sentinel://", cluster_scheme = "redis-cluster://";
     const bool sentinel = uri.substr(0, sentinel_scheme.size()) == sentinel_scheme;
     out.cluster = uri.substr(0, cluster_scheme.size()) == cluster_scheme;
+    if (uri.substr(0, 9) == "rediss://" || uri.substr(0, 18) == "rediss-sentinel://" ||
+        uri.substr(0, 17) == "rediss-cluster://") {
+        bad_uri(uri, "TLS (rediss://) is not supported by this build of rlock");
+    }
     if (!sentinel && !out.cluster && uri.substr(0, tcp.size()) != tcp) {
         bad_uri(uri, "scheme must be redis://, redis-sentinel://, redis-cluster:// or unix://");
+    }
+    if (uri.find('?') != std::string_view::npos) {
+        bad_uri(uri, out.cluster ? "query parameters (?...) are not supported in a "
+                                   "redis-cluster:// URI"
+                     : sentinel  ? "query parameters (?...) are not supported: give the "
+                                   "database as a path, redis-sentinel://host:port/master/2"
+                                 : "query parameters (?...) are not supported: give the "
+                                   "database as a path, redis://host:port/2");
     }
     std::string_view rest = uri.substr(sentinel ? sentinel_scheme.size()
                                        : out.cluster ? cluster_scheme.size()

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <random>
 #include <string>
 #include <thread>
 
@@ -79,9 +78,8 @@ public:
         if (holder != holder_) look_ = first_look;
         holder_ = std::move(holder);
         const auto full = std::chrono::duration_cast<std::chrono::microseconds>(look_).count();
-        std::uniform_int_distribution<long long> pick(full / 2, full);
         look_ = std::min(look_ * 2, longest_look);
-        return std::chrono::microseconds(pick(thread_rng()));
+        return std::chrono::microseconds(random_between(full / 2, full));
     }
 
 private:

@@ -1,0 +1,356 @@
+// The watchdog: one thread per client that renews every watched hold each
+// lock_watchdog_timeout / 3, in batched scripts pipelined per server, and tells the owner of
+// each hold it finds lost. A broken connection asks it for a tick at once (verify_soon): the
+// server may have come back without the holds.
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "rlock/detail/cluster.hpp"
+#include "rlock/detail/connect.hpp"
+#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/pool.hpp"
+#include "rlock/detail/registry.hpp"
+#include "rlock/detail/script.hpp"
+#include "rlock/errors.hpp"
+
+namespace rlock::detail {
+
+class watchdog {
+public:
+    using clock = std::chrono::steady_clock;
+    static constexpr std::size_t renew_batch = 100;
+
+    watchdog(const endpoint& ep, detail::pool& p, registry& reg) : ep(ep), pool(p), reg(reg) {}
+    watchdog(const watchdog&) = delete;
+    watchdog& operator=(const watchdog&) = delete;
+
+    /// Starts the thread. It keeps `owner` (the client's core) alive while it runs, so that a
+    /// client destroyed from inside on_lock_lost, on this thread, is freed after it has left.
+    void start(std::shared_ptr<const void> owner) {
+        thread_ = std::thread([this, owner = std::move(owner)] { loop(); });
+    }
+
+    /// Stops the thread and waits for it (detaches it when called on it).
+    void stop() {
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        if (thread_.joinable()) {
+            if (thread_.get_id() == std::this_thread::get_id()) {
+                thread_.detach();
+            } else {
+                thread_.join();
+            }
+        }
+    }
+
+    /// Asks for a tick now rather than at the next period (see client_core::verify_holds_soon).
+    void verify_soon() noexcept {
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            verify_ = true;
+        }
+        cv_.notify_all();
+    }
+
+    /// One watchdog tick: renews every watched hold, in batches of up to `renew_batch` holds of
+    /// one kind (and, in a cluster, one slot) per script call, all calls to one server
+    /// pipelined: on the watchdog's connection, or (Redis Cluster) on a pooled connection to
+    /// each master. `conn_epoch` is the endpoint epoch `conn` was opened in (Sentinel: a stale
+    /// one is replaced). False when a connection failed (not when a hold was gone, nor on an
+    /// error reply): then the watchdog tries again soon.
+    bool renew_all(context_ptr& conn, std::uint64_t& conn_epoch) {
+        std::vector<registry::hold_ptr> expired;
+        std::vector<registry::hold_ptr> holds = reg.take_watched(expired);
+        for (const auto& h : expired) {
+            reg.tell_hold(*h, error(errc::lock_lost, h->name, ep.name,
+                                "the lease ran out before the watchdog could renew it"));
+        }
+        if (holds.empty()) return true;
+        renewal r(holds.size());
+        const auto sent = clock::now();
+        make_batches(holds, r);
+        if (ep.slots) {
+            renew_in_cluster(holds, r);
+        } else {
+            try {
+                if (!conn || closed_while_idle(conn.get()) || conn_epoch != ep.epoch.load()) {
+                    conn.reset();
+                    conn_epoch = ep.epoch.load();
+                    conn = connect(ep);
+                }
+                std::vector<batch*> all;
+                for (batch& b : r.batches) all.push_back(&b);
+                send_batches(conn.get(), all, holds, r, nullptr);
+                // Replica sync: a shortfall is not a loss (the renewals are on the master).
+                if (ep.options.sync_replicas > 0) wait_for_replicas(conn.get(), ep, "");
+            } catch (const error& e) {
+                r.failure = e;
+                // Broken, or READONLY (a failover made it a replica): make a new one next time.
+                if (conn && (conn->err || e.value() == errc::connection_failed)) conn.reset();
+            }
+        }
+        for (std::size_t i = 0; i < holds.size(); ++i) {
+            if (r.refusal[i] != 0 && reg.refused(*holds[i])) {
+                reg.tell_hold(*holds[i], r.refusals[r.refusal[i] - 1]);
+            }
+        }
+        for (const std::size_t i : reg.renewed(holds, r.ok, r.gone, sent)) {
+            const hold& h = *holds[i];
+            if (r.gone[i]) {
+                reg.tell_hold(h, error(errc::lock_lost, h.name, ep.name,
+                                   "the watchdog found the hold gone: the key expired, was "
+                                   "deleted or belongs to another holder now"));
+            } else {
+                reg.tell_hold(h,
+                     error(errc::lock_lost, h.name, ep.name,
+                           std::string("the lease ran out before the watchdog could renew it: ") +
+                               (r.failure ? error_access::brief(*r.failure) : "no reply")));
+            }
+        }
+        // Only a connection that failed, or a cluster that could not run the renewal yet, is
+        // worth trying again soon; another error reply is not.
+        if (r.retry_soon) return false;
+        return !r.failure || (r.failure->value() != errc::connection_failed &&
+                              r.failure->value() != errc::timeout);
+    }
+
+
+private:
+    /// One renew script call: holds [first, first + count) of the tick's list, all of one kind
+    /// and one slot.
+    struct batch {
+        script_call call;
+        std::size_t first = 0, count = 0;
+        int slot = 0;
+    };
+    /// What one watchdog tick found, per hold, and the last failure.
+    struct renewal {
+        explicit renewal(std::size_t n) : ok(n, 0), gone(n, 0), refusal(n, 0) {}
+        std::vector<char> ok, gone;
+        // Per hold: 0, or 1 + the index in `refusals` of the error its renewal was refused with
+        // (an ACL's NOPERM, OOM, a script error): not "gone", and told as that error.
+        std::vector<std::size_t> refusal;
+        std::vector<error> refusals;
+        std::vector<batch> batches;
+        std::string lease;  // the calls point into it
+        std::optional<error> failure;
+        // Redis Cluster: a node said TRYAGAIN or CLUSTERDOWN to the end, or redirected batches
+        // were left for want of time
+        bool retry_soon = false;
+    };
+
+    /// Sorts `holds` by slot (in a cluster) and kind, and cuts them into script calls.
+    void make_batches(std::vector<registry::hold_ptr>& holds, renewal& r) const {
+        std::vector<int> slot(holds.size(), 0);
+        std::vector<std::size_t> order(holds.size());
+        for (std::size_t i = 0; i < holds.size(); ++i) {
+            order[i] = i;
+            if (ep.slots) slot[i] = key_slot(holds[i]->name);
+        }
+        // Stable, so that batches are deterministic.
+        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+            return slot[a] != slot[b] ? slot[a] < slot[b] : holds[a]->kind < holds[b]->kind;
+        });
+        std::vector<registry::hold_ptr> sorted;
+        std::vector<int> sorted_slot;
+        for (const std::size_t i : order) {
+            sorted.push_back(std::move(holds[i]));
+            sorted_slot.push_back(slot[i]);
+        }
+        holds.swap(sorted);
+        r.lease = std::to_string(ep.options.lock_watchdog_timeout.count());
+        r.batches.reserve(holds.size() / renew_batch + 4);
+        for (std::size_t i = 0; i < holds.size();) {
+            std::size_t j = i;
+            while (j < holds.size() && j - i < renew_batch && holds[j]->kind == holds[i]->kind &&
+                   sorted_slot[j] == sorted_slot[i]) {
+                ++j;
+            }
+            batch& b = r.batches.emplace_back();
+            b.first = i;
+            b.count = j - i;
+            b.slot = sorted_slot[i];
+            b.call.start(holds[i]->kind->renew(), j - i);
+            for (std::size_t k = i; k < j; ++k) b.call.push(holds[k]->name);
+            b.call.push(r.lease);
+            for (std::size_t k = i; k < j; ++k) b.call.push(holds[k]->value);
+            i = j;
+        }
+    }
+
+    /// Pipelines `list` on `c` and records each renewal. A call a cluster node redirected
+    /// (MOVED, ASK, TRYAGAIN) goes to `redirected` when given, to be sent on its own; any
+    /// other error reply, and a broken connection, throw.
+    void send_batches(redisContext* c, const std::vector<batch*>& list,
+                      const std::vector<registry::hold_ptr>& holds, renewal& r,
+                      std::vector<batch*>* redirected) const {
+        for (batch* b : list) {
+            b->call.use_body(false);
+            if (redisAppendCommandArgv(c, b->call.argc(), b->call.argv.data(), b->call.lens.data()) !=
+                REDIS_OK) {
+                throw make_error(c, nullptr, "", ep.name);
+            }
+        }
+        std::vector<reply_ptr> replies;
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            void* raw = nullptr;
+            if (redisGetReply(c, &raw) != REDIS_OK) throw make_error(c, nullptr, "", ep.name);
+            replies.emplace_back(static_cast<redisReply*>(raw));
+        }
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            batch& b = *list[i];
+            reply_ptr& reply = replies[i];
+            if (redirected && reply && reply->type == REDIS_REPLY_ERROR &&
+                parse_redirect(reply_text(reply.get())).kind != redirect::none) {
+                redirected->push_back(&b);
+                continue;
+            }
+            if (reply_is_error(reply.get(), "NOSCRIPT")) reply = run_script(c, b.call, "", ep.name);
+            record(reply.get(), b, holds, r, c);
+        }
+    }
+
+    /// Records the reply of one renew call: per hold 1 renewed, 0 gone, or an error (the
+    /// whole call's, or one hold's) that refused it. No reply at all throws.
+    void record(const redisReply* reply, const batch& b, const std::vector<registry::hold_ptr>& holds,
+                renewal& r, const redisContext* c) const {
+        auto refuse = [&](std::size_t from, std::size_t count, const redisReply* why) {
+            error e = make_error(c, why, holds[from]->name, ep.name);
+            // A replica's READONLY (a failover) and a cluster's redirection are about where
+            // the renewal went, not about the hold: the caller retries elsewhere.
+            if (e.value() == errc::connection_failed || e.value() == errc::timeout ||
+                error_access::origin(e).to.kind != redirect::none) {
+                throw make_error(c, why, holds[from]->name, ep.name);
+            }
+            r.refusals.push_back(std::move(e));
+            for (std::size_t i = from; i < from + count; ++i) r.refusal[i] = r.refusals.size();
+        };
+        if (!reply) throw make_error(c, reply, holds[b.first]->name, ep.name);
+        if (reply->type != REDIS_REPLY_ARRAY) {
+            refuse(b.first, b.count, reply);
+            return;
+        }
+        for (std::size_t e = 0; e < reply->elements && e < b.count; ++e) {
+            const redisReply* one = reply->element[e];
+            if (one->type == REDIS_REPLY_ERROR) {
+                refuse(b.first + e, 1, one);
+                continue;
+            }
+            const bool renewed = one->type == REDIS_REPLY_INTEGER && one->integer == 1;
+            r.ok[b.first + e] = static_cast<char>(renewed);
+            r.gone[b.first + e] = static_cast<char>(!renewed);
+        }
+    }
+
+    /// Redis Cluster: the batches of each master pipelined on a pooled connection to it; a
+    /// batch redirected there (its slot has moved) is sent again on its own, where the pool
+    /// follows the redirection. A master that fails does not stop the others' renewals.
+    void renew_in_cluster(const std::vector<registry::hold_ptr>& holds, renewal& r) {
+        std::vector<std::pair<std::string, std::vector<batch*>>> per_node;
+        for (batch& b : r.batches) {
+            const std::optional<server_address> m = ep.slots->master_of(b.slot);
+            const std::string at = m ? address_name(m->host, m->port) : std::string();
+            auto it = std::find_if(per_node.begin(), per_node.end(), [&](const auto& p) { return p.first == at; });
+            if (it == per_node.end()) it = per_node.insert(per_node.end(), {at, {}});
+            it->second.push_back(&b);
+        }
+        std::vector<batch*> redirected;
+        auto on_error = [&](const error& e) {
+            if (!r.failure || e.value() == errc::connection_failed || e.value() == errc::timeout) r.failure = e;
+            if (error_access::origin(e).to.kind == redirect::try_again) r.retry_soon = true;
+        };
+        for (auto& node : per_node) {
+            try {
+                std::vector<batch*> moved;
+                pool.run(holds[node.second.front()->first]->name, on_break::retry, [&](redisContext* c) {
+                    moved.clear();
+                    send_batches(c, node.second, holds, r, &moved);
+                    if (ep.options.sync_replicas > 0) wait_for_replicas(c, ep, "");
+                    return 0;
+                });
+                redirected.insert(redirected.end(), moved.begin(), moved.end());
+            } catch (const error& e) {
+                on_error(e);
+            }
+        }
+        // Redirected batches are sent one by one, each bounded by command_timeout; together
+        // they stop at one command_timeout too (more slots under TRYAGAIN at once than that
+        // allows), and the rest are tried at the soon retry instead: a tick must not outlast
+        // the leases of the holds on healthy masters.
+        const auto redirected_until = clock::now() + ep.options.command_timeout;
+        for (batch* b : redirected) {
+            if (clock::now() >= redirected_until) {
+                r.retry_soon = true;
+                break;
+            }
+            try {
+                const std::string& name = holds[b->first]->name;
+                pool.run(
+                    name, on_break::retry,
+                    [&](redisContext* c) {
+                        reply_ptr reply = run_script(c, b->call, name, ep.name);
+                        record(reply.get(), *b, holds, r, c);
+                        return 0;
+                    },
+                    holds[b->first]->kind->follows_ask);
+            } catch (const error& e) {
+                on_error(e);
+            }
+        }
+    }
+
+    void loop() {
+        context_ptr conn;
+        std::uint64_t conn_epoch = 0;
+        const auto period = ep.options.lock_watchdog_timeout / 3;
+        // A tick that could not reach the server is tried again soon rather than a whole
+        // period later (a failover, a dropped connection): two missed periods lose the holds.
+        const auto retry = std::min<clock::duration>(
+            period, std::max<clock::duration>(period / 10, std::chrono::milliseconds(50)));
+        auto next = clock::now() + period;
+        std::unique_lock<std::mutex> g(mu_);
+        while (!stop_) {
+            cv_.wait_until(g, next, [&] { return stop_ || verify_; });
+            if (stop_) break;
+            // An early tick (verify_holds_soon) leaves the schedule as it was.
+            const bool early = verify_ && clock::now() < next;
+            verify_ = false;
+            g.unlock();
+            const bool sent = renew_all(conn, conn_epoch);
+            g.lock();
+            if (!sent) {
+                next = clock::now() + retry;
+            } else if (!early) {
+                next = std::max(next + period, clock::now());
+            }
+        }
+    }
+
+    const endpoint& ep;
+    detail::pool& pool;
+    registry& reg;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool stop_ = false;
+    bool verify_ = false;  // verify_soon() asked for a tick now
+    std::thread thread_;
+};
+
+}  // namespace rlock::detail
