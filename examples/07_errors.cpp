@@ -8,7 +8,7 @@
 //
 //   invalid_argument    a malformed URI, an empty lock name, a non-positive lease
 //   connection_failed   a server that is not there
-//   auth_failed         SELECT of a database the server does not have
+//   server_error        SELECT of a database the server does not have
 //   wrong_type          a reentrant_lock (a hash) on a name a mutex holds (a string)
 //   would_deadlock      a thread locking a mutex it already holds
 //   not_owner           unlock by a thread that holds nothing
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
         });
 
         // A database the server does not have (16 by default): SELECT is refused.
-        ok &= expect_error(rlock::errc::auth_failed, "SELECT 99999", [&] {
+        ok &= expect_error(rlock::errc::server_error, "SELECT 99999", [&] {
             rlock::client_options far = base;
             far.db = 99999;
             rlock::client c(far);

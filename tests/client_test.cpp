@@ -184,6 +184,32 @@ TEST(client_uri, rejects_malformed_uris_without_echoing_the_password) {
     }
 }
 
+// What is wrong is said in the user's terms, not as the parser stumbled on it.
+TEST(client_uri, a_query_string_or_tls_scheme_is_refused_saying_so) {
+    auto message_of = [](const char* uri) {
+        try {
+            (void)rlock::client_options::from_uri(uri);
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.code(), rlock::errc::invalid_argument) << uri;
+            return std::string(e.what());
+        }
+        ADD_FAILURE() << uri << " was accepted";
+        return std::string();
+    };
+    for (const char* uri : {"redis://h:1?db=2", "redis://h?db=2", "redis-sentinel://s:1/m?x=1",
+                            "redis-cluster://h:1?timeout=3"}) {
+        const std::string what = message_of(uri);
+        EXPECT_NE(what.find("query parameters"), std::string::npos) << what;
+        EXPECT_EQ(what.find("not a number"), std::string::npos) << what;
+    }
+    EXPECT_NE(message_of("redis://h:1?db=2").find("redis://host:port/2"), std::string::npos);
+    for (const char* uri : {"rediss://h:1", "rediss://user:hunter2@h:1/2"}) {
+        const std::string what = message_of(uri);
+        EXPECT_NE(what.find("TLS"), std::string::npos) << what;
+        EXPECT_EQ(what.find("hunter2"), std::string::npos) << what;
+    }
+}
+
 TEST(client_options, nonsense_is_invalid_argument_before_connecting) {
     rlock::client_options o;
     o.port = 1;  // nothing listens; must not even be tried
@@ -265,6 +291,20 @@ TEST(client_connect, unix_socket_and_db_are_honoured) {
     m.unlock();
 }
 
+// A database the server does not have is not an authentication failure.
+TEST(client_connect, a_db_the_server_lacks_is_a_server_error_naming_select_and_the_option) {
+    redis_server s;  // 16 databases
+    try {
+        rlock::client c("redis://127.0.0.1:" + std::to_string(s.port()) + "/99");
+        FAIL() << "db 99 accepted";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.code(), rlock::errc::server_error) << e.what();
+        EXPECT_NE(e.cause().find("SELECT 99"), std::string::npos) << e.what();
+        EXPECT_NE(e.cause().find("client_options::db"), std::string::npos) << e.what();
+        EXPECT_EQ(e.server(), "127.0.0.1:" + std::to_string(s.port()));
+    }
+}
+
 TEST(client_lifetime, destruction_leaves_held_locks_to_expire_and_stops_renewing) {
     redis_server s;
     {
@@ -316,7 +356,34 @@ TEST(client_lifetime, a_destroyed_server_makes_lock_calls_fail_with_a_clear_erro
             << e.what();
         EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("gone"), std::string::npos) << e.what();
+        EXPECT_EQ(e.lock(), "gone") << e.what();
+        EXPECT_EQ(e.server(), where) << e.what();
     }
+}
+
+// The reason on_lock_lost is given names the lock and the server once, with the cause of the
+// failed renewal inside it, not a second composed message.
+TEST(client_lifetime, a_loss_to_an_unreachable_server_is_told_naming_the_lock_once) {
+    auto s = std::make_unique<redis_server>();
+    rlock_test::lost_log lost;
+    rlock::client_options o = s->options();
+    o.connect_timeout = 100ms;
+    o.command_timeout = 100ms;
+    o.lock_watchdog_timeout = 300ms;
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    rlock::mutex m(c, "unreachable-hold");
+    m.lock();
+    const std::string where = c.server();
+    s.reset();
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() > 0; }, 5s));
+    std::lock_guard<std::mutex> g(lost.mu);
+    EXPECT_EQ(lost.last_lock, "unreachable-hold");
+    EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::lock_lost));
+    const std::string& what = lost.last_message;
+    EXPECT_EQ(what.rfind("rlock: lock \"unreachable-hold\" on " + where + ": ", 0), 0u) << what;
+    EXPECT_EQ(what.find("rlock:"), what.rfind("rlock:")) << "a message inside a message: " << what;
+    m.unlock();  // unreachable still: told already, does not throw
 }
 
 }  // namespace
