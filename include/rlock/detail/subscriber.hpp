@@ -54,8 +54,8 @@ class subscriber {
     };
 
 public:
-    /// `on_reconnect` is called on the subscriber's thread each time its connection is made
-    /// again after it broke (the server may have restarted and lost data meanwhile).
+    /// `on_reconnect` is called on the subscriber's thread each time its connection is made,
+    /// the first time included (the server may have restarted and lost data meanwhile).
     explicit subscriber(const endpoint& ep, std::function<void()> on_reconnect = {})
         : ep_(ep), on_reconnect_(std::move(on_reconnect)), wake_(ep.name) {
         thread_ = std::thread([this] {
@@ -176,8 +176,10 @@ private:
                 continue;
             }
             backoff = std::chrono::milliseconds(0);
-            if (served_ && on_reconnect_) on_reconnect_();
-            served_ = true;
+            // Every connection, the first included: the server may have restarted, losing the
+            // holds taken since the client started, before this thread first connected (it
+            // starts with the client, and a busy machine may run it late).
+            if (on_reconnect_) on_reconnect_();
             inflight_.clear();
             {
                 std::lock_guard<std::mutex> g(mu_);
@@ -518,7 +520,6 @@ private:
 
     const endpoint& ep_;
     const std::function<void()> on_reconnect_;
-    bool served_ = false;  // the thread's own: a connection was made before
     mutable std::mutex mu_;
     std::unordered_map<std::string, std::unique_ptr<channel_state>> channels_;
     std::vector<std::string> pending_;
