@@ -52,11 +52,12 @@ namespace rlock {
 namespace detail {
 
 /// Take every part or none. KEYS[i] lock keys; ARGV[1] lease ms, then per part i
-/// ARGV[2i] kind ('m' mutex: SET value PX, 'r' reentrant: HINCRBY field value) and ARGV[2i+1]
-/// its value (token or holder id). Returns {1} when all were taken, {0, i, PTTL} when part i
-/// is held (nothing is changed).
+/// ARGV[2i] kind ('m' mutex, 'r' reentrant_lock) and ARGV[2i+1] its value (token or holder id).
+/// Returns {1} when all were taken, {0, i, PTTL} when part i is held (nothing is changed).
+/// Each part is taken by its kind's own step (mutex_kind / reentrant_kind::lua_take).
 inline const script& multi_acquire_script() {
-    static const script s(R"lua(
+    static const std::string body =
+        std::string(mutex_kind::lua_take) + std::string(reentrant_kind::lua_take) + R"lua(
 for i = 1, #KEYS do
     if redis.call('exists', KEYS[i]) == 1 then
         return {0, i, redis.call('pttl', KEYS[i])}
@@ -64,42 +65,48 @@ for i = 1, #KEYS do
 end
 for i = 1, #KEYS do
     if ARGV[2 * i] == 'm' then
-        redis.call('set', KEYS[i], ARGV[2 * i + 1], 'PX', ARGV[1])
+        mutex_take(KEYS[i], ARGV[2 * i + 1], ARGV[1])
     else
-        redis.call('hincrby', KEYS[i], ARGV[2 * i + 1], 1)
-        redis.call('pexpire', KEYS[i], ARGV[1])
+        reentrant_take(KEYS[i], ARGV[2 * i + 1], ARGV[1])
     end
 end
 return {1}
-)lua");
+)lua";
+    static const script s(body);
     return s;
 }
 
 /// Release every part. KEYS[2i-1] lock key and KEYS[2i] its channel; ARGV[2i-1] kind ('m' or
-/// 'r'), ARGV[2i] value. Per part: 0 released (and `0` published), -1 not held by that value.
-/// Every part is read before any is released: a count HINCRBY would refuse is an error with
-/// no part released (lua_checks.hpp).
+/// 'r'), ARGV[2i] value. Per part: 0 released (its kind's release step), -1 not held by that
+/// value. Every part is read before any is released: an error reading one (an ACL's refusal),
+/// or a count HINCRBY would refuse, is the script's error with no part released.
 inline const script& multi_release_script() {
-    static const std::string body = with_lua_checks(R"lua(
+    static const std::string body =
+        with_lua_checks(std::string(mutex_kind::lua_release_steps) +
+                        std::string(reentrant_kind::lua_release_steps) + R"lua(
 local held = {}
 for i = 1, #KEYS / 2 do
     local key, value = KEYS[2 * i - 1], ARGV[2 * i]
+    local got, failed
     if ARGV[2 * i - 1] == 'm' then
-        held[i] = redis.pcall('get', key) == value
+        got, failed = mutex_read(key)
+        got = got == value and got
     else
-        local count = redis.pcall('hget', key, value)
-        held[i] = type(count) == 'string'
-        if held[i] and not can_step(count, -1) then return bad_count(key, value) end
+        got, failed = reentrant_read(key, value)
+        if got and not can_step(got, -1) then return bad_count(key, value) end
     end
+    if failed then return failed end
+    held[i] = got
 end
 local out = {}
 for i = 1, #KEYS / 2 do
     local key, channel, value = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i]
     out[i] = -1
     if held[i] then
-        if ARGV[2 * i - 1] == 'm' or redis.call('hincrby', key, value, -1) <= 0 then
-            redis.call('del', key)
-            redis.call('publish', channel, '0')
+        if ARGV[2 * i - 1] == 'm' then
+            mutex_leave(key, channel)
+        else
+            reentrant_leave(key, channel, value, held[i])
         end
         out[i] = 0
     end

@@ -198,7 +198,7 @@ return {0, ttl}
     static const script& release_script() {
         static const std::string body = with_fair_helpers(R"lua(
 local count = redis.pcall('hget', KEYS[1], ARGV[1])
-if type(count) == 'table' and count.err and not string.find(count.err, 'WRONGTYPE', 1, true) then return count end
+if read_failed(count) then return count end
 if type(count) ~= 'string' then return -1 end
 if (tonumber(count) or 0) > 1 then return redis.call('hincrby', KEYS[1], ARGV[1], -1) end
 local queued = redis.call('exists', KEYS[2]) == 1

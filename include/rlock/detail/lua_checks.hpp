@@ -15,7 +15,17 @@
 
 namespace rlock::detail {
 
-/// Prepended to the scripts that use them (with_lua_checks).
+/// read_failed(v): true when `v`, what redis.pcall answered for a read, is an error the script
+/// must return as its own (an ACL's refusal, OOM, ...). WRONGTYPE is not one: a key of another
+/// type holds nothing of ours, and the script answers "not held". Every release script reads
+/// its key this way.
+inline constexpr std::string_view lua_read_failed = R"lua(
+local function read_failed(v)
+    return type(v) == 'table' and v.err ~= nil and not string.find(v.err, 'WRONGTYPE', 1, true)
+end
+)lua";
+
+/// Prepended to the scripts that use them (with_lua_checks), after read_failed.
 ///   can_step(v, by)       true when INCR / HINCRBY by `by` (1 or -1) accepts the string `v`:
 ///                         a 64-bit integer as Redis writes one (no '+', no leading zero, no
 ///                         blanks) with room for the step.
@@ -78,8 +88,14 @@ local function next_token(key, had)
 end
 )lua";
 
+/// `body` with read_failed before it.
+inline std::string with_read_failed(std::string_view body) {
+    return std::string(lua_read_failed) + std::string(body);
+}
+
+/// `body` with read_failed and the checks before it.
 inline std::string with_lua_checks(std::string_view body) {
-    return std::string(lua_checks) + std::string(body);
+    return std::string(lua_read_failed) + std::string(lua_checks) + std::string(body);
 }
 
 }  // namespace rlock::detail

@@ -45,21 +45,43 @@ return {0, redis.call('pttl', KEYS[1]), holder}
         return s;
     }
 
+    /// The mutex protocol's steps on one key, as Lua functions: this kind's release script and
+    /// multi_lock's scripts (multi_lock.hpp) are made of them.
+    ///   mutex_take(key, value, lease)   takes the key, which must be free
+    static constexpr std::string_view lua_take = R"lua(
+local function mutex_take(key, value, lease)
+    redis.call('set', key, value, 'PX', lease)
+end
+)lua";
+    /// Need read_failed before them:
+    ///   mutex_read(key)          the key's value (false: none, or a key of another type), or
+    ///                            nil and the error reply to return
+    ///   mutex_leave(key, channel)       deletes the key its holder released, wakes waiters
+    static constexpr std::string_view lua_release_steps = R"lua(
+local function mutex_read(key)
+    local v = redis.pcall('get', key)
+    if read_failed(v) then return nil, v end
+    return type(v) == 'string' and v
+end
+local function mutex_leave(key, channel)
+    redis.call('del', key)
+    redis.call('publish', channel, '0')
+end
+)lua";
+
     /// Compare-and-delete, then wake the waiters.
     /// KEYS[1] lock key; ARGV[1] token, ARGV[2] channel.
     /// Returns 0 when deleted (and `0` published), -1 when the key holds another value or none
     /// (or another type). Any other error reading it (an ACL's refusal) is the script's error.
     static const script& release_script() {
-        static const script s(R"lua(
-local value = redis.pcall('get', KEYS[1])
-if type(value) == 'table' and value.err and not string.find(value.err, 'WRONGTYPE', 1, true) then return value end
-if value == ARGV[1] then
-    redis.call('del', KEYS[1])
-    redis.call('publish', ARGV[2], '0')
-    return 0
-end
-return -1
+        static const std::string body = with_read_failed(std::string(lua_release_steps) + R"lua(
+local value, failed = mutex_read(KEYS[1])
+if failed then return failed end
+if value ~= ARGV[1] then return -1 end
+mutex_leave(KEYS[1], ARGV[2])
+return 0
 )lua");
+        static const script s(body);
         return s;
     }
 

@@ -190,7 +190,7 @@ return {1, n, fencing_token(KEYS[2], ARGV[4], had)}
     static const script& release_script() {
         static const std::string body = with_rw_helpers(R"lua(
 local got = redis.pcall('hmget', KEYS[1], 'mode', ARGV[1])
-if type(got) == 'table' and got.err and not string.find(got.err, 'WRONGTYPE', 1, true) then return got end
+if read_failed(got) then return got end
 local mode, count = got[1], tonumber(got[2])
 if (mode ~= 'read' and mode ~= 'write') or not count then
     return -1
@@ -317,7 +317,7 @@ return {0, redis.call('pttl', KEYS[1])}
     static const script& release_script() {
         static const std::string body = with_rw_helpers(R"lua(
 local got = redis.pcall('hmget', KEYS[1], 'mode', ARGV[1])
-if type(got) == 'table' and got.err and not string.find(got.err, 'WRONGTYPE', 1, true) then return got end
+if read_failed(got) then return got end
 local count = tonumber(got[2])
 if got[1] ~= 'write' or not count then
     return -1

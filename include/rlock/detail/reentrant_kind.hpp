@@ -18,6 +18,39 @@ struct reentrant_kind : kind_defaults {
     static constexpr bool reentrant = true;
     static constexpr std::string_view channel_prefix = "redisson_lock__channel";
 
+    /// The reentrant protocol's steps on one key, as Lua functions: this kind's acquire and
+    /// release scripts and multi_lock's scripts (multi_lock.hpp) are made of them.
+    ///   reentrant_take(key, holder, lease)    one more level, the lease from now; the new count
+    static constexpr std::string_view lua_take = R"lua(
+local function reentrant_take(key, holder, lease)
+    local n = redis.call('hincrby', key, holder, 1)
+    redis.call('pexpire', key, lease)
+    return n
+end
+)lua";
+    /// Need read_failed before them:
+    ///   reentrant_read(key, holder)     the holder's count as Redis stores it (a string), false
+    ///                                   when it has none (or the key is of another type), or
+    ///                                   nil and the error reply to return
+    ///   reentrant_leave(key, channel, holder, count)  one level less (`count` as read): the
+    ///                                   levels left, or 0 when the last one deleted the key and
+    ///                                   woke the waiters
+    static constexpr std::string_view lua_release_steps = R"lua(
+local function reentrant_read(key, holder)
+    local v = redis.pcall('hget', key, holder)
+    if read_failed(v) then return nil, v end
+    return type(v) == 'string' and v
+end
+local function reentrant_leave(key, channel, holder, count)
+    if (tonumber(count) or 0) > 1 then
+        return redis.call('hincrby', key, holder, -1)
+    end
+    redis.call('del', key)
+    redis.call('publish', channel, '0')
+    return 0
+end
+)lua";
+
     /// Acquire or re-enter (Redisson's tryLockInnerAsync, with RFencedLock's counter).
     /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name} (with fencing only);
     /// ARGV[1] lease ms, ARGV[2] holder id, ARGV[3] '1' to take the next fencing token,
@@ -27,7 +60,7 @@ struct reentrant_kind : kind_defaults {
     /// Nothing is written before the fencing counter is checked (lua_checks.hpp); HINCRBY, which
     /// refuses a count that is not an integer, is the first write.
     static const script& acquire_script() {
-        static const std::string body = with_lua_checks(R"lua(
+        static const std::string body = with_lua_checks(std::string(lua_take) + R"lua(
 if redis.call('exists', KEYS[1]) == 0 then
     if ARGV[4] == '1' then
         return {0, -2}
@@ -37,8 +70,7 @@ elseif redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
 end
 local bad, had = counter_if(ARGV[3], KEYS[2])
 if bad then return bad end
-local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-redis.call('pexpire', KEYS[1], ARGV[1])
+local n = reentrant_take(KEYS[1], ARGV[2], ARGV[1])
 local token = 0
 if ARGV[3] == '1' then
     token = next_token(KEYS[2], had)
@@ -57,19 +89,13 @@ return {1, n, token}
     /// last level costs no HINCRBY. Errors other than WRONGTYPE (an ACL's refusal) are returned
     /// as the script's error, not as "not held"; the other release scripts do the same.
     static const script& release_script() {
-        static const script s(R"lua(
-local count = redis.pcall('hget', KEYS[1], ARGV[1])
-if type(count) == 'table' and count.err and not string.find(count.err, 'WRONGTYPE', 1, true) then return count end
-if type(count) ~= 'string' then
-    return -1
-end
-if (tonumber(count) or 0) > 1 then
-    return redis.call('hincrby', KEYS[1], ARGV[1], -1)
-end
-redis.call('del', KEYS[1])
-redis.call('publish', ARGV[2], '0')
-return 0
+        static const std::string body = with_read_failed(std::string(lua_release_steps) + R"lua(
+local count, failed = reentrant_read(KEYS[1], ARGV[1])
+if failed then return failed end
+if not count then return -1 end
+return reentrant_leave(KEYS[1], ARGV[2], ARGV[1], count)
 )lua");
+        static const script s(body);
         return s;
     }
 
