@@ -30,11 +30,13 @@
 
 #include "rlock/rlock.hpp"
 #include "support/helpers.hpp"
+#include "support/kinds.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
 using rlock_test::connection_error;
 using rlock_test::eventually;
+using rlock_test::kind_name;
 using rlock_test::millis;
 using rlock_test::redis_server;
 using rlock_test::steady;
@@ -121,14 +123,6 @@ std::string keys_left(const redis_server& s, std::string_view except = "") {
 }
 
 template <class T>
-std::string kind_name() {
-    if constexpr (std::is_same_v<T, rlock::mutex>) return "mutex";
-    if constexpr (std::is_same_v<T, rlock::reentrant_lock>) return "reentrant";
-    if constexpr (std::is_same_v<T, rlock::fair_lock>) return "fair";
-    return "rw";  // read_write_lock: the write side
-}
-
-template <class T>
 constexpr bool is_hash_kind() {
     return !std::is_same_v<T, rlock::mutex>;
 }
@@ -138,38 +132,10 @@ constexpr bool is_reentrant_kind() {
     return !std::is_same_v<T, rlock::mutex>;
 }
 
-struct kind_names {
-    template <class T>
-    static std::string GetName(int) {
-        return kind_name<T>();
-    }
-};
-
 template <class Lock>
-class fault_test : public ::testing::Test {
-protected:
-    static redis_server& server() {
-        static redis_server s;
-        return s;
-    }
-    rlock::client_options options(std::chrono::milliseconds watchdog = 30s) {
-        rlock::client_options o = server().options();
-        o.lock_watchdog_timeout = watchdog;
-        o.on_lock_lost = lost.handler();
-        return o;
-    }
-    std::string name() const { return rlock_test::test_lock_name(); }
-    std::string last_lost_message() {
-        std::lock_guard<std::mutex> g(lost.mu);
-        return lost.last_message;
-    }
+class fault_test : public rlock_test::kind_fixture<fault_test<Lock>> {};
 
-    rlock_test::lost_log lost;
-};
-
-using lock_kinds =
-    ::testing::Types<rlock::mutex, rlock::reentrant_lock, rlock::fair_lock, rlock::read_write_lock>;
-TYPED_TEST_SUITE(fault_test, lock_kinds, kind_names);
+TYPED_TEST_SUITE(fault_test, rlock_test::lock_kinds, rlock_test::kind_names);
 
 // ---------------------------------------------------------------------------------------------
 // Load: threads that lock, do a non-atomic read-modify-write of a counter in Redis, and unlock.
