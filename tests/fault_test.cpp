@@ -34,47 +34,18 @@
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
+using rlock_test::command_vec;
 using rlock_test::connection_error;
 using rlock_test::eventually;
+using rlock_test::keys_left;
 using rlock_test::kind_name;
 using rlock_test::millis;
+using rlock_test::raw_connection;
 using rlock_test::redis_server;
+using rlock_test::set_acl_user;
 using rlock_test::steady;
 
 namespace {
-
-/// A raw connection for fault injection and bookkeeping, as `user` when one is given.
-rlock::detail::context_ptr raw_connection(int port, const std::string& user = "",
-                                          const std::string& password = "") {
-    rlock::detail::context_ptr c(redisConnect("127.0.0.1", port));
-    if (!c || c->err) throw std::runtime_error("test: cannot connect to redis");
-    if (!user.empty()) {
-        auto r = rlock::detail::command(c.get(), {"AUTH", user, password});
-        if (!r || r->type == REDIS_REPLY_ERROR) throw std::runtime_error("test: AUTH failed");
-    }
-    return c;
-}
-
-/// Any command from a vector of parts (ACL SETUSER takes many).
-rlock::detail::reply_ptr command_vec(redisContext* c, const std::vector<std::string>& parts) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
-    for (const auto& p : parts) {
-        argv.push_back(p.data());
-        lens.push_back(p.size());
-    }
-    return rlock::detail::command_argv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
-}
-
-void set_acl_user(const redis_server& s, std::vector<std::string> rules) {
-    rules.insert(rules.begin(), {"ACL", "SETUSER"});
-    auto c = raw_connection(s.port());
-    auto r = command_vec(c.get(), rules);
-    if (!r || r->type != REDIS_REPLY_STATUS) {
-        throw std::runtime_error("ACL SETUSER failed: " +
-                                 std::string(rlock::detail::reply_text(r.get())));
-    }
-}
 
 /// The value of `field` in an INFO reply, or -1.
 long long info_value(const std::string& info, const std::string& field) {
@@ -105,19 +76,6 @@ std::string commands_besides_bookkeeping(const redis_server& s) {
     for (const auto& [name, calls] : command_calls(s)) {
         if (name == "config|resetstat" || name == "config" || name == "info") continue;
         out += name + "=" + std::to_string(calls) + " ";
-    }
-    return out;
-}
-
-/// The server's keys, space-separated, except those starting with `except` (when not empty).
-std::string keys_left(const redis_server& s, std::string_view except = "") {
-    std::string out;
-    rlock::detail::reply_ptr keys = s.cmd({"KEYS", "*"});
-    if (!keys || keys->type != REDIS_REPLY_ARRAY) return "(KEYS failed)";
-    for (std::size_t i = 0; i < keys->elements; ++i) {
-        const std::string_view k = rlock::detail::reply_text(keys->element[i]);
-        if (!except.empty() && k.substr(0, except.size()) == except) continue;
-        out += (out.empty() ? "" : " ") + std::string(k);
     }
     return out;
 }
