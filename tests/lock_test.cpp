@@ -10,58 +10,25 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "rlock/rlock.hpp"
 #include "support/helpers.hpp"
+#include "support/kinds.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
-using rlock_test::steady;
 using rlock_test::eventually;
+using rlock_test::kind_name;
 using rlock_test::redis_server;
+using rlock_test::steady;
 
 namespace {
 
 template <class Lock>
-class lock_test : public ::testing::Test {
-protected:
-    static redis_server& server() {
-        static redis_server s;
-        return s;
-    }
-    rlock::client_options options(std::chrono::milliseconds watchdog = 30s) {
-        rlock::client_options o = server().options();
-        o.lock_watchdog_timeout = watchdog;
-        o.on_lock_lost = lost.handler();
-        return o;
-    }
-    std::string name() const { return rlock_test::test_lock_name(); }
+class lock_test : public rlock_test::kind_fixture<lock_test<Lock>> {};
 
-    rlock_test::lost_log lost;
-};
-
-// The name the worker process and the test output use for each kind.
-template <class T>
-std::string kind_name() {
-    if constexpr (std::is_same_v<T, rlock::mutex>) return "mutex";
-    if constexpr (std::is_same_v<T, rlock::reentrant_lock>) return "reentrant";
-    if constexpr (std::is_same_v<T, rlock::fair_lock>) return "fair";
-    return "rw";  // read_write_lock: the write side
-}
-
-struct kind_names {
-    template <class T>
-    static std::string GetName(int) {
-        return kind_name<T>();
-    }
-};
-
-// read_write_lock's exclusive side keeps the same contract as the other locks.
-using lock_kinds =
-    ::testing::Types<rlock::mutex, rlock::reentrant_lock, rlock::fair_lock, rlock::read_write_lock>;
-TYPED_TEST_SUITE(lock_test, lock_kinds, kind_names);
+TYPED_TEST_SUITE(lock_test, rlock_test::lock_kinds, rlock_test::kind_names);
 
 TYPED_TEST(lock_test, works_with_the_standard_guards) {
     rlock::client c(this->options());

@@ -1,5 +1,6 @@
 // Test support: real redis-server processes on free loopback ports, in temporary directories,
 // started and stopped by the tests themselves. Never port 6379, never a server started by hand.
+// Raw connections and commands beside them, for fault injection and bookkeeping.
 #pragma once
 
 #include <arpa/inet.h>
@@ -210,5 +211,55 @@ private:
     int port_ = 0;
     pid_t pid_ = -1;
 };
+
+// ---- Raw commands, for fault injection and bookkeeping ---------------------------------------
+
+/// A raw connection for fault injection and bookkeeping, as `user` when one is given.
+inline rlock::detail::context_ptr raw_connection(int port, const std::string& user = "",
+                                                 const std::string& password = "") {
+    rlock::detail::context_ptr c(redisConnect("127.0.0.1", port));
+    if (!c || c->err) throw std::runtime_error("test: cannot connect to redis");
+    if (!user.empty()) {
+        auto r = rlock::detail::command(c.get(), {"AUTH", user, password});
+        if (!r || r->type == REDIS_REPLY_ERROR) throw std::runtime_error("test: AUTH failed");
+    }
+    return c;
+}
+
+/// Any command from a vector of parts (ACL SETUSER takes many).
+inline rlock::detail::reply_ptr command_vec(redisContext* c,
+                                            const std::vector<std::string>& parts) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& p : parts) {
+        argv.push_back(p.data());
+        lens.push_back(p.size());
+    }
+    return rlock::detail::command_argv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
+}
+
+/// ACL SETUSER `rules...` on `s`; throws unless the server says OK.
+inline void set_acl_user(const redis_server& s, std::vector<std::string> rules) {
+    rules.insert(rules.begin(), {"ACL", "SETUSER"});
+    auto c = raw_connection(s.port());
+    auto r = command_vec(c.get(), rules);
+    if (!r || r->type != REDIS_REPLY_STATUS) {
+        throw std::runtime_error("ACL SETUSER failed: " +
+                                 std::string(rlock::detail::reply_text(r.get())));
+    }
+}
+
+/// The server's keys, space-separated, except those starting with `except` (when not empty).
+inline std::string keys_left(const redis_server& s, std::string_view except = "") {
+    std::string out;
+    rlock::detail::reply_ptr keys = s.cmd({"KEYS", "*"});
+    if (!keys || keys->type != REDIS_REPLY_ARRAY) return "(KEYS failed)";
+    for (std::size_t i = 0; i < keys->elements; ++i) {
+        const std::string_view k = rlock::detail::reply_text(keys->element[i]);
+        if (!except.empty() && k.substr(0, except.size()) == except) continue;
+        out += (out.empty() ? "" : " ") + std::string(k);
+    }
+    return out;
+}
 
 }  // namespace rlock_test

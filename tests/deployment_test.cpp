@@ -1,0 +1,491 @@
+// Deployments around the lock server, against real redis-servers the tests start themselves:
+//
+//   acl           an ACL user with exactly the rules README.md documents, and ACLs that refuse
+//                 a release or a renewal;
+//   replica_sync  a master with one replica, client_options::sync_replicas;
+//   sentinel      Redis Sentinel failing a master over, client_options::sentinels.
+//
+// tests/support/redis_sentinel.hpp starts the replicas and sentinels. Each suite is under its
+// own heading below. Bounds on time are generous on purpose: the suite runs on small, noisy
+// machines.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "rlock/rlock.hpp"
+#include "support/helpers.hpp"
+#include "support/redis_sentinel.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using rlock_test::eventually;
+using rlock_test::keys_left;
+using rlock_test::redis_server;
+using rlock_test::replicated;
+using rlock_test::sentinel_deployment;
+using rlock_test::set_acl_user;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// acl: the minimal ACL README.md documents ("ACL") runs every lock kind, and a release or a
+// renewal an ACL refuses reaches the owner as that error, not as a lost lock.
+
+/// The rules README.md documents for lock names starting with `app:`, word for word.
+const char* const minimal_acl =
+    "on >pw resetkeys resetchannels -@all "
+    "+ping +select +get +set +del +exists +pttl +pexpire +publish +subscribe +unsubscribe "
+    "+eval +evalsha +hexists +hget +hmget +hset +hdel +hlen +hkeys +hincrby +incr "
+    "+rpush +lpop +lindex +lrem +lrange +zadd +zrem +zscore +zincrby +zrange +zrevrange "
+    "+zrangebyscore +time "
+    "~app:* ~{app:* ~rlock_lock__channel:{app:* ~redisson_lock__channel:{app:* "
+    "~redisson_rwlock:{app:* ~redisson_lock_token:{app:* ~redisson_lock_queue:{app:* "
+    "~redisson_lock_timeout:{app:* "
+    "&rlock_lock__channel:{app:* &redisson_lock__channel:{app:* &redisson_rwlock:{app:*";
+
+std::vector<std::string> words(const std::string& text) {
+    std::vector<std::string> out;
+    for (std::size_t at = 0; at < text.size();) {
+        const auto end = std::min(text.find(' ', at), text.size());
+        if (end > at) out.push_back(text.substr(at, end - at));
+        at = end + 1;
+    }
+    return out;
+}
+
+/// Holds `name` from client a with renewals, refuses client b, then hands it to a blocked b:
+/// every script, the subscriber and the watchdog run as the ACL user.
+template <class Lock>
+void hold_renew_and_hand_off(rlock::client& a, rlock::client& b, const std::string& name) {
+    SCOPED_TRACE(name);
+    Lock held(a, name, rlock::lock_options{true});
+    Lock other(b, name, rlock::lock_options{true});
+    held.lock();
+    EXPECT_GT(held.fencing_token(), 0);
+    EXPECT_FALSE(other.try_lock_for(30ms));
+    std::this_thread::sleep_for(900ms);  // three renewal periods of the 600 ms watchdog
+    EXPECT_TRUE(held.is_locked());
+    EXPECT_FALSE(held.lost());
+    EXPECT_GT(held.remaining_lease(), 0ms);
+    std::atomic<bool> got{false};
+    std::thread waiter([&] {
+        other.lock();
+        got = true;
+        other.unlock();
+    });
+    std::this_thread::sleep_for(50ms);
+    EXPECT_FALSE(got.load());
+    held.unlock();
+    waiter.join();
+    EXPECT_TRUE(got.load());
+    // Forced open by the other client: the watchdog reports the hold lost, as the ACL user.
+    held.lock();
+    EXPECT_TRUE(other.force_unlock());
+    EXPECT_FALSE(held.is_locked());
+    EXPECT_TRUE(eventually([&] { return held.lost(); }));
+    held.unlock();
+}
+
+/// Creates the ACL user `locker` (password `pw`) with `rules` on `s`; returns client options
+/// that log in as it and report lost holds to `lost`.
+rlock::client_options as_locker(const redis_server& s, std::vector<std::string> rules,
+                                rlock_test::lost_log& lost) {
+    rules.insert(rules.begin(), "locker");
+    set_acl_user(s, rules);
+    rlock::client_options o = s.options();
+    o.username = "locker";
+    o.password = "pw";
+    o.on_lock_lost = lost.handler();
+    return o;
+}
+
+TEST(acl, the_documented_minimal_acl_runs_every_lock_kind) {
+    redis_server s;
+    rlock_test::lost_log lost;
+    rlock::client_options o = as_locker(s, words(minimal_acl), lost);
+    o.lock_watchdog_timeout = 600ms;
+    rlock::client a(o);
+    rlock::client b(o);
+
+    hold_renew_and_hand_off<rlock::mutex>(a, b, "app:mutex");
+    hold_renew_and_hand_off<rlock::reentrant_lock>(a, b, "app:reentrant");
+    hold_renew_and_hand_off<rlock::fair_lock>(a, b, "app:fair");
+    hold_renew_and_hand_off<rlock::read_write_lock>(a, b, "app:rw");  // the write side
+
+    {  // read side: two readers at once, a writer waits for both, a downgrade
+        rlock::read_write_lock r1(a, "app:rw-read");
+        rlock::read_write_lock r2(b, "app:rw-read");
+        r1.lock_shared();
+        r2.lock_shared();
+        std::this_thread::sleep_for(700ms);  // read holds renewed
+        std::thread([&] {
+            rlock::read_write_lock w(b, "app:rw-read");
+            EXPECT_FALSE(w.try_lock_for(30ms)) << "a writer got in past two readers";
+        }).join();
+        r2.unlock_shared();
+        r1.unlock_shared();
+        r2.lock();
+        r2.lock_shared();  // downgrade
+        r2.unlock();
+        EXPECT_TRUE(r1.try_lock_shared_for(1s));
+        r1.unlock_shared();
+        r2.unlock_shared();
+    }
+    {  // multi_lock on one node (its own script) and a one-node red_lock
+        rlock::mutex m1(a, "app:multi-1");
+        rlock::reentrant_lock m2(a, "app:multi-2");
+        rlock::multi_lock both{m1, m2};
+        both.lock();
+        std::this_thread::sleep_for(700ms);
+        EXPECT_TRUE(m1.is_locked());
+        EXPECT_TRUE(m2.is_locked());
+        both.unlock();
+        rlock::red_lock red({&a}, "app:red");
+        red.lock();
+        std::this_thread::sleep_for(700ms);
+        EXPECT_FALSE(red.lost());
+        red.unlock();
+    }
+    // One report per forced unlock above, and no other: no NOPERM anywhere.
+    EXPECT_EQ(lost.calls.load(), 4) << lost.last_lock << ": " << lost.last_message;
+    EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::lock_lost)) << lost.last_message;
+    // Fencing counters never expire, by design; nothing else may be left.
+    EXPECT_EQ(keys_left(s, "redisson_lock_token:"), "") << "keys left in Redis";
+}
+
+TEST(acl, a_release_the_acl_forbids_is_reported_as_that_error_not_as_a_lost_lock) {
+    // The release scripts read the key with pcall, so that a key of another type is an answer
+    // ("not held"); any other error (here the ACL's refusal) must reach the owner as itself.
+    redis_server s;
+    std::vector<std::string> rules;
+    for (const std::string& w : words(minimal_acl)) {
+        if (w != "+get" && w != "+hget") rules.push_back(w);
+    }
+    rlock_test::lost_log lost;
+    rlock::client c(as_locker(s, rules, lost));
+    rlock::mutex m(c, "app:acl-mutex");
+    rlock::reentrant_lock r(c, "app:acl-reentrant");
+    m.lock();  // SET: allowed
+    r.lock();  // EXISTS, HINCRBY, PEXPIRE: allowed
+    EXPECT_NO_THROW(m.unlock());
+    EXPECT_EQ(lost.calls.load(), 1);
+    EXPECT_NE(lost.code.load(), static_cast<int>(rlock::errc::lock_lost)) << lost.last_message;
+    EXPECT_NE(lost.last_message.find("app:acl-mutex"), std::string::npos) << lost.last_message;
+    EXPECT_NO_THROW(r.unlock());
+    EXPECT_EQ(lost.calls.load(), 2);
+    EXPECT_NE(lost.code.load(), static_cast<int>(rlock::errc::lock_lost)) << lost.last_message;
+    EXPECT_NE(lost.last_message.find("app:acl-reentrant"), std::string::npos) << lost.last_message;
+    // Nothing was claimed released: both keys still there, for their leases.
+    EXPECT_EQ(s.integer({"EXISTS", "app:acl-mutex", "app:acl-reentrant"}), 2);
+}
+
+// Issue 16: a renewal the server refuses with an error (here an ACL that stops covering the
+// key) is told once as that error (auth_failed, naming NOPERM), not as lock_lost: the key is
+// still there. The watchdog keeps trying while the lease lasts, so a refusal that ends in time
+// (the ACL restored) costs nothing more, and one that outlasts the lease turns lost() true with
+// no second report. Failed before: told lock_lost, "found the hold gone".
+TEST(acl, a_renewal_refused_with_an_error_is_told_as_that_error_once) {
+    redis_server s;
+    rlock_test::lost_log lost;
+    rlock::client_options o = as_locker(s, words(minimal_acl), lost);
+    o.lock_watchdog_timeout = 1500ms;  // renewed every 500 ms
+    rlock::client c(o);
+    rlock::mutex m(c, "app:renew-refused");
+    m.lock();
+    set_acl_user(s, {"locker", "resetkeys", "~other:*"});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() > 0; }, 3s));
+    EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::auth_failed)) << lost.last_message;
+    EXPECT_NE(lost.last_message.find("NOPERM"), std::string::npos) << lost.last_message;
+    EXPECT_NE(lost.last_message.find("app:renew-refused"), std::string::npos) << lost.last_message;
+    EXPECT_EQ(s.integer({"EXISTS", "app:renew-refused"}), 1);
+    // Restored within the lease: the next tick renews it, and the hold goes on.
+    std::vector<std::string> back = words(minimal_acl);
+    back.insert(back.begin(), "locker");
+    set_acl_user(s, back);
+    std::this_thread::sleep_for(2500ms);  // past the lease the refused tick did not extend
+    EXPECT_FALSE(m.lost());
+    EXPECT_EQ(s.integer({"EXISTS", "app:renew-refused"}), 1);
+    // Refused again, now for longer than the lease: lost, without a second report.
+    const int told = lost.calls.load();
+    set_acl_user(s, {"locker", "resetkeys", "~other:*"});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() > told; }, 3s));
+    EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::auth_failed)) << lost.last_message;
+    EXPECT_TRUE(eventually([&] { return m.lost(); }, 4s));
+    std::this_thread::sleep_for(600ms);  // a tick after the lease ran out
+    EXPECT_EQ(lost.calls.load(), told + 1) << lost.last_message;
+    set_acl_user(s, back);
+    EXPECT_NO_THROW(m.unlock());
+    EXPECT_EQ(lost.calls.load(), told + 1) << lost.last_message;
+}
+
+// ---------------------------------------------------------------------------------------------
+// replica_sync (client_options::sync_replicas): a master and one real replica. A hold is
+// granted and released only once the replica has it, an acquire too few replicas acknowledge is
+// undone and reported, and the watchdog waits for replicas after its renewals.
+
+TEST(replica_sync, a_lock_is_granted_only_once_the_replica_has_it_and_released_likewise) {
+    replicated r;
+    rlock::client c(r.options(1));
+    const std::string name = rlock_test::test_lock_name();
+    {
+        rlock::mutex m(c, name);
+        m.lock();
+        // No polling: WAIT returned before lock() did, so the replica has the key already.
+        const std::string token = r.master.text({"GET", name});
+        EXPECT_TRUE(rlock::detail::is_rlock_token(token)) << token;
+        EXPECT_EQ(r.replica.text({"GET", name}), token);
+        m.unlock();
+        EXPECT_EQ(r.replica.integer({"EXISTS", name}), 0);
+    }
+    {
+        rlock::reentrant_lock l(c, name + ":re");
+        l.lock();
+        l.lock();
+        EXPECT_EQ(r.replica.integer({"HLEN", name + ":re"}), 1);
+        EXPECT_EQ(r.replica.text({"HGET", name + ":re", c.id() + ":" +
+                                                          std::to_string(rlock::detail::current_thread_number())}),
+                  "2");
+        l.unlock();
+        l.unlock();
+        EXPECT_EQ(r.replica.integer({"EXISTS", name + ":re"}), 0);
+    }
+    {
+        rlock::fair_lock f(c, name + ":fair");
+        f.lock();
+        EXPECT_EQ(r.replica.integer({"EXISTS", name + ":fair"}), 1);
+        f.unlock();
+        rlock::read_write_lock rw(c, name + ":rw");
+        rw.lock_shared();
+        EXPECT_EQ(r.replica.text({"HGET", name + ":rw", "mode"}), "read");
+        rw.unlock_shared();
+        rw.lock();
+        EXPECT_EQ(r.replica.text({"HGET", name + ":rw", "mode"}), "write");
+        rw.unlock();
+        EXPECT_EQ(r.replica.integer({"EXISTS", name + ":rw"}), 0);
+    }
+}
+
+// Issue 18: multi_lock's one-script path (parts of one client) waits for replicas as its parts
+// do one by one: an acquire too few replicas acknowledged is undone, every part, and reported.
+// Failed before: the one-script acquire sent no WAIT and was granted.
+TEST(replica_sync, a_multi_lock_of_one_node_is_synced_and_undone_as_its_parts_are) {
+    replicated r;
+    const std::string name = rlock_test::test_lock_name();
+    rlock::client c(r.options(2));  // one replica exists: always short
+    rlock::mutex a(c, name + ":a");
+    rlock::reentrant_lock b(c, name + ":b");
+    rlock::multi_lock both{a, b};
+    try {
+        both.lock();
+        FAIL() << "lock() succeeded with one replica of the two asked for";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::replica_sync_failed) << e.what();
+        EXPECT_NE(std::string(e.what()).find("undone"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(r.master.integer({"EXISTS", name + ":a", name + ":b"}), 0)
+        << "the undone acquire left a part";
+}
+
+TEST(replica_sync, an_acquire_too_few_replicas_acknowledge_is_undone_and_reported) {
+    replicated r;
+    const std::string name = rlock_test::test_lock_name();
+    {  // more replicas asked for than exist
+        rlock::client c(r.options(2));
+        rlock::mutex m(c, name);
+        try {
+            m.lock();
+            FAIL() << "lock() succeeded with one replica of the two asked for";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::replica_sync_failed) << e.what();
+            EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("undone"), std::string::npos) << e.what();
+        }
+        EXPECT_FALSE(m.is_held_by_current_thread());
+        EXPECT_EQ(r.master.integer({"EXISTS", name}), 0) << "the undone acquire left its key";
+        rlock::reentrant_lock l(c, name);
+        EXPECT_THROW((void)l.try_lock_for(100ms), rlock::error);
+        EXPECT_EQ(r.master.integer({"EXISTS", name}), 0);
+    }
+    {  // the one replica stops answering: nothing is granted while it is away
+        rlock::client c(r.options(1));
+        rlock::reentrant_lock l(c, name);
+        l.lock();  // replica up: granted
+        r.replica.pause();
+        // A re-entry that is not acknowledged is undone one level: the first level stays.
+        EXPECT_THROW(l.lock(), rlock::error);
+        EXPECT_TRUE(l.is_held_by_current_thread());
+        l.unlock();  // WAIT falls short here too: not an error, the key is gone on the master
+        EXPECT_EQ(r.master.integer({"EXISTS", name}), 0);
+        rlock::mutex m(c, name + ":m");
+        EXPECT_THROW(m.lock(), rlock::error);
+        EXPECT_EQ(r.master.integer({"EXISTS", name + ":m"}), 0);
+        r.replica.resume();
+        ASSERT_TRUE(eventually([&] { return r.replica.integer({"EXISTS", name}) == 0; }, 5s));
+        m.lock();  // back: granted again
+        EXPECT_EQ(r.replica.integer({"EXISTS", name + ":m"}), 1);
+        m.unlock();
+    }
+}
+
+TEST(replica_sync, the_watchdog_waits_for_replicas_after_each_renewal_batch) {
+    replicated r;
+    rlock::client_options o = r.options(1);
+    o.lock_watchdog_timeout = 600ms;  // a tick every 200 ms
+    rlock::client c(o);
+    rlock::mutex m(c, rlock_test::test_lock_name());
+    m.lock();
+    const long long before = r.waits();
+    std::this_thread::sleep_for(700ms);
+    EXPECT_GE(r.waits() - before, 2) << "renewal ticks without WAIT";
+    EXPECT_GT(r.replica.integer({"PTTL", m.name()}), 0);
+    m.unlock();
+}
+
+TEST(replica_sync, bad_sync_options_are_refused_before_connecting) {
+    rlock::client_options o;
+    o.port = 1;  // never reached: validation comes first
+    o.sync_replicas = -1;
+    try {
+        rlock::client c(o);
+        FAIL() << "a negative sync_replicas was accepted";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << e.what();
+        EXPECT_NE(std::string(e.what()).find("sync_replicas"), std::string::npos) << e.what();
+    }
+    o.sync_replicas = 1;
+    o.sync_timeout = o.command_timeout;
+    try {
+        rlock::client c(o);
+        FAIL() << "a sync_timeout as long as command_timeout was accepted";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << e.what();
+        EXPECT_NE(std::string(e.what()).find("sync_timeout"), std::string::npos) << e.what();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// sentinel (client_options::sentinels): a failover moves holds, waiters and new commands to the
+// new master; a replica refuses an acquire with READONLY; an unknown master and a refused
+// sentinel password are clear errors.
+
+TEST(sentinel, a_failover_moves_holds_waiters_and_new_commands_to_the_new_master) {
+    sentinel_deployment d(true);
+    rlock::client_options o = rlock::client_options::from_uri(d.uri());
+    o.sync_replicas = 1;  // the hold is on the replica before lock() returns
+    o.sync_timeout = 300ms;
+    // Longer than a failover takes: the key the replica got must outlive the switch (the
+    // client renews on the new master only once the sentinel has named it).
+    o.lock_watchdog_timeout = 5s;
+    std::atomic<int> told{0};
+    o.on_lock_lost = [&](std::string_view, const rlock::error&) { ++told; };
+    rlock::client holder(o);
+    rlock::client_options unsynced = o;  // after the failover the new master has no replica
+    unsynced.sync_replicas = 0;
+    rlock::client other(unsynced);
+    EXPECT_EQ(holder.server(), "master m via sentinel");
+
+    const std::string name = rlock_test::test_lock_name();
+    const std::string channel = "redisson_lock__channel:{" + name + "}";
+    rlock::reentrant_lock l(holder, name);
+    l.lock();
+    const std::string field = holder.id() + ":" + std::to_string(rlock::detail::current_thread_number());
+    ASSERT_EQ(d.r.master.text({"HGET", name, field}), "1") << "the lock is not on the master";
+    ASSERT_EQ(d.r.replica.text({"HGET", name, field}), "1") << "WAIT returned before the replica had it";
+
+    std::string waiter_field;  // the waiter's count on the new master while it holds the lock
+    auto waiter = std::async(std::launch::async, [&] {
+        rlock::reentrant_lock w(other, name);
+        if (!w.try_lock_for(60s)) return false;
+        waiter_field = d.r.replica.text(
+            {"HGET", name, other.id() + ":" + std::to_string(rlock::detail::current_thread_number())});
+        w.unlock();
+        return true;
+    });
+    ASSERT_TRUE(eventually([&] { return d.subscribers(d.r.master, channel) == 1; }, 10s));
+
+    d.fail_over();
+    // The old master stays a master for a while (the sentinel converts it later), so nothing
+    // but the switch tells the clients to leave it. The waiter's subscription moves...
+    EXPECT_TRUE(eventually([&] { return d.subscribers(d.r.replica, channel) == 1; }, 10s))
+        << "the waiter's subscription did not move to the new master";
+    // ... and the watchdog renews on the new master: a lease on, the key would be gone.
+    std::this_thread::sleep_for(o.lock_watchdog_timeout + 1s);
+    EXPECT_GT(d.r.replica.integer({"PTTL", name}), 0) << "not renewed on the new master";
+    EXPECT_FALSE(l.lost());
+    EXPECT_EQ(told.load(), 0) << "a hold that moved with the failover was reported lost";
+
+    l.unlock();  // on the new master (too few replicas there now: not an error at release)
+    EXPECT_EQ(d.r.replica.text({"HGET", name, field}), "") << "unlock did not reach the new master";
+    ASSERT_EQ(waiter.wait_for(30s), std::future_status::ready);
+    EXPECT_TRUE(waiter.get());
+    EXPECT_EQ(waiter_field, "1") << "the waiter's lock is not on the new master";
+    EXPECT_EQ(told.load(), 0);
+}
+
+// What a client still connected to a demoted master sees: READONLY, reported as
+// connection_failed (the connection is replaced; with Sentinel the new one goes to the new
+// master), carrying Redis's text, with nothing written.
+TEST(sentinel, a_replica_refuses_an_acquire_as_a_connection_error_naming_readonly) {
+    replicated r;
+    rlock::client c(r.replica.options());
+    rlock::mutex m(c, rlock_test::test_lock_name());
+    rlock::reentrant_lock l(c, rlock_test::test_lock_name(":r"));
+    auto refused = [&](const std::function<void()>& f) {
+        try {
+            f();
+            ADD_FAILURE() << "a replica granted a lock";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::connection_failed) << e.what();
+            EXPECT_NE(std::string(e.what()).find("READONLY"), std::string::npos) << e.what();
+        }
+    };
+    refused([&] { m.lock(); });
+    refused([&] { l.lock(); });
+    EXPECT_EQ(r.replica.integer({"EXISTS", m.name(), l.name()}), 0);
+    EXPECT_EQ(r.master.integer({"EXISTS", m.name(), l.name()}), 0);
+}
+
+TEST(sentinel, an_unknown_master_or_a_refused_sentinel_password_is_a_clear_error) {
+    sentinel_deployment d(false);
+    rlock::client_options o = rlock::client_options::from_uri(d.uri());
+    o.sentinel_master = "nope";
+    o.connect_timeout = 300ms;
+    try {
+        rlock::client c(o);
+        FAIL() << "a client of an unknown master connected";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::connection_failed) << e.what();
+        EXPECT_NE(std::string(e.what()).find("master nope via sentinel"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("does not know a master named nope"), std::string::npos)
+            << e.what();
+    }
+
+    sentinel_deployment guarded(false, "requirepass sentinel-secret\n");
+    o = rlock::client_options::from_uri(guarded.uri());
+    try {
+        rlock::client c(o);
+        FAIL() << "a sentinel with a password answered without one";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::auth_failed) << e.what();
+        EXPECT_NE(std::string(e.what()).find("sentinel 127.0.0.1:" +
+                                             std::to_string(guarded.sentinel->port())),
+                  std::string::npos)
+            << e.what();
+    }
+    o.sentinel_password = "sentinel-secret";
+    rlock::client c(o);
+    rlock::mutex m(c, rlock_test::test_lock_name());
+    m.lock();
+    EXPECT_EQ(guarded.r.master.integer({"EXISTS", m.name()}), 1);
+    m.unlock();
+}
+
+}  // namespace
