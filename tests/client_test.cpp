@@ -78,6 +78,12 @@ TEST(client_uri, parses_host_port_db_and_credentials) {
     EXPECT_EQ(o.host, "::1");
     EXPECT_EQ(o.port, 7000);
 
+    // A '?' in the password is not a query string.
+    o = rlock::client_options::from_uri("redis://:pa%3Fss?word@cache.internal:6390/1");
+    EXPECT_EQ(o.password, "pa?ss?word");
+    EXPECT_EQ(o.host, "cache.internal");
+    EXPECT_EQ(o.db, 1);
+
     o = rlock::client_options::from_uri("unix:///run/redis/redis.sock?db=2");
     EXPECT_EQ(o.unix_socket, "/run/redis/redis.sock");
     EXPECT_EQ(o.db, 2);
@@ -448,6 +454,29 @@ TEST(client_watchdog, no_renewal_reaches_redis_after_unlock_returns) {
 }  // namespace
 
 namespace {
+
+TEST(client_errors, the_error_type_keeps_its_parts_through_copies_and_moves) {
+    const rlock::error e(rlock::errc::lock_lost, "orders", "127.0.0.1:7000", "expired");
+    EXPECT_STREQ(e.what(), "rlock: lock \"orders\" on 127.0.0.1:7000: expired: lock lost");
+    rlock::error moved_from = e;
+    const rlock::error moved = std::move(moved_from);
+    rlock::error assigned(rlock::errc::timeout, "x");
+    assigned = std::move(moved_from);
+    const std::vector<const rlock::error*> all = {&moved, &assigned, &moved_from};  // NOLINT(bugprone-use-after-move)
+    for (const rlock::error* x : all) {
+        EXPECT_EQ(x->value(), rlock::errc::lock_lost);
+        EXPECT_EQ(x->lock(), "orders");
+        EXPECT_EQ(x->server(), "127.0.0.1:7000");
+        EXPECT_EQ(x->cause(), "expired");
+        EXPECT_STREQ(x->what(), e.what());
+    }
+    // A bare message reads as std::system_error's: "<message>: <code's message>".
+    const rlock::error bare(rlock::errc::invalid_argument, "pool_size must be at least 1");
+    EXPECT_STREQ(bare.what(), "pool_size must be at least 1: invalid argument");
+    EXPECT_EQ(bare.cause(), "pool_size must be at least 1");
+    EXPECT_TRUE(bare.lock().empty());
+    EXPECT_TRUE(bare.server().empty());
+}
 
 TEST(client_errors, messages_name_the_server_and_the_cause_once) {
     redis_server s({"--requirepass", "pw"});

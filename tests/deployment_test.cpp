@@ -453,7 +453,7 @@ TEST(sentinel, a_replica_refuses_an_acquire_as_a_connection_error_naming_readonl
     EXPECT_EQ(r.master.integer({"EXISTS", m.name(), l.name()}), 0);
 }
 
-TEST(sentinel, an_unknown_master_or_a_refused_sentinel_password_is_a_clear_error) {
+TEST(sentinel, an_unknown_master_a_refused_sentinel_password_or_a_missing_db_is_a_clear_error) {
     sentinel_deployment d(false);
     rlock::client_options o = rlock::client_options::from_uri(d.uri());
     o.sentinel_master = "nope";
@@ -481,11 +481,26 @@ TEST(sentinel, an_unknown_master_or_a_refused_sentinel_password_is_a_clear_error
             << e.what();
     }
     o.sentinel_password = "sentinel-secret";
-    rlock::client c(o);
-    rlock::mutex m(c, rlock_test::test_lock_name());
-    m.lock();
-    EXPECT_EQ(guarded.r.master.integer({"EXISTS", m.name()}), 1);
-    m.unlock();
+    {
+        rlock::client c(o);
+        rlock::mutex m(c, rlock_test::test_lock_name());
+        m.lock();
+        EXPECT_EQ(guarded.r.master.integer({"EXISTS", m.name()}), 1);
+        m.unlock();
+    }
+
+    // A db the master lacks is the client's setting, not a failover under way: the SELECT's
+    // refusal itself, not "no master found ... within connect_timeout".
+    o.db = 99;
+    try {
+        rlock::client c(o);
+        FAIL() << "SELECT 99 accepted";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::server_error) << e.what();
+        EXPECT_NE(e.cause().find("SELECT 99 (client_options::db) refused"), std::string::npos)
+            << e.what();
+        EXPECT_EQ(e.cause().find("connect_timeout"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace

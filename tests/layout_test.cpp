@@ -756,7 +756,7 @@ TEST(scripts, a_renewal_of_keys_of_another_type_answers_gone_and_touches_nothing
     for (const auto& [script, keys] : calls) {
         const auto before = snapshot(s);
         d::script_call call(*script, {keys[0], keys[1]}, {"30000", "holder", "holder"});
-        d::reply_ptr r = d::run_script(c.get(), call, "renew", "test");
+        d::reply_ptr r = d::run_script(d::connection{c.get()}, call, "renew", "test");
         ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
         ASSERT_EQ(r->elements, 2u);
         EXPECT_EQ(r->element[0]->integer, 0);

@@ -271,6 +271,28 @@ TYPED_TEST(lock_test, an_unlock_after_a_restart_lost_the_hold_tells_the_owner) {
     }
 }
 
+// The owner told of a loss at unlock sees lost() true from inside its on_lock_lost handler: the
+// hold is marked lost before the owner is told. Failed before: lost() read false there.
+TYPED_TEST(lock_test, a_handler_told_of_a_loss_at_unlock_already_sees_lost) {
+    redis_server own;
+    std::atomic<TypeParam*> watched{nullptr};
+    std::atomic<int> calls{0}, seen_lost{0};
+    rlock::client_options o = own.options();
+    o.on_lock_lost = [&](std::string_view, const rlock::error&) {
+        ++calls;
+        if (TypeParam* l = watched.load()) seen_lost += l->lost() ? 1 : 0;
+    };
+    rlock::client c(o);
+    TypeParam lock(c, this->name());
+    watched = &lock;
+    lock.lock();
+    own.cmd({"FLUSHALL"});
+    EXPECT_NO_THROW(lock.unlock());
+    EXPECT_EQ(calls.load(), 1);
+    EXPECT_EQ(seen_lost.load(), 1) << "lost() read false inside the handler";
+    EXPECT_TRUE(lock.lost());
+}
+
 // Issue 16: when the client's connections break and the server comes back without the hold,
 // the watchdog checks at once instead of at its next tick (10 s away here): the owner is told
 // within a command_timeout or so of the server answering again. Failed before: told only at the

@@ -88,6 +88,7 @@ struct redirect {
 struct error_origin {
     redirect to;            // Redis Cluster: the redirection in the reply
     bool readonly = false;  // a replica refused a write (READONLY): the command did not run
+    bool settings_refused = false;  // AUTH or SELECT refused: every server will say the same
 };
 
 struct error_access;
@@ -97,16 +98,24 @@ struct error_access;
 /// The exception rlock throws, and the reason it passes to `on_lock_lost`.
 ///
 /// what() reads "rlock: lock "<lock>" on <server>: <cause>: <code's message>" (empty parts
-/// left out); lock(), server() and cause() give the parts. Copying never throws.
+/// left out); lock(), server() and cause() give the parts. Copying never throws, and a moved-from
+/// error keeps its parts (a move is a copy).
 class error : public std::system_error {
 public:
-    /// An error with `what` as its cause, naming no lock or server.
-    error(errc code, const std::string& what) : error(code, {}, {}, what) {}
+    /// An error with `what` as its cause, naming no lock or server; what() reads
+    /// "<what>: <code's message>", as std::system_error's.
+    error(errc code, const std::string& what)
+        : std::system_error(make_error_code(code), what),
+          parts_(std::make_shared<const parts>(parts{{}, {}, what, {}})) {}
 
     /// An error about `lock` (empty: none) on `server` (empty: none) because of `cause`.
     error(errc code, std::string_view lock, std::string_view server, std::string_view cause)
         : error(code, std::make_shared<const parts>(parts{std::string(lock), std::string(server),
                                                           std::string(cause), {}})) {}
+
+    error(const error&) = default;
+    error& operator=(const error&) = default;
+    ~error() override = default;
 
     errc value() const noexcept { return static_cast<errc>(code().value()); }
 

@@ -56,8 +56,7 @@ namespace detail {
 /// Returns {1} when all were taken, {0, i, PTTL} when part i is held (nothing is changed).
 /// Each part is taken by its kind's own step (mutex_kind / reentrant_kind::lua_take).
 inline const script& multi_acquire_script() {
-    static const std::string body =
-        std::string(mutex_kind::lua_take) + std::string(reentrant_kind::lua_take) + R"lua(
+    static const script s(std::string(mutex_kind::lua_take) + std::string(reentrant_kind::lua_take) + R"lua(
 for i = 1, #KEYS do
     if redis.call('exists', KEYS[i]) == 1 then
         return {0, i, redis.call('pttl', KEYS[i])}
@@ -71,8 +70,7 @@ for i = 1, #KEYS do
     end
 end
 return {1}
-)lua";
-    static const script s(body);
+)lua");
     return s;
 }
 
@@ -81,8 +79,7 @@ return {1}
 /// value. Every part is read before any is released: an error reading one (an ACL's refusal),
 /// or a count HINCRBY would refuse, is the script's error with no part released.
 inline const script& multi_release_script() {
-    static const std::string body =
-        with_lua_checks(std::string(mutex_kind::lua_release_steps) +
+    static const script s(with_lua_checks(std::string(mutex_kind::lua_release_steps) +
                         std::string(reentrant_kind::lua_release_steps) + R"lua(
 local held = {}
 for i = 1, #KEYS / 2 do
@@ -112,8 +109,7 @@ for i = 1, #KEYS / 2 do
     end
 end
 return out
-)lua");
-    static const script s(body);
+)lua"));
     return s;
 }
 
@@ -439,7 +435,7 @@ private:
         const auto sent = clock::now();
         detail::reply_ptr r;
         try {
-            r = core.pool.run(name, detail::on_break::fail, [&](redisContext* c) {
+            r = core.pool.run(name, detail::on_break::fail, [&](const detail::connection& c) {
                 detail::reply_ptr got = detail::run_script(c, call, name, core.ep.name);
                 if (got && got->type == REDIS_REPLY_ARRAY && got->elements >= 1 &&
                     got->element[0]->integer == 1) {
@@ -453,7 +449,7 @@ private:
             if (e.value() == errc::connection_failed || e.value() == errc::timeout) {
                 try {
                     detail::script_call undo = release_call(values);
-                    (void)core.pool.run(name, detail::on_break::retry, [&](redisContext* c) {
+                    (void)core.pool.run(name, detail::on_break::retry, [&](const detail::connection& c) {
                         return detail::run_script(c, undo, name, core.ep.name);
                     });
                 } catch (const error&) {  // unreachable still: the parts expire with the lease
@@ -497,7 +493,7 @@ private:
 
     // Replica sync after the one-script acquire on `c`, as basic_lock's sync_or_undo for each
     // part: too few acknowledgements release every part and throw replica_sync_failed.
-    void sync_or_undo(detail::client_core& core, redisContext* c,
+    void sync_or_undo(detail::client_core& core, const detail::connection& c,
                       const std::vector<std::string_view>& values) const {
         const int wanted = core.ep.options.sync_replicas;
         if (wanted <= 0) return;
@@ -534,16 +530,14 @@ private:
         for (const auto& h : holds) values.push_back(h->value);
         detail::script_call call = release_call(values);
         try {
-            detail::reply_ptr r = core.pool.run(parts_.front().name, detail::on_break::retry, [&](redisContext* c) {
+            detail::reply_ptr r = core.pool.run(parts_.front().name, detail::on_break::retry, [&](const detail::connection& c) {
                 return detail::run_script(c, call, parts_.front().name, core.ep.name);
             });
             for (std::size_t i = 0; i < holds.size() && r && i < r->elements; ++i) {
-                if (r->element[i]->integer >= 0) continue;
-                if (core.reg.report_at_unlock(
-                        *holds[i], error(errc::lock_lost, holds[i]->name, core.ep.name,
-                                         "at unlock the part was no longer held"))) {
-                    parts_[i].lost_at_unlock(parts_[i].lock, thread);
-                }
+                if (r->element[i]->integer >= 0 || core.reg.ended_by_lease(*holds[i])) continue;
+                parts_[i].lost_at_unlock(parts_[i].lock, thread);  // first, as basic_lock
+                core.reg.report(*holds[i], error(errc::lock_lost, holds[i]->name, core.ep.name,
+                                                 "at unlock the part was no longer held"));
             }
         } catch (const error& e) {
             for (part& p : parts_) p.lost_at_unlock(p.lock, thread);

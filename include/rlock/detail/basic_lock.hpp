@@ -105,19 +105,18 @@ public:
             return;
         }
         if (!last) --h->count;
-        if (left < 0) {
-            // Not ours any more.
-            const bool lost = reg.report_at_unlock(
-                *h, error(errc::lock_lost, name(), server(),
-                          "at unlock the lock was no longer held by this thread (expired, "
-                          "deleted or taken over)"));
-            if (last && lost) mark_lost_at_unlock(h->thread);
+        if (left < 0 && !reg.ended_by_lease(*h)) {
+            // Not ours any more. Marked first: an on_lock_lost handler that asks lost() sees it.
+            if (last) mark_lost_at_unlock(h->thread);
+            reg.report(*h, error(errc::lock_lost, name(), server(),
+                                 "at unlock the lock was no longer held by this thread (expired, "
+                                 "deleted or taken over)"));
         }
     }
 
     /// True when anyone holds the lock (EXISTS). Throws on connection errors.
     [[nodiscard]] bool is_locked() const {
-        return core_->pool.run(name(), on_break::retry, [&](redisContext* c) {
+        return core_->pool.run(name(), on_break::retry, [&](const connection& c) {
             return reply_integer(run_command(c, {"EXISTS", name()}, name(), server()).get(), name(),
                                  server()) == 1;
         }, Kind::follows_ask);
@@ -129,14 +128,14 @@ public:
         registry::hold_ptr h = core_->reg.find(&Kind::info, name(), current_thread_number());
         if (!h || core_->reg.is_lost(*h)) return false;
         return core_->pool.run(name(), on_break::retry,
-                               [&](redisContext* c) { return Kind::held(c, keys_, h->value, server()); },
+                               [&](const connection& c) { return Kind::held(c, keys_, h->value, server()); },
                                Kind::follows_ask);
     }
 
     /// The lock key's remaining time to live: zero when the lock is free,
     /// milliseconds::max() for a key without expiry (rlock never makes one).
     [[nodiscard]] std::chrono::milliseconds remaining_lease() const {
-        const long long ttl = core_->pool.run(name(), on_break::retry, [&](redisContext* c) {
+        const long long ttl = core_->pool.run(name(), on_break::retry, [&](const connection& c) {
             return reply_integer(run_command(c, {"PTTL", name()}, name(), server()).get(), name(),
                                  server());
         }, Kind::follows_ask);
@@ -161,7 +160,7 @@ public:
     /// their holds lost at the next renewal. True when the lock was held.
     bool force_unlock() {
         return core_->pool.run(name(), on_break::retry,
-                               [&](redisContext* c) { return Kind::force_unlock(c, keys_, server()); },
+                               [&](const connection& c) { return Kind::force_unlock(c, keys_, server()); },
                                Kind::follows_ask);
     }
 
@@ -340,7 +339,7 @@ private:
         spec.wait_timeout = wait_text;
         for (int round = 0;; ++round) {
             try {
-                acquire_result r = core_->pool.run(name(), on_break::fail, [&](redisContext* c) {
+                acquire_result r = core_->pool.run(name(), on_break::fail, [&](const connection& c) {
                     acquire_result got = Kind::acquire(c, keys_, spec, server());
                     if (got.acquired) sync_or_undo(c, value);
                     return got;
@@ -364,7 +363,7 @@ private:
 
     /// Replica sync after an acquire on `c`: too few acknowledgements undo it (one level, so a
     /// re-entry keeps the levels it had) and throw replica_sync_failed.
-    void sync_or_undo(redisContext* c, const std::string& value) {
+    void sync_or_undo(const connection& c, const std::string& value) {
         const int wanted = core_->ep.options.sync_replicas;
         if (wanted <= 0) return;
         const long long acked = core_->wait_for_replicas(c, name());
@@ -387,7 +386,7 @@ private:
     void give_up(const std::string& value) noexcept {
         if constexpr (Kind::abandons) {
             try {
-                core_->pool.run(name(), on_break::retry, [&](redisContext* c) {
+                core_->pool.run(name(), on_break::retry, [&](const connection& c) {
                     Kind::abandon(c, keys_, value, server());
                     return 0;
                 }, Kind::follows_ask);
@@ -414,8 +413,8 @@ private:
         for (int round = 0;; ++round) {
             std::uint64_t server_id = 0;
             try {
-                const long long left = core_->pool.run(name(), on_break::fail, [&](redisContext* c) {
-                    server_id = current_server_id();
+                const long long left = core_->pool.run(name(), on_break::fail, [&](const connection& c) {
+                    server_id = c.server_id;
                     const long long l = Kind::release(c, keys_, value, server());
                     // Replica sync: a shortfall is not an error here (see client_options).
                     if (l >= 0 && core_->ep.options.sync_replicas > 0) core_->wait_for_replicas(c, name());

@@ -92,7 +92,7 @@ public:
           watchdog_(ep, pool, reg) {
         pool.on_broken = [this] { verify_holds_soon(); };
         // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
-        pool.run("", on_break::retry, [&](redisContext* c) { return run_command(c, {"PING"}, "", ep.name); });
+        pool.run("", on_break::retry, [&](const connection& c) { return run_command(c, {"PING"}, "", ep.name); });
         if (ep.slots) detect_sharded_pubsub();
         sub = std::make_unique<subscriber>(ep, [this] { verify_holds_soon(); });
         if (!ep.options.sentinels.empty()) {
@@ -109,7 +109,7 @@ public:
     /// choose alike for either's unlock to wake the other's waiters.
     void detect_sharded_pubsub() {
         try {
-            pool.run("", on_break::retry, [&](redisContext* c) {
+            pool.run("", on_break::retry, [&](const connection& c) {
                 return run_command(c, {"PUBSUB", "SHARDNUMSUB"}, "", ep.name);
             });
             ep.sharded_pubsub = true;
@@ -122,9 +122,12 @@ public:
 
     void start() { watchdog_.start(shared_from_this()); }
 
+    /// Stops the threads: the watchdog is asked first, so that its last tick ends while the
+    /// sentinel watch stops; the subscriber, which calls into the watchdog, goes last.
     void stop() {
-        watchdog_.stop();
+        watchdog_.request_stop();
         if (sentinel) sentinel->stop();
+        watchdog_.stop();
         sub->stop();
     }
 
@@ -165,7 +168,7 @@ public:
 
     /// Replica sync: `WAIT sync_replicas sync_timeout` on `c`, the connection that just wrote;
     /// returns how many replicas acknowledged. Throws as any command does.
-    long long wait_for_replicas(redisContext* c, std::string_view lock) const {
+    long long wait_for_replicas(const connection& c, std::string_view lock) const {
         return detail::wait_for_replicas(c, ep, lock);
     }
 
@@ -189,15 +192,19 @@ public:
         return lost_races_[std::hash<std::string_view>{}(lock) % lost_races_.size()];
     }
     detail::pool pool;
+    registry reg;
     /// The renewal thread (bench/footprint times its ticks).
     detail::watchdog& watch() noexcept { return watchdog_; }
-    std::unique_ptr<subscriber> sub;
-    std::unique_ptr<sentinel_watch> sentinel;  // with client_options::sentinels only
-    registry reg;
 
 private:
     std::array<std::atomic<int>, 64> lost_races_{};
+    // Before the threads that call into it (the subscriber's and the sentinel watch's
+    // callbacks ask for a verify tick), so that it outlives them.
     watchdog watchdog_;
+
+public:
+    std::unique_ptr<subscriber> sub;
+    std::unique_ptr<sentinel_watch> sentinel;  // with client_options::sentinels only
 };
 
 /// Tells the clients a thread took watched holds on when that thread exits (client_core::

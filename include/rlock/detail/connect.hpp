@@ -109,7 +109,14 @@ inline context_ptr dial(const client_options& o, const std::string& host, int po
     return c;
 }
 
-/// AUTH (with the ACL user when one is given) and SELECT, each only when asked for.
+/// An error of the client's own settings (a refused AUTH or SELECT, or an ACL that refuses a
+/// command): trying another sentinel or node will not help.
+inline bool settings_error(const error& e) noexcept {
+    return e.value() == errc::auth_failed || error_access::origin(e).settings_refused;
+}
+
+/// AUTH (with the ACL user when one is given) and SELECT, each only when asked for. A refusal
+/// is marked settings_refused.
 inline void login(redisContext* c, const std::string& username, const std::string& password,
                   int db, std::string_view server) {
     if (!password.empty()) {
@@ -117,7 +124,11 @@ inline void login(redisContext* c, const std::string& username, const std::strin
                                        : command(c, {"AUTH", username, password});
         if (!r) throw make_error(c, nullptr, "", server);
         if (r->type == REDIS_REPLY_ERROR) {
-            throw error(errc::auth_failed, "", server, std::string("AUTH: ") += reply_text(r.get()));
+            error_origin refused;
+            refused.settings_refused = true;
+            throw error_access::with_origin(errc::auth_failed, "", server,
+                                            std::string("AUTH: ") += reply_text(r.get()),
+                                            std::move(refused));
         }
     }
     if (db != 0) {
@@ -128,8 +139,11 @@ inline void login(redisContext* c, const std::string& username, const std::strin
             // A database the server does not have is server_error; only an ACL that forbids
             // SELECT (NOPERM) is auth_failed.
             const errc code = make_error(c, r.get(), "", server).value();
-            throw error(code, "", server,
-                        "SELECT " + n + " (client_options::db) refused: " += reply_text(r.get()));
+            error_origin refused;
+            refused.settings_refused = true;
+            throw error_access::with_origin(
+                code, "", server, "SELECT " + n + " (client_options::db) refused: " += reply_text(r.get()),
+                std::move(refused));
         }
     }
 }
@@ -181,7 +195,8 @@ inline context_ptr connect_master(const endpoint& ep, const std::string& host, i
 /// named (endpoint::switched_to: sentinels that did not run the failover may still name the old
 /// master, which stays a master until it is converted); then each sentinel in turn, asked
 /// `SENTINEL get-master-addr-by-name`. Every candidate must answer ROLE as a master. Tries
-/// again every 50 ms until connect_timeout has passed. Auth errors are final.
+/// again every 50 ms until connect_timeout has passed. Errors of the client's settings (a refused
+/// AUTH or SELECT) are final.
 inline context_ptr connect_via_sentinel(const endpoint& ep) {
     const client_options& o = ep.options;
     const auto deadline = std::chrono::steady_clock::now() + o.connect_timeout;
@@ -193,7 +208,7 @@ inline context_ptr connect_via_sentinel(const endpoint& ep) {
                     return c;
                 }
             } catch (const error& e) {
-                if (e.value() == errc::auth_failed) throw;
+                if (settings_error(e)) throw;
                 why = error_access::brief(e);
             }
         }
@@ -211,7 +226,7 @@ inline context_ptr connect_via_sentinel(const endpoint& ep) {
                     return c;
                 }
             } catch (const error& e) {
-                if (e.value() == errc::auth_failed) throw;
+                if (settings_error(e)) throw;
                 why = error_access::brief(e);
             }
         }
@@ -238,8 +253,8 @@ inline context_ptr connect_node(const endpoint& ep, const server_address& at) {
 }
 
 /// Redis Cluster: calls `f(connection, address)` on the first node that can be reached — the
-/// masters the slot map knows, then the seeds — and returns what it returns. Auth errors, and
-/// whatever `f` throws, end the search at once.
+/// masters the slot map knows, then the seeds — and returns what it returns. Errors of the
+/// client's settings (a refused AUTH), and whatever `f` throws, end the search at once.
 template <class F>
 auto on_any_node(const endpoint& ep, F&& f) -> decltype(f(std::declval<context_ptr>(), ep.seeds.front())) {
     std::vector<server_address> candidates = ep.slots->masters();
@@ -250,7 +265,7 @@ auto on_any_node(const endpoint& ep, F&& f) -> decltype(f(std::declval<context_p
         try {
             c = connect_node(ep, a);
         } catch (const error& e) {
-            if (e.value() == errc::auth_failed) throw;
+            if (settings_error(e)) throw;
             why = error_access::brief(e);
             continue;
         }
@@ -286,7 +301,7 @@ inline context_ptr connect(const endpoint& ep) {
 
 /// Replica sync: `WAIT sync_replicas sync_timeout` on `c`, the connection that just wrote;
 /// returns how many replicas acknowledged. Throws as any command does.
-inline long long wait_for_replicas(redisContext* c, const endpoint& ep, std::string_view lock) {
+inline long long wait_for_replicas(const connection& c, const endpoint& ep, std::string_view lock) {
     reply_ptr r = run_command(c, {"WAIT", ep.wait_replicas, ep.wait_timeout}, lock, ep.name);
     return reply_integer(r.get(), lock, ep.name);
 }

@@ -107,7 +107,7 @@ struct fair_kind : kind_defaults {
     /// Before the first write (an eviction may be one): the hash's type and this holder's count
     /// (HGET), the fencing counter, and the queue keys' types (evict reads them first).
     static const script& acquire_script() {
-        static const std::string body = with_fair_helpers(R"lua(
+        static const script s(with_fair_helpers(R"lua(
 local mine = redis.call('hget', KEYS[1], ARGV[2])
 if mine and not can_step(mine, 1) then return bad_count(KEYS[1], ARGV[2]) end
 local bad, had = counter_if(ARGV[4], KEYS[4])
@@ -185,8 +185,7 @@ if ttl == -2 then
 end
 if ttl ~= -1 and ttl < 1 then ttl = 1 end
 return {0, ttl}
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
@@ -196,7 +195,7 @@ return {0, ttl}
     /// The last level evicts before it deletes the hash: a queue key of another type then fails
     /// the script before anything is changed.
     static const script& release_script() {
-        static const std::string body = with_fair_helpers(R"lua(
+        static const script s(with_fair_helpers(R"lua(
 local count = redis.pcall('hget', KEYS[1], ARGV[1])
 if read_failed(count) then return count end
 if type(count) ~= 'string' then return -1 end
@@ -206,8 +205,7 @@ local head = queued and evict(KEYS[2], KEYS[3], now_ms())
 redis.call('del', KEYS[1])
 if queued then wake(KEYS[4], head) end
 return 0
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
@@ -215,7 +213,7 @@ return 0
     /// changed the head while the lock is free, the new head is woken. Same KEYS/ARGV as the
     /// release. Returns 0.
     static const script& leave_script() {
-        static const std::string body = with_fair_helpers(R"lua(
+        static const script s(with_fair_helpers(R"lua(
 local first = redis.call('lindex', KEYS[2], 0)
 redis.call('zrem', KEYS[3], ARGV[1])
 redis.call('lrem', KEYS[2], 0, ARGV[1])
@@ -224,21 +222,19 @@ if head and head ~= first and redis.call('exists', KEYS[1]) == 0 then
     wake(KEYS[4], head)
 end
 return 0
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
     /// Deletes the lock whoever holds it and wakes the queue head. Same KEYS as the release.
     /// Evicts first, so that queue keys of another type fail it with nothing deleted.
     static const script& force_unlock_script() {
-        static const std::string body = with_fair_helpers(R"lua(
+        static const script s(with_fair_helpers(R"lua(
 local head = evict(KEYS[2], KEYS[3], now_ms())
 local held = redis.call('del', KEYS[1])
 wake(KEYS[4], head)
 return held
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
@@ -255,7 +251,7 @@ return held
         return std::max(std::chrono::milliseconds(1), o.fair_lock_wait_timeout / 3);
     }
 
-    static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
+    static acquire_result acquire(const connection& c, const lock_keys& k, const attempt_spec& a,
                                   std::string_view server) {
         script_call call(acquire_script(), {k.name, k.queue, k.timeouts, k.fencing, k.channel},
                          {a.lease, a.value, a.wait_timeout, a.fencing ? "1" : "0",
@@ -263,23 +259,23 @@ return held
         return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
     }
 
-    static long long release(redisContext* c, const lock_keys& k, std::string_view holder,
+    static long long release(const connection& c, const lock_keys& k, std::string_view holder,
                              std::string_view server) {
         return eval_integer(c, release_script(), {k.name, k.queue, k.timeouts, k.channel}, {holder}, k.name, server);
     }
 
-    static void abandon(redisContext* c, const lock_keys& k, std::string_view holder,
+    static void abandon(const connection& c, const lock_keys& k, std::string_view holder,
                         std::string_view server) {
         script_call call(leave_script(), {k.name, k.queue, k.timeouts, k.channel}, {holder});
         run_script(c, call, k.name, server);
     }
 
-    static bool held(redisContext* c, const lock_keys& k, std::string_view holder,
+    static bool held(const connection& c, const lock_keys& k, std::string_view holder,
                      std::string_view server) {
         return reentrant_kind::held(c, k, holder, server);
     }
 
-    static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
+    static bool force_unlock(const connection& c, const lock_keys& k, std::string_view server) {
         return eval_integer(c, force_unlock_script(), {k.name, k.queue, k.timeouts, k.channel}, {}, k.name, server) == 1;
     }
 };

@@ -49,12 +49,9 @@ inline std::vector<node_result> fan_out(
         try {
             conns[i].emplace(nodes[i]->pool.checkout(lock));
             make(i, calls[i]);
-            if (calls[i].s) {  // re-arm: the call was assigned, not built here
-                sharded_publish() = nodes[i]->ep.sharded_pubsub;
-                calls[i].use_body(false);
-                sharded_publish() = false;
-            }
-            redisContext* c = conns[i]->get();
+            const connection conn{conns[i]->get(), false, nodes[i]->ep.sharded_pubsub};
+            if (calls[i].s) calls[i].use(script_form::sha, conn);  // re-arm: assigned, not built here
+            redisContext* c = conn.ctx;
             if (redisAppendCommandArgv(c, calls[i].argc(), calls[i].argv.data(), calls[i].lens.data()) !=
                 REDIS_OK) {
                 throw make_error(c, nullptr, lock, nodes[i]->ep.name);
@@ -126,11 +123,9 @@ inline std::vector<node_result> fan_out(
             continue;
         }
         try {
-            sharded_publish() = nodes[i]->ep.sharded_pubsub;
-            out[i].reply = run_script(conns[i]->get(), calls[i], lock, nodes[i]->ep.name);
-            sharded_publish() = false;
+            const connection conn{conns[i]->get(), false, nodes[i]->ep.sharded_pubsub};
+            out[i].reply = run_script(conn, calls[i], lock, nodes[i]->ep.name);
         } catch (const error& e) {
-            sharded_publish() = false;
             out[i].reply.reset();
             out[i].failure = e;
         }

@@ -47,22 +47,21 @@ inline bool is_readonly(std::string_view what) noexcept {
     return what.find("READONLY You can't write against a read only ") != std::string_view::npos;
 }
 
-/// Redis Cluster: true on a thread while the pool retries a command on the node an ASK named
-/// (its slot is being migrated there). Every command is then sent as ASKING + command, and a
-/// script as EVAL with its body: the node may not have it cached, and a NOSCRIPT reply would
-/// use up the ASKING.
-inline bool& asking() noexcept {
-    static thread_local bool a = false;
-    return a;
-}
-
-/// Redis Cluster with sharded pub/sub: true on a thread while the pool runs a command there.
-/// Scripts then run in their SPUBLISH form (script::body(true)), so that their unlock messages
-/// reach the waiters of both libraries, which listen with SSUBSCRIBE.
-inline bool& sharded_publish() noexcept {
-    static thread_local bool s = false;
-    return s;
-}
+/// A command connection as the pool hands it to a callback, with how commands are to be sent
+/// on it for this one run.
+struct connection {
+    redisContext* ctx = nullptr;
+    /// Redis Cluster: the pool is retrying on the node an ASK named (the slot is being migrated
+    /// there). Every command is then sent as ASKING + command, and a script as EVAL with its
+    /// body: the node may not have it cached, and a NOSCRIPT reply would use up the ASKING.
+    bool asking = false;
+    /// Redis Cluster with sharded pub/sub: scripts run in their SPUBLISH form
+    /// (script::body(true)), so that their unlock messages reach the waiters of both
+    /// libraries, which listen with SSUBSCRIBE.
+    bool sharded_publish = false;
+    /// server_identity of the server behind ctx (0: unknown).
+    std::uint64_t server_id = 0;
+};
 
 /// The one place hiredis and Redis failures become rlock errors. `ctx` is consulted when it
 /// carries an I/O or protocol error (then `reply` is usually null); otherwise `reply` is an
@@ -112,6 +111,11 @@ inline error make_error(const redisContext* ctx, const redisReply* reply, std::s
     return error(errc::protocol_error, lock, server, "unexpected reply type");
 }
 
+inline error make_error(const connection& c, const redisReply* reply, std::string_view lock,
+                        std::string_view server) {
+    return make_error(c.ctx, reply, lock, server);
+}
+
 inline timeval to_timeval(std::chrono::milliseconds ms) {
     timeval tv{};
     tv.tv_sec = static_cast<decltype(tv.tv_sec)>(ms.count() / 1000);
@@ -120,8 +124,10 @@ inline timeval to_timeval(std::chrono::milliseconds ms) {
 }
 
 /// Sends one command and reads its reply. Returns null only with ctx->err set.
-inline reply_ptr command_argv(redisContext* c, int argc, const char** argv, const std::size_t* lens) {
-    if (asking()) {
+inline reply_ptr command_argv(const connection& conn, int argc, const char** argv,
+                              const std::size_t* lens) {
+    redisContext* c = conn.ctx;
+    if (conn.asking) {
         // ASKING and the command in one round trip; ASKING's own +OK is dropped.
         if (redisAppendCommand(c, "ASKING") != REDIS_OK ||
             redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK) {
@@ -137,8 +143,12 @@ inline reply_ptr command_argv(redisContext* c, int argc, const char** argv, cons
     return reply_ptr(static_cast<redisReply*>(redisCommandArgv(c, argc, argv, lens)));
 }
 
+inline reply_ptr command_argv(redisContext* c, int argc, const char** argv, const std::size_t* lens) {
+    return command_argv(connection{c}, argc, argv, lens);
+}
+
 /// A command from string views: up to 16 parts on the stack, more on the heap.
-inline reply_ptr command(redisContext* c, std::initializer_list<std::string_view> parts) {
+inline reply_ptr command(const connection& c, std::initializer_list<std::string_view> parts) {
     constexpr std::size_t small = 16;
     const char* argv_small[small];
     std::size_t lens_small[small];
@@ -161,8 +171,12 @@ inline reply_ptr command(redisContext* c, std::initializer_list<std::string_view
     return command_argv(c, n, argv, lens);
 }
 
+inline reply_ptr command(redisContext* c, std::initializer_list<std::string_view> parts) {
+    return command(connection{c}, parts);
+}
+
 /// Sends a plain command; throws on I/O errors and on error replies.
-inline reply_ptr run_command(redisContext* c, std::initializer_list<std::string_view> parts,
+inline reply_ptr run_command(const connection& c, std::initializer_list<std::string_view> parts,
                              std::string_view lock, std::string_view server) {
     reply_ptr r = command(c, parts);
     if (!r || r->type == REDIS_REPLY_ERROR) throw make_error(c, r.get(), lock, server);
@@ -203,13 +217,6 @@ inline std::uint64_t server_identity(redisContext* c, std::string_view server) {
     const std::string_view id = info.substr(from, to == std::string_view::npos ? to : to - from);
     if (id.empty()) return 0;
     return std::max<std::uint64_t>(1, std::hash<std::string_view>{}(id));
-}
-
-/// The server_identity of the connection pool::run has handed to this thread's callback (0:
-/// unknown). Valid during that callback.
-inline std::uint64_t& current_server_id() noexcept {
-    thread_local std::uint64_t id = 0;
-    return id;
 }
 
 }  // namespace rlock::detail

@@ -97,6 +97,14 @@ inline script_call acquire_call(const script& s, const lock_keys& k, bool fencin
 }
 
 /// Kind hooks with their usual meaning; a Kind derives from this and hides what it changes.
+/// One run of `release_script`, for the kinds whose release takes KEYS[1] the lock, ARGV[1] the
+/// holder's value and ARGV[2] the channel (mutex, reentrant_lock, both sides of
+/// read_write_lock). Returns what the script does: -1 not held, else the levels left.
+inline long long release_by(const script& release_script, const connection& c, const lock_keys& k,
+                            std::string_view value, std::string_view server) {
+    return eval_integer(c, release_script, {k.name}, {value, k.channel}, k.name, server);
+}
+
 struct kind_defaults {
     /// Called before a fresh (not re-entrant) acquisition; may throw (read_write_lock: a reader
     /// asking for the write side).
@@ -107,7 +115,7 @@ struct kind_defaults {
         return k.channel;
     }
     /// Undoes what a refused attempt left behind when the waiter gives up (fair_lock's queue).
-    static void abandon(redisContext*, const lock_keys&, std::string_view /*value*/,
+    static void abandon(const connection&, const lock_keys&, std::string_view /*value*/,
                         std::string_view /*server*/) {}
     static constexpr bool abandons = false;
     /// Redis Cluster: the kind's scripts touch only keys they declare, so they may follow an
@@ -122,7 +130,7 @@ struct kind_defaults {
         return std::chrono::milliseconds(0);
     }
     /// Deletes the lock whoever holds it and wakes its waiters; true when it was held.
-    static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
+    static bool force_unlock(const connection& c, const lock_keys& k, std::string_view server) {
         return eval_integer(c, force_unlock_script(), {k.name}, {k.channel}, k.name, server) == 1;
     }
     /// The value stored for this thread's hold.
@@ -153,13 +161,13 @@ using kind_channel_prefix = std::remove_cv_t<decltype(K::channel_prefix)>;
 template <class K>
 using kind_info_of = std::remove_cv_t<decltype(K::info)>;
 template <class K>
-using kind_acquire = decltype(K::acquire(std::declval<redisContext*>(), std::declval<const lock_keys&>(),
+using kind_acquire = decltype(K::acquire(std::declval<const connection&>(), std::declval<const lock_keys&>(),
                                          std::declval<const attempt_spec&>(), std::string_view()));
 template <class K>
-using kind_release = decltype(K::release(std::declval<redisContext*>(), std::declval<const lock_keys&>(),
+using kind_release = decltype(K::release(std::declval<const connection&>(), std::declval<const lock_keys&>(),
                                          std::string_view(), std::string_view()));
 template <class K>
-using kind_held = decltype(K::held(std::declval<redisContext*>(), std::declval<const lock_keys&>(),
+using kind_held = decltype(K::held(std::declval<const connection&>(), std::declval<const lock_keys&>(),
                                    std::string_view(), std::string_view()));
 
 /// Names what `Kind` lacks of the contract basic_lock<Kind> relies on; true when nothing.
@@ -175,13 +183,13 @@ constexpr bool check_kind() {
     static_assert(std::is_same_v<kind_member_t<kind_info_of, Kind>, kind_info>,
                   "a lock Kind needs `static inline const kind_info info` (name, renew script)");
     static_assert(std::is_same_v<kind_member_t<kind_acquire, Kind>, acquire_result>,
-                  "a lock Kind needs `static acquire_result acquire(redisContext*, const "
+                  "a lock Kind needs `static acquire_result acquire(const connection&, const "
                   "lock_keys&, const attempt_spec&, std::string_view server)`: one attempt");
     static_assert(std::is_same_v<kind_member_t<kind_release, Kind>, long long>,
-                  "a lock Kind needs `static long long release(redisContext*, const lock_keys&, "
+                  "a lock Kind needs `static long long release(const connection&, const lock_keys&, "
                   "std::string_view value, std::string_view server)`: -1 not held, else levels left");
     static_assert(std::is_same_v<kind_member_t<kind_held, Kind>, bool>,
-                  "a lock Kind needs `static bool held(redisContext*, const lock_keys&, "
+                  "a lock Kind needs `static bool held(const connection&, const lock_keys&, "
                   "std::string_view value, std::string_view server)`");
     return true;
 }

@@ -28,7 +28,7 @@ struct mutex_kind : kind_defaults {
     /// (lua_checks.hpp): a counter INCR would refuse is an error with nothing written, not a
     /// lock left without an owner.
     static const script& acquire_fenced_script() {
-        static const std::string body = with_lua_checks(R"lua(
+        static const script s(with_lua_checks(R"lua(
 local bad, had = counter_if(ARGV[3], KEYS[2])
 if bad then return bad end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -40,8 +40,7 @@ end
 local holder = redis.pcall('get', KEYS[1])
 if type(holder) ~= 'string' then holder = false end
 return {0, redis.call('pttl', KEYS[1]), holder}
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
@@ -74,22 +73,20 @@ end
     /// Returns 0 when deleted (and `0` published), -1 when the key holds another value or none
     /// (or another type). Any other error reading it (an ACL's refusal) is the script's error.
     static const script& release_script() {
-        static const std::string body = with_read_failed(std::string(lua_release_steps) + R"lua(
+        static const script s(with_read_failed(std::string(lua_release_steps) + R"lua(
 local value, failed = mutex_read(KEYS[1])
 if failed then return failed end
 if value ~= ARGV[1] then return -1 end
 mutex_leave(KEYS[1], ARGV[2])
 return 0
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
     /// Batch compare-and-pexpire (batch_renew_lua): ARGV[i+1] the token of KEYS[i].
     static const script& renew_script() {
-        static const std::string body = batch_renew_lua(
-            "redis.pcall('get', KEYS[i]) == ARGV[i + 1]", "redis.call('pexpire', KEYS[i], ARGV[1])");
-        static const script s(body);
+        static const script s(batch_renew_lua(
+            "redis.pcall('get', KEYS[i]) == ARGV[i + 1]", "redis.call('pexpire', KEYS[i], ARGV[1])"));
         return s;
     }
 
@@ -106,13 +103,13 @@ return 0
         return call;
     }
 
-    static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
+    static acquire_result acquire(const connection& c, const lock_keys& k, const attempt_spec& a,
                                   std::string_view server) {
         const std::string_view token = a.value, lease = a.lease;
         acquire_result out;
-        // By script too while a Redis Cluster slot migrates (asking()): ASKING applies to one
+        // By script too while a Redis Cluster slot migrates (c.asking): ASKING applies to one
         // command, and the SET + PTTL + GET pipeline is three.
-        if (a.fencing || !a.scripts_allowed || asking()) {
+        if (a.fencing || !a.scripts_allowed || c.asking) {
             script_call call = acquire_call(acquire_fenced_script(), k, a.fencing,
                                             {token, lease, a.fencing ? "1" : "0"});
             reply_ptr r = run_script(c, call, k.name, server);
@@ -133,13 +130,13 @@ return 0
         const std::size_t pttl_len[2] = {4, k.name.size()};
         const char* get[2] = {"GET", k.name.data()};
         const std::size_t get_len[2] = {3, k.name.size()};
-        redisAppendCommandArgv(c, 6, set, set_len);
-        redisAppendCommandArgv(c, 2, pttl, pttl_len);
-        redisAppendCommandArgv(c, 2, get, get_len);
+        redisAppendCommandArgv(c.ctx, 6, set, set_len);
+        redisAppendCommandArgv(c.ctx, 2, pttl, pttl_len);
+        redisAppendCommandArgv(c.ctx, 2, get, get_len);
         reply_ptr replies[3];  // SET, PTTL, GET
         for (reply_ptr& reply : replies) {
             void* raw = nullptr;
-            const int status = redisGetReply(c, &raw);
+            const int status = redisGetReply(c.ctx, &raw);
             reply.reset(static_cast<redisReply*>(raw));
             if (status != REDIS_OK) throw make_error(c, nullptr, k.name, server);
         }
@@ -159,12 +156,12 @@ return 0
         return out;
     }
 
-    static long long release(redisContext* c, const lock_keys& k, std::string_view token,
+    static long long release(const connection& c, const lock_keys& k, std::string_view token,
                              std::string_view server) {
-        return eval_integer(c, release_script(), {k.name}, {token, k.channel}, k.name, server);
+        return release_by(release_script(), c, k, token, server);
     }
 
-    static bool held(redisContext* c, const lock_keys& k, std::string_view token,
+    static bool held(const connection& c, const lock_keys& k, std::string_view token,
                      std::string_view server) {
         reply_ptr r = run_command(c, {"GET", k.name}, k.name, server);
         return reply_text(r.get()) == token && r->type == REDIS_REPLY_STRING;

@@ -87,7 +87,7 @@ public:
         return checkout_at(node(master_for(key_slot(lock), lock)), lock);
     }
 
-    /// Runs f(redisContext*) on a pooled connection. When the connection breaks (I/O error,
+    /// Runs f(const connection&) on a pooled connection. When the connection breaks (I/O error,
     /// timeout) the other idle connections are dropped too: after a restart they are all dead.
     /// With on_break::retry (the command is idempotent) it is tried once more on a new
     /// connection.
@@ -101,13 +101,12 @@ public:
     /// do not declare (read_write_lock's hold keys), which may still be on the source.
     template <class F>
     auto run(std::string_view lock, on_break broken_then, F&& f, bool follow_ask = true)
-        -> decltype(f(std::declval<redisContext*>())) {
+        -> decltype(f(std::declval<const connection&>())) {
         if (ep_.slots) return run_clustered(lock, broken_then, f, follow_ask);
         for (int attempt = 0;; ++attempt) {
             handle h = checkout(lock);
             try {
-                current_server_id() = h.server_id();
-                return f(h.get());
+                return f(connection{h.get(), false, false, h.server_id()});
             } catch (const error& e) {
                 // An error reply leaves the connection fine, unless it says the server is a
                 // replica now (READONLY, reported as connection_failed): then all are stale.
@@ -197,7 +196,7 @@ private:
 
     template <class F>
     auto run_clustered(std::string_view lock, on_break broken_then, F& f, bool follow_ask)
-        -> decltype(f(std::declval<redisContext*>())) {
+        -> decltype(f(std::declval<const connection&>())) {
         const int slot = key_slot(lock);
         const auto deadline = clock::now() + ep_.options.command_timeout;
         std::optional<server_address> to;  // set: the next try goes there (MOVED, ASK)
@@ -219,23 +218,8 @@ private:
                 if (!pause_before_retry(deadline)) throw;
                 continue;
             }
-            // Set for this one run of f, and cleared however it ends.
-            struct asking_scope {
-                asking_scope(bool on, bool sharded) noexcept {
-                    asking() = on;
-                    sharded_publish() = sharded;
-                }
-                ~asking_scope() {
-                    asking() = false;
-                    sharded_publish() = false;
-                }
-                asking_scope(const asking_scope&) = delete;
-                asking_scope& operator=(const asking_scope&) = delete;
-            };
             try {
-                const asking_scope scope(ask, ep_.sharded_pubsub);
-                current_server_id() = h->server_id();
-                return f(h->get());
+                return f(connection{h->get(), ask, ep_.sharded_pubsub, h->server_id()});
             } catch (const error& e) {
                 redirect r = error_access::origin(e).to;
                 if (r.kind == redirect::ask && !follow_ask) r.kind = redirect::try_again;

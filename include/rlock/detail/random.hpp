@@ -68,8 +68,12 @@ inline long long random_between(long long lo, long long hi) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     z ^= z >> 31;
-    const std::uint64_t span = static_cast<std::uint64_t>(hi - lo) + 1;  // hi > lo: no overflow
-    return lo + static_cast<long long>(z % span);  // span is small: the modulo bias is nil
+    // In unsigned arithmetic, where any lo <= hi fits (hi - lo may not in long long). The
+    // spans rlock asks for are small: the modulo bias is nil.
+    const std::uint64_t span = static_cast<std::uint64_t>(hi) - static_cast<std::uint64_t>(lo) + 1;
+    const std::uint64_t drawn = span == 0 ? z : z % span;  // 0: the whole range
+    const std::uint64_t at = static_cast<std::uint64_t>(lo) + drawn;
+    return static_cast<long long>(at);
 }
 
 /// How every token rlock stores in a mutex-layout key starts (rlock::mutex, red_lock,

@@ -102,13 +102,12 @@ struct rw_kind_base : kind_defaults {
     static constexpr bool follows_ask = false;  // the hold keys are not declared
 
     /// `field`: the holder id (read side) or "<holder id>:write" (write side).
-    static long long release(redisContext* c, const lock_keys& k, std::string_view field,
+    static long long release(const connection& c, const lock_keys& k, std::string_view field,
                              std::string_view server) {
-        return eval_integer(c, Side::release_script(), {k.name}, {field, k.channel}, k.name,
-                            server);
+        return release_by(Side::release_script(), c, k, field, server);
     }
 
-    static bool held(redisContext* c, const lock_keys& k, std::string_view field,
+    static bool held(const connection& c, const lock_keys& k, std::string_view field,
                      std::string_view server) {
         return reentrant_kind::held(c, k, field, server);
     }
@@ -116,7 +115,7 @@ struct rw_kind_base : kind_defaults {
     /// Deletes the whole lock (every reader's hold keys too) and publishes `1`.
     /// KEYS[1] lock hash; ARGV[1] channel. Returns 1 when it was held.
     static const script& force_unlock_script() {
-        static const std::string body = with_rw_helpers(R"lua(
+        static const script s(with_rw_helpers(R"lua(
 if redis.call('exists', KEYS[1]) == 0 then return 0 end
 touch_holds(KEYS[1])
 for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
@@ -128,12 +127,11 @@ end
 redis.call('del', KEYS[1])
 redis.call('publish', ARGV[1], '1')
 return 1
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
-    static bool force_unlock(redisContext* c, const lock_keys& k, std::string_view server) {
+    static bool force_unlock(const connection& c, const lock_keys& k, std::string_view server) {
         return eval_integer(c, force_unlock_script(), {k.name}, {k.channel}, k.name, server) == 1;
     }
 };
@@ -150,7 +148,7 @@ struct rw_read_kind : rw_kind_base<rw_read_kind> {
     /// Returns {1, reentry count, fencing token or 0} / {0, PTTL} (-2: a re-entry found nothing).
     /// The holder's count is checked before the level's key is SET (HINCRBY comes after it).
     static const script& acquire_script() {
-        static const std::string body = with_rw_helpers(R"lua(
+        static const script s(with_rw_helpers(R"lua(
 local mode = redis.call('hget', KEYS[1], 'mode')
 local bad, had = counter_if(ARGV[4], KEYS[2])
 if bad then return bad end
@@ -175,8 +173,7 @@ if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
     redis.call('pexpire', KEYS[1], ARGV[1])
 end
 return {1, n, fencing_token(KEYS[2], ARGV[4], had)}
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
@@ -188,7 +185,7 @@ return {1, n, fencing_token(KEYS[2], ARGV[4], had)}
     /// holder (the common case), the last level deletes it without scanning for other readers.
     /// An inner level checks the count HINCRBY will step before it deletes the level's key.
     static const script& release_script() {
-        static const std::string body = with_rw_helpers(R"lua(
+        static const script s(with_rw_helpers(R"lua(
 local got = redis.pcall('hmget', KEYS[1], 'mode', ARGV[1])
 if read_failed(got) then return got end
 local mode, count = got[1], tonumber(got[2])
@@ -217,8 +214,7 @@ end
 redis.call('del', KEYS[1])
 redis.call('publish', ARGV[2], '0')
 return 0
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
@@ -226,7 +222,7 @@ return 0
     /// reader's, never re-creating one): KEYS[i] lock hashes; ARGV[1] lease ms, ARGV[i+1] holder
     /// id. A holder whose field or any of whose hold keys is gone is reported 0 (lost).
     static const script& renew_script() {
-        static const std::string body = with_rw_helpers(R"lua(
+        static const script s(with_rw_helpers(R"lua(
 local out = {}
 for i = 1, #KEYS do
     local holder = ARGV[i + 1]
@@ -249,14 +245,13 @@ for i = 1, #KEYS do
     out[i] = ok
 end
 return out
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
     static inline const kind_info info{"read_write_lock.read", &renew_script, follows_ask};
 
-    static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
+    static acquire_result acquire(const connection& c, const lock_keys& k, const attempt_spec& a,
                                   std::string_view server) {
         const std::string write_field = std::string(a.value) + ":write";
         script_call call = acquire_call(acquire_script(), k, a.fencing,
@@ -277,7 +272,7 @@ struct rw_write_kind : rw_kind_base<rw_write_kind> {
     /// The fencing counter is checked before dead readers are dropped; a re-entry's HINCRBY
     /// runs only in write mode, where nothing was written before it.
     static const script& acquire_script() {
-        static const std::string body = with_rw_helpers(R"lua(
+        static const script s(with_rw_helpers(R"lua(
 local mode = redis.call('hget', KEYS[1], 'mode')
 local bad, had = counter_if(ARGV[3], KEYS[2])
 if bad then return bad end
@@ -303,8 +298,7 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
 end
 if ARGV[4] == '1' then return {0, -2} end
 return {0, redis.call('pttl', KEYS[1])}
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
@@ -315,7 +309,7 @@ return {0, redis.call('pttl', KEYS[1])}
     /// Returns -1 not held, n > 0 levels left, 0 released. A hash holding nothing but `mode`
     /// and this holder's field is deleted without the reader scan.
     static const script& release_script() {
-        static const std::string body = with_rw_helpers(R"lua(
+        static const script s(with_rw_helpers(R"lua(
 local got = redis.pcall('hmget', KEYS[1], 'mode', ARGV[1])
 if read_failed(got) then return got end
 local count = tonumber(got[2])
@@ -340,8 +334,7 @@ else
 end
 redis.call('publish', ARGV[2], '1')
 return 0
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
@@ -349,12 +342,10 @@ return 0
     /// hash's TTL only ever grows here: the writer may also hold longer-leased read holds
     /// (before a downgrade), whose lease the hash must keep.
     static const script& renew_script() {
-        static const std::string body =
-            batch_renew_lua("redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1",
+        static const script s(batch_renew_lua("redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1",
                             "if redis.call('pttl', KEYS[i]) < tonumber(ARGV[1]) then\n"
                             "            redis.call('pexpire', KEYS[i], ARGV[1])\n"
-                            "        end");
-        static const script s(body);
+                            "        end"));
         return s;
     }
 
@@ -374,7 +365,7 @@ return 0
         }
     }
 
-    static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
+    static acquire_result acquire(const connection& c, const lock_keys& k, const attempt_spec& a,
                                   std::string_view server) {
         script_call call = acquire_call(acquire_script(), k, a.fencing,
                                         {a.lease, a.value, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});

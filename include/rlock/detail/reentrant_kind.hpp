@@ -60,7 +60,7 @@ end
     /// Nothing is written before the fencing counter is checked (lua_checks.hpp); HINCRBY, which
     /// refuses a count that is not an integer, is the first write.
     static const script& acquire_script() {
-        static const std::string body = with_lua_checks(std::string(lua_take) + R"lua(
+        static const script s(with_lua_checks(std::string(lua_take) + R"lua(
 if redis.call('exists', KEYS[1]) == 0 then
     if ARGV[4] == '1' then
         return {0, -2}
@@ -76,8 +76,7 @@ if ARGV[3] == '1' then
     token = next_token(KEYS[2], had)
 end
 return {1, n, token}
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
@@ -89,29 +88,26 @@ return {1, n, token}
     /// last level costs no HINCRBY. Errors other than WRONGTYPE (an ACL's refusal) are returned
     /// as the script's error, not as "not held"; the other release scripts do the same.
     static const script& release_script() {
-        static const std::string body = with_read_failed(std::string(lua_release_steps) + R"lua(
+        static const script s(with_read_failed(std::string(lua_release_steps) + R"lua(
 local count, failed = reentrant_read(KEYS[1], ARGV[1])
 if failed then return failed end
 if not count then return -1 end
 return reentrant_leave(KEYS[1], ARGV[2], ARGV[1], count)
-)lua");
-        static const script s(body);
+)lua"));
         return s;
     }
 
     /// Batch renewal (Redisson's renewExpiration, many at once; batch_renew_lua): ARGV[i+1]
     /// the holder id for KEYS[i].
     static const script& renew_script() {
-        static const std::string body =
-            batch_renew_lua("redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1",
-                            "redis.call('pexpire', KEYS[i], ARGV[1])");
-        static const script s(body);
+        static const script s(batch_renew_lua("redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1",
+                            "redis.call('pexpire', KEYS[i], ARGV[1])"));
         return s;
     }
 
     static inline const kind_info info{"reentrant_lock", &renew_script};
 
-    static acquire_result acquire(redisContext* c, const lock_keys& k, const attempt_spec& a,
+    static acquire_result acquire(const connection& c, const lock_keys& k, const attempt_spec& a,
                                   std::string_view server) {
         script_call call = acquire_call(acquire_script(), k, a.fencing,
                                         {a.lease, a.value, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
@@ -138,12 +134,12 @@ return reentrant_leave(KEYS[1], ARGV[2], ARGV[1], count)
         return out;
     }
 
-    static long long release(redisContext* c, const lock_keys& k, std::string_view holder,
+    static long long release(const connection& c, const lock_keys& k, std::string_view holder,
                              std::string_view server) {
-        return eval_integer(c, release_script(), {k.name}, {holder, k.channel}, k.name, server);
+        return release_by(release_script(), c, k, holder, server);
     }
 
-    static bool held(redisContext* c, const lock_keys& k, std::string_view holder,
+    static bool held(const connection& c, const lock_keys& k, std::string_view holder,
                      std::string_view server) {
         reply_ptr r = run_command(c, {"HEXISTS", k.name, holder}, k.name, server);
         return r->type == REDIS_REPLY_INTEGER && r->integer == 1;

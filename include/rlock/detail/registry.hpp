@@ -104,12 +104,15 @@ public:
     /// (a red_lock node, a multi_lock part) the group decides, and tells its owner once.
     /// Never throws; never called under the registry's lock.
     void tell_hold(const hold& h, const error& reason) const noexcept {
-        const auto [group, fencing] = with([&] { return std::make_pair(h.group, h.fencing); });
-        if (!group) {
-            tell(on_lost_, lost_hold{h.name, h.id, fencing}, reason);
-        } else if (group->part_lost()) {
-            tell_group(*group, "too few of its parts are still held; the last loss: " +
-                                   error_access::brief(reason));
+        try {  // the copies and the message may throw bad_alloc; the owner is told or not
+            const auto [group, fencing] = with([&] { return std::make_pair(h.group, h.fencing); });
+            if (!group) {
+                tell(on_lost_, lost_hold{h.name, h.id, fencing}, reason);
+            } else if (group->part_lost()) {
+                tell_group(*group, "too few of its parts are still held; the last loss: " +
+                                       error_access::brief(reason));
+            }
+        } catch (...) {
         }
     }
 
@@ -129,14 +132,10 @@ public:
         if (claim_report(h)) tell_hold(h, reason);
     }
 
-    /// An unlock found `h` no longer held in Redis (or could not reach Redis: `reason` says).
-    /// A leased hold past its lease is the expected end, not a loss; anything else is reported.
-    /// True when it was a loss.
-    bool report_at_unlock(hold& h, const error& reason) {
-        const bool expected = with([&] { return !h.watched && clock::now() >= h.expires; });
-        if (expected) return false;
-        report(h, reason);
-        return true;
+    /// True when `h`, found no longer held at unlock, simply ran out: a leased hold past its
+    /// lease is the expected end, not a loss.
+    bool ended_by_lease(const hold& h) const {
+        return with([&] { return !h.watched && clock::now() >= h.expires; });
     }
 
     hold_ptr find(const kind_info* kind, std::string_view name, std::uint64_t thread) const {

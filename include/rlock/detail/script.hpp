@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rlock/detail/hiredis.hpp"
@@ -23,8 +24,9 @@ namespace rlock::detail {
 /// script runs in, which SPUBLISH requires.
 class script {
 public:
-    explicit script(std::string_view body) : body_(body), sha_(sha1_hex(body)) {
+    explicit script(std::string text) : body_(std::move(text)), sha_(sha1_hex(body_)) {
         static constexpr std::string_view classic = "'publish'", sharded = "'spublish'";
+        const std::string_view body = body_;
         std::size_t at = body.find(classic);
         if (at == std::string_view::npos) return;
         std::size_t from = 0;
@@ -44,14 +46,18 @@ public:
     }
 
 private:
-    std::string_view body_;
+    std::string body_;
     std::string sha_;
     std::string sharded_body_;  // empty when the script does not publish
     std::string sharded_sha_;
 };
 
+/// How a script is sent: EVALSHA with its digest, or EVAL with its text.
+enum class script_form { sha, body };
+
 /// Builds argv for EVALSHA (or EVAL) sha numkeys keys... args... into caller-owned vectors, so
 /// the same buffers serve the retry and a pipeline of many calls.
+
 struct script_call {
     const script* s = nullptr;
     std::vector<const char*> argv;
@@ -88,11 +94,12 @@ struct script_call {
         argv.push_back(part.data());
         lens.push_back(part.size());
     }
-    /// Arms the call as EVALSHA sha or EVAL body. Also re-points numkeys at this object's own
-    /// buffer, so a call that was moved (kept in a vector) is safe to send.
-    /// The sharded form (SPUBLISH) is chosen on a thread where sharded_publish() is set.
-    void use_body(bool body) {
-        const bool sharded = sharded_publish();
+    /// Arms the call as EVALSHA sha or EVAL body, in the form `c` asks for (SPUBLISH when
+    /// c.sharded_publish). Also re-points numkeys at this object's own buffer, so a call that
+    /// was moved (kept in a vector) is safe to send.
+    void use(script_form form, const connection& c) {
+        const bool body = form == script_form::body;
+        const bool sharded = c.sharded_publish;
         argv[2] = numkeys;
         argv[0] = body ? "EVAL" : "EVALSHA";
         lens[0] = body ? 4 : 7;
@@ -104,12 +111,12 @@ struct script_call {
 
 /// Runs a script: EVALSHA, and after NOSCRIPT (SCRIPT FLUSH, a restarted server) EVAL with the
 /// body, which reloads the cache, once. Throws on I/O errors and on error replies.
-inline reply_ptr run_script(redisContext* c, script_call& call, std::string_view lock,
+inline reply_ptr run_script(const connection& c, script_call& call, std::string_view lock,
                             std::string_view server) {
-    call.use_body(asking());
+    call.use(c.asking ? script_form::body : script_form::sha, c);
     reply_ptr r = command_argv(c, call.argc(), call.argv.data(), call.lens.data());
     if (reply_is_error(r.get(), "NOSCRIPT")) {
-        call.use_body(true);
+        call.use(script_form::body, c);
         r = command_argv(c, call.argc(), call.argv.data(), call.lens.data());
     }
     if (!r || r->type == REDIS_REPLY_ERROR) throw make_error(c, r.get(), lock, server);
@@ -117,7 +124,7 @@ inline reply_ptr run_script(redisContext* c, script_call& call, std::string_view
 }
 
 /// Runs a script whose reply is one integer, and returns it.
-inline long long eval_integer(redisContext* c, const script& s,
+inline long long eval_integer(const connection& c, const script& s,
                               std::initializer_list<std::string_view> keys,
                               std::initializer_list<std::string_view> args, std::string_view lock,
                               std::string_view server) {

@@ -127,7 +127,10 @@ inline uri_parts parse_uri(std::string_view uri) {
     if (!sentinel && !out.cluster && uri.substr(0, tcp.size()) != tcp) {
         bad_uri(uri, "scheme must be redis://, redis-sentinel://, redis-cluster:// or unix://");
     }
-    if (uri.find('?') != std::string_view::npos) {
+    // After the userinfo: a password may hold a '?'.
+    const std::size_t userinfo_end = uri.rfind('@');
+    if (uri.find('?', userinfo_end == std::string_view::npos ? 0 : userinfo_end + 1) !=
+        std::string_view::npos) {
         bad_uri(uri, out.cluster ? "query parameters (?...) are not supported in a "
                                    "redis-cluster:// URI"
                      : sentinel  ? "query parameters (?...) are not supported: give the "

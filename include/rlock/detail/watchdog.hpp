@@ -44,13 +44,18 @@ public:
         thread_ = std::thread([this, owner = std::move(owner)] { loop(); });
     }
 
-    /// Stops the thread and waits for it (detaches it when called on it).
-    void stop() {
+    /// Asks the thread to stop after its current tick, without waiting for it.
+    void request_stop() {
         {
             std::lock_guard<std::mutex> g(mu_);
             stop_ = true;
         }
         cv_.notify_all();
+    }
+
+    /// Stops the thread and waits for it (detaches it when called on it).
+    void stop() {
+        request_stop();
         if (thread_.joinable()) {
             if (thread_.get_id() == std::this_thread::get_id()) {
                 thread_.detach();
@@ -97,9 +102,10 @@ public:
                 }
                 std::vector<batch*> all;
                 for (batch& b : r.batches) all.push_back(&b);
-                send_batches(conn.get(), all, holds, r, nullptr);
+                const connection c{conn.get()};
+                send_batches(c, all, holds, r, nullptr);
                 // Replica sync: a shortfall is not a loss (the renewals are on the master).
-                if (ep.options.sync_replicas > 0) wait_for_replicas(conn.get(), ep, "");
+                if (ep.options.sync_replicas > 0) wait_for_replicas(c, ep, "");
             } catch (const error& e) {
                 r.failure = e;
                 // Broken, or READONLY (a failover made it a replica): make a new one next time.
@@ -198,12 +204,12 @@ private:
     /// Pipelines `list` on `c` and records each renewal. A call a cluster node redirected
     /// (MOVED, ASK, TRYAGAIN) goes to `redirected` when given, to be sent on its own; any
     /// other error reply, and a broken connection, throw.
-    void send_batches(redisContext* c, const std::vector<batch*>& list,
+    void send_batches(const connection& c, const std::vector<batch*>& list,
                       const std::vector<registry::hold_ptr>& holds, renewal& r,
                       std::vector<batch*>* redirected) const {
         for (batch* b : list) {
-            b->call.use_body(false);
-            if (redisAppendCommandArgv(c, b->call.argc(), b->call.argv.data(), b->call.lens.data()) !=
+            b->call.use(script_form::sha, c);
+            if (redisAppendCommandArgv(c.ctx, b->call.argc(), b->call.argv.data(), b->call.lens.data()) !=
                 REDIS_OK) {
                 throw make_error(c, nullptr, "", ep.name);
             }
@@ -211,7 +217,7 @@ private:
         std::vector<reply_ptr> replies;
         for (std::size_t i = 0; i < list.size(); ++i) {
             void* raw = nullptr;
-            if (redisGetReply(c, &raw) != REDIS_OK) throw make_error(c, nullptr, "", ep.name);
+            if (redisGetReply(c.ctx, &raw) != REDIS_OK) throw make_error(c, nullptr, "", ep.name);
             replies.emplace_back(static_cast<redisReply*>(raw));
         }
         for (std::size_t i = 0; i < list.size(); ++i) {
@@ -230,7 +236,7 @@ private:
     /// Records the reply of one renew call: per hold 1 renewed, 0 gone, or an error (the
     /// whole call's, or one hold's) that refused it. No reply at all throws.
     void record(const redisReply* reply, const batch& b, const std::vector<registry::hold_ptr>& holds,
-                renewal& r, const redisContext* c) const {
+                renewal& r, const connection& c) const {
         auto refuse = [&](std::size_t from, std::size_t count, const redisReply* why) {
             error e = make_error(c, why, holds[from]->name, ep.name);
             // A replica's READONLY (a failover) and a cluster's redirection are about where
@@ -279,7 +285,7 @@ private:
         for (auto& node : per_node) {
             try {
                 std::vector<batch*> moved;
-                pool.run(holds[node.second.front()->first]->name, on_break::retry, [&](redisContext* c) {
+                pool.run(holds[node.second.front()->first]->name, on_break::retry, [&](const connection& c) {
                     moved.clear();
                     send_batches(c, node.second, holds, r, &moved);
                     if (ep.options.sync_replicas > 0) wait_for_replicas(c, ep, "");
@@ -304,7 +310,7 @@ private:
                 const std::string& name = holds[b->first]->name;
                 pool.run(
                     name, on_break::retry,
-                    [&](redisContext* c) {
+                    [&](const connection& c) {
                         reply_ptr reply = run_script(c, b->call, name, ep.name);
                         record(reply.get(), *b, holds, r, c);
                         return 0;
