@@ -54,6 +54,10 @@ protected:
         o.on_lock_lost = lost.handler();
         return o;
     }
+    /// Each test starts on an empty server, as it does under ctest (a process a test): a run
+    /// of the whole binary in one process must not see another test's keys (fencing counters
+    /// outlive their locks by design).
+    void SetUp() override { server().cmd({"FLUSHALL"}); }
     std::string name() const { return test_lock_name(); }
     std::string last_lost_message() {
         std::lock_guard<std::mutex> g(lost.mu);
