@@ -3,7 +3,7 @@
 
 rlock_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-say() { printf '==> %s\n' "$*" >&2; }
+say() { printf '==> [%s] %s\n' "$(date +%T)" "$*" >&2; }
 
 # Installs the Debian/Ubuntu packages rlock needs to build, test and benchmark, when missing.
 ensure_deps() {
