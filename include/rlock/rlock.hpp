@@ -10,4 +10,5 @@
 #include "rlock/read_write_lock.hpp"
 #include "rlock/red_lock.hpp"
 #include "rlock/reentrant_lock.hpp"
+#include "rlock/semaphore.hpp"
 #include "rlock/version.hpp"

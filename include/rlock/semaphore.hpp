@@ -1,0 +1,244 @@
+// rlock::semaphore — a counting semaphore in Redis, in Redisson's RSemaphore layout.
+//
+//     rlock::client redis("redis://127.0.0.1:6380");
+//     rlock::semaphore backend(redis, "backend-slots");
+//     backend.try_set_permits(3);        // once, by whoever sets it up (no-op when set)
+//     backend.acquire();                 // blocks until a permit is free
+//     ...                                // at most 3 of these at once, across all clients
+//     backend.release();
+//
+// In Redis: key `name` is a string holding the number of free permits (missing: 0). Taking n
+// permits is a script that decrements it only when at least n are free; releasing (and
+// add_permits, try_set_permits) increments it and publishes the new count on
+// `redisson_sc:{name}`. The same layout and messages as Redisson's RSemaphore, so the two
+// share one semaphore and wake each other's waiters.
+//
+// Permits are not owned: any client may release them, and a holder that dies keeps its permits
+// taken for ever (as with Redisson's RSemaphore). A lease on each permit, returned when its
+// holder dies, is what a permit-expirable semaphore is for.
+//
+// Waiting: a waiter subscribes to the channel (the client's one subscriber connection), tries
+// again, and sleeps until a message changes the count — every waiter of the client retries at
+// each message, so a waiter for n permits is served once n are free, not left for its deadline.
+// It never polls; only while the subscriber is reconnecting (no message can be counted on) does
+// it also try again after 10 ms, doubling to 1 s.
+//
+// Failures: a command whose connection broke or timed out may or may not have run. An acquire
+// attempt is then made once more on a new connection (as a lock's is), so that a waiter
+// outlives a restart or a killed connection; if the first had run on a server that kept its
+// data, its permits stay taken — fewer holders than permits, never more. A release (and
+// add_permits, drain_permits, try_set_permits) is not repeated, since a repeated release could
+// free a permit nobody took: the call throws `error` (connection_failed / timeout). Bad counts
+// throw invalid_argument with nothing sent; a key of another type, or a string that is not a
+// count, throws wrong_type with Redis unchanged.
+//
+// Thread-safety: one object may be used by many threads at once.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "rlock/client.hpp"
+#include "rlock/detail/cluster.hpp"
+#include "rlock/detail/semaphore_scripts.hpp"
+#include "rlock/detail/timed_lockable.hpp"
+#include "rlock/errors.hpp"
+
+namespace rlock {
+
+class semaphore {
+    using clock = std::chrono::steady_clock;
+
+    // Runs f(connection) on the semaphore's server (its key's master in a cluster). Above
+    // the members that call it: its return type is deduced.
+    template <class F>
+    auto run(detail::on_break broken, F&& f) const {
+        core_->throw_if_destroyed(name_, "the client this semaphore was made from has been destroyed");
+        return core_->pool.run(name_, broken, f);
+    }
+
+public:
+    /// Names a semaphore on `c`; sends nothing. Throws `error` (invalid_argument) for an empty
+    /// name, or (Redis Cluster) a name whose key and channel would land in different slots.
+    semaphore(client& c, std::string name)
+        : core_(detail::client_access::core(c).shared_from_this()),
+          channel_(detail::prefixed_key("redisson_sc", name)) {
+        if (name.empty()) {
+            throw error(errc::invalid_argument, "", core_->ep.name, "semaphore name is empty");
+        }
+        if (core_->ep.slots && detail::key_slot(name) != detail::key_slot(channel_)) {
+            throw error(errc::invalid_argument, name, core_->ep.name,
+                        "in a cluster a semaphore name with '{' needs a hash tag ({tag} with a "
+                        "non-empty tag), or its key and channel land in different slots");
+        }
+        name_ = std::move(name);
+    }
+    semaphore(const semaphore&) = delete;
+    semaphore& operator=(const semaphore&) = delete;
+
+    /// Blocks until `permits` (at least 1) are free and takes them.
+    void acquire(long long permits = 1) { (void)acquire_until(clock::time_point::max(), permits); }
+
+    /// One attempt, no waiting: true when `permits` were free and are now taken.
+    [[nodiscard]] bool try_acquire(long long permits = 1) {
+        return acquire_until(clock::now(), permits);
+    }
+
+    /// Waits up to `wait` (measured on steady_clock) for `permits`; true when taken.
+    template <class Rep, class Period>
+    [[nodiscard]] bool try_acquire_for(const std::chrono::duration<Rep, Period>& wait,
+                                       long long permits = 1) {
+        return acquire_until(detail::deadline_after(wait), permits);
+    }
+
+    /// Waits until `deadline` (any clock; measured on steady_clock from now) for `permits`.
+    template <class Clock, class Duration>
+    [[nodiscard]] bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline,
+                                         long long permits = 1) {
+        return acquire_until(detail::to_steady(deadline), permits);
+    }
+
+    /// Returns `permits` (at least 1) and wakes the waiters. Any client may release: permits
+    /// are not owned. Throws `error` (server_error) when the count would overflow, with nothing
+    /// written.
+    void release(long long permits = 1) {
+        check_positive(permits, "release");
+        (void)change(permits);
+    }
+
+    /// Sets the number of permits when the semaphore has none set yet (its key is absent);
+    /// true when this call set it. `permits` must not be negative.
+    bool try_set_permits(long long permits) {
+        if (permits < 0) bad_count(permits, "try_set_permits: permits must not be negative");
+        const std::string n = std::to_string(permits);
+        return run(detail::on_break::fail, [&](const detail::connection& c) {
+            return detail::eval_integer(c, detail::semaphore_scripts::try_set(), {name_},
+                                        {n, channel_}, name_, server()) == 1;
+        });
+    }
+
+    /// Adds `permits` (negative: removes them; the count may go below 0, as in Redisson) and
+    /// wakes the waiters. Returns the new count. 0 sends nothing.
+    long long add_permits(long long permits) {
+        if (permits == 0) return available_permits();
+        return change(permits);
+    }
+
+    /// The number of free permits now (0 when none were ever set; negative after
+    /// add_permits took more than there were).
+    [[nodiscard]] long long available_permits() const {
+        return run(detail::on_break::retry, [&](const detail::connection& c) {
+            detail::reply_ptr r = detail::run_command(c, {"GET", name_}, name_, server());
+            if (r->type == REDIS_REPLY_NIL) return 0LL;
+            const std::string_view v = detail::reply_text(r.get());
+            long long n = 0;
+            if (!parse_count(v, n)) {
+                throw error(errc::wrong_type, name_, server(),
+                            "the semaphore key holds \"" + std::string(v.substr(0, 40)) +
+                                "\", not a permit count");
+            }
+            return n;
+        });
+    }
+
+    /// Takes every free permit (the count becomes 0) and returns how many there were.
+    long long drain_permits() {
+        return run(detail::on_break::fail, [&](const detail::connection& c) {
+            return detail::eval_integer(c, detail::semaphore_scripts::drain(), {name_}, {}, name_,
+                                        server());
+        });
+    }
+
+    const std::string& name() const noexcept { return name_; }
+    /// The server as messages name it.
+    const std::string& server() const noexcept { return core_->ep.name; }
+
+private:
+    [[noreturn]] void bad_count(long long permits, std::string_view what) const {
+        throw error(errc::invalid_argument, name_, server(),
+                    std::string(what) + " (was " + std::to_string(permits) + ")");
+    }
+    void check_positive(long long permits, std::string_view op) const {
+        if (permits < 1) bad_count(permits, std::string(op) + ": permits must be at least 1");
+    }
+
+    /// Redis's own integer form: optional '-', no leading zeros, fits in 64 bits.
+    static bool parse_count(std::string_view v, long long& out) {
+        const bool negative = !v.empty() && v.front() == '-';
+        const std::string_view digits = negative ? v.substr(1) : v;
+        if (digits.empty() || digits.size() > 19 || (digits.size() > 1 && digits.front() == '0')) {
+            return false;
+        }
+        unsigned long long n = 0;
+        for (char ch : digits) {
+            if (ch < '0' || ch > '9') return false;
+            n = n * 10 + static_cast<unsigned long long>(ch - '0');
+        }
+        constexpr unsigned long long max = 9223372036854775807ULL;
+        if (n > max + (negative ? 1 : 0)) return false;
+        out = negative ? static_cast<long long>(0 - n) : static_cast<long long>(n);
+        return true;
+    }
+
+    long long change(long long permits) {
+        const std::string n = std::to_string(permits);
+        return run(detail::on_break::fail, [&](const detail::connection& c) {
+            return detail::eval_integer(c, detail::semaphore_scripts::add(), {name_}, {n, channel_},
+                                        name_, server());
+        });
+    }
+
+    // One attempt. One that failed ambiguously (the connection broke or timed out, so the
+    // script may have run) is made once more on a new connection, as a lock's attempt is: a
+    // waiter outlives a restart or a killed connection. If the first had run on a server that
+    // kept its data, its permits stay taken: fewer holders than permits, never more.
+    bool take(const std::string& permits) {
+        for (int round = 0;; ++round) {
+            try {
+                return run(detail::on_break::fail, [&](const detail::connection& c) {
+                    return detail::eval_integer(c, detail::semaphore_scripts::acquire(), {name_},
+                                                {permits}, name_, server()) == 1;
+                });
+            } catch (const error& e) {
+                const bool ambiguous =
+                    e.value() == errc::connection_failed || e.value() == errc::timeout;
+                if (!ambiguous || round > 0) throw;
+            }
+        }
+    }
+
+    bool acquire_until(clock::time_point deadline, long long permits) {
+        check_positive(permits, "acquire");
+        const std::string n = std::to_string(permits);
+        if (take(n)) return true;
+        if (clock::now() >= deadline) return false;
+        detail::subscriber::subscription sub(*core_->sub, channel_);
+        sub.wait_active(std::min(deadline, clock::now() + core_->ep.options.command_timeout));
+        // Only while no message can be counted on (the subscription is not confirmed).
+        std::chrono::milliseconds fallback(10);
+        for (;;) {
+            core_->throw_if_destroyed(name_, "the client was destroyed while this thread waited");
+            const std::uint64_t seen = sub.generation();
+            if (take(n)) return true;
+            const auto now = clock::now();
+            if (now >= deadline) return false;
+            auto until = deadline;
+            if (!sub.active()) {
+                until = std::min(until, now + fallback);
+                fallback = std::min(fallback * 2, std::chrono::milliseconds(1000));
+            }
+            (void)sub.wait(seen, until);
+        }
+    }
+
+    std::shared_ptr<detail::client_core> core_;
+    std::string channel_;
+    std::string name_;
+};
+
+}  // namespace rlock

@@ -1,0 +1,268 @@
+// rlock::semaphore against real redis-server processes: permits bound the holders across
+// clients, waiters wake on the release message (never polling) and are served once the permits
+// they asked for are free, Redisson's layout and messages, bad input refused with Redis
+// unchanged.
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <atomic>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rlock/rlock.hpp"
+#include "support/helpers.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using rlock_test::eventually;
+using rlock_test::redis_server;
+
+namespace {
+
+redis_server& server() {
+    static redis_server s;
+    return s;
+}
+
+std::string name() { return rlock_test::test_lock_name(); }
+
+std::string channel_of(const std::string& n) { return "redisson_sc:{" + n + "}"; }
+
+/// How many scripts the server has run (EVAL and EVALSHA), from INFO commandstats.
+long long scripts_run(const redis_server& s) {
+    const std::string info = s.text({"INFO", "commandstats"});
+    long long total = 0;
+    for (const char* cmd : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
+        const std::size_t at = info.find(cmd);
+        if (at != std::string::npos) total += std::stoll(info.substr(at + std::string(cmd).size()));
+    }
+    return total;
+}
+
+/// Every key with its type, value (DUMP) and TTL: what "Redis unchanged" compares.
+std::string snapshot(const redis_server& s) {
+    std::string out;
+    rlock::detail::reply_ptr keys = s.cmd({"KEYS", "*"});
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < keys->elements; ++i) {
+        names.emplace_back(rlock::detail::reply_text(keys->element[i]));
+    }
+    std::sort(names.begin(), names.end());
+    for (const std::string& k : names) {
+        out += k + " " + s.text({"TYPE", k}) + " " + s.text({"DUMP", k}) + " " +
+               std::to_string(s.integer({"PTTL", k})) + "\n";
+    }
+    return out;
+}
+
+TEST(semaphore, permits_bound_the_holders_across_clients) {
+    rlock::client a(server().options()), b(server().options());
+    rlock::semaphore sa(a, name()), sb(b, name());
+    ASSERT_TRUE(sa.try_set_permits(3));
+    EXPECT_FALSE(sb.try_set_permits(7)) << "a second try_set_permits replaced the count";
+    std::atomic<int> inside{0}, most{0}, rounds{0};
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 8; ++w) {
+        workers.emplace_back([&, w] {
+            rlock::semaphore& s = w % 2 ? sa : sb;
+            for (int i = 0; i < 15; ++i) {
+                s.acquire();
+                const int now = ++inside;
+                int seen = most.load();
+                while (now > seen && !most.compare_exchange_weak(seen, now)) {
+                }
+                std::this_thread::sleep_for(2ms);
+                --inside;
+                s.release();
+                ++rounds;
+            }
+        });
+    }
+    for (auto& t : workers) t.join();
+    EXPECT_EQ(rounds.load(), 8 * 15);
+    EXPECT_LE(most.load(), 3) << "more holders at once than permits";
+    EXPECT_GE(most.load(), 2) << "the permits were never used in parallel: the check proves little";
+    EXPECT_EQ(sa.available_permits(), 3);
+}
+
+// Redisson #6664: a waiter for several permits woken by a release of one, then left waiting
+// until its deadline although all it asked for had become free.
+TEST(semaphore, a_waiter_for_several_permits_is_served_once_they_are_free) {
+    rlock::client a(server().options()), b(server().options());
+    rlock::semaphore waiter_side(a, name()), releaser(b, name());
+    ASSERT_TRUE(releaser.try_set_permits(0));
+    auto got = std::async(std::launch::async, [&] { return waiter_side.try_acquire_for(60s, 3); });
+    for (int i = 0; i < 3; ++i) {
+        std::this_thread::sleep_for(100ms);
+        releaser.release();
+    }
+    ASSERT_EQ(got.wait_for(20s), std::future_status::ready)
+        << "still waiting 20 s after its 3 permits were free (its deadline is 60 s)";
+    EXPECT_TRUE(got.get());
+    EXPECT_EQ(releaser.available_permits(), 0);
+}
+
+// A waiter sleeps until a message changes the count: no attempt is sent while nothing
+// happens, and one release wakes it at once.
+TEST(semaphore, a_waiter_sends_nothing_until_the_release_message_wakes_it) {
+    rlock::client a(server().options()), b(server().options());
+    rlock::semaphore waiter_side(a, name()), releaser(b, name());
+    ASSERT_TRUE(releaser.try_set_permits(0));
+    auto got = std::async(std::launch::async, [&] { return waiter_side.try_acquire_for(60s); });
+    ASSERT_TRUE(eventually([&] {
+        rlock::detail::reply_ptr r = server().cmd({"PUBSUB", "NUMSUB", channel_of(name())});
+        return r && r->elements == 2 && r->element[1]->integer == 1;
+    })) << "the waiter never subscribed";
+    std::this_thread::sleep_for(200ms);  // past the attempt that follows the subscription
+    const long long before = scripts_run(server());
+    std::this_thread::sleep_for(1s);
+    EXPECT_EQ(scripts_run(server()), before) << "the waiter polled while nothing changed";
+    releaser.release();
+    ASSERT_EQ(got.wait_for(20s), std::future_status::ready) << "the release message did not wake it";
+    EXPECT_TRUE(got.get());
+}
+
+// Redisson's layout: the count is a plain string under the name, and a release publishes the
+// new count on redisson_sc:{name}. What Redisson's release sends (INCRBY, PUBLISH) wakes an
+// rlock waiter; what rlock's release sends is what a Redisson waiter listens for.
+TEST(semaphore, the_layout_and_messages_are_redissons) {
+    rlock::client c(server().options());
+    rlock::semaphore s(c, name());
+    ASSERT_TRUE(s.try_set_permits(2));
+    EXPECT_EQ(server().text({"GET", name()}), "2");
+    EXPECT_EQ(server().text({"TYPE", name()}), "string");
+    EXPECT_EQ(server().integer({"PTTL", name()}), -1);
+    {
+        rlock_test::raw_subscriber listener(server().port(), channel_of(name()));
+        s.release(3);
+        EXPECT_EQ(listener.next(), "5");
+    }
+    EXPECT_TRUE(s.try_acquire(5));
+    EXPECT_EQ(server().text({"GET", name()}), "0");
+
+    auto got = std::async(std::launch::async, [&] { return s.try_acquire_for(60s, 2); });
+    std::this_thread::sleep_for(300ms);
+    server().cmd({"INCRBY", name(), "2"});  // a Redisson release, as its script sends it
+    server().cmd({"PUBLISH", channel_of(name()), "2"});
+    ASSERT_EQ(got.wait_for(20s), std::future_status::ready) << "Redisson's release message did not wake it";
+    EXPECT_TRUE(got.get());
+}
+
+TEST(semaphore, drain_add_and_available_permits_follow_redissons_rules) {
+    rlock::client c(server().options());
+    rlock::semaphore s(c, name());
+    EXPECT_EQ(s.available_permits(), 0) << "never set";
+    EXPECT_EQ(s.drain_permits(), 0);
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0) << "draining an unset semaphore created it";
+    EXPECT_EQ(s.add_permits(4), 4);
+    EXPECT_FALSE(s.try_set_permits(10)) << "a count exists";
+    EXPECT_EQ(s.drain_permits(), 4);
+    EXPECT_EQ(s.available_permits(), 0);
+    EXPECT_EQ(s.add_permits(-2), -2) << "add_permits may take the count below 0";
+    EXPECT_FALSE(s.try_acquire());
+    EXPECT_EQ(s.drain_permits(), -2);
+    EXPECT_EQ(s.available_permits(), 0);
+}
+
+TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
+    rlock::client c(server().options());
+    rlock::semaphore s(c, name());
+    ASSERT_TRUE(s.try_set_permits(2));
+    const std::string before = snapshot(server());
+    auto expect_invalid = [&](auto call, const char* what) {
+        try {
+            call();
+            ADD_FAILURE() << what << " was accepted";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << what << ": " << e.what();
+            EXPECT_EQ(e.lock(), name()) << what;
+            EXPECT_EQ(e.server(), c.server()) << what;
+        }
+    };
+    expect_invalid([&] { s.acquire(0); }, "acquire(0)");
+    expect_invalid([&] { (void)s.try_acquire(-1); }, "try_acquire(-1)");
+    expect_invalid([&] { (void)s.try_acquire_for(10ms, 0); }, "try_acquire_for(.., 0)");
+    expect_invalid([&] { s.release(0); }, "release(0)");
+    expect_invalid([&] { s.release(-3); }, "release(-3)");
+    expect_invalid([&] { (void)s.try_set_permits(-1); }, "try_set_permits(-1)");
+    EXPECT_EQ(snapshot(server()), before);
+    EXPECT_THROW(rlock::semaphore(c, ""), rlock::error);
+
+    // At the overflow, INCRBY refuses before anything is written.
+    server().cmd({"SET", name(), "9223372036854775807"});
+    const std::string at_max = snapshot(server());
+    EXPECT_THROW(s.release(), rlock::error);
+    EXPECT_EQ(snapshot(server()), at_max);
+
+    // A key of another kind: a hash, a list, a string that is not a count.
+    for (const auto& setup : std::vector<std::vector<std::string>>{
+             {"HSET", name(), "f", "1"}, {"RPUSH", name(), "x"}, {"SET", name(), "abc"},
+             {"SET", name(), "007"}, {"SET", name(), "1.5"}}) {
+        server().cmd({"DEL", name()});
+        (void)rlock_test::command_vec(rlock_test::raw_connection(server().port()).get(), setup);
+        SCOPED_TRACE(setup[0] + " " + setup.back());
+        const std::string foreign = snapshot(server());
+        auto expect_wrong_type = [&](auto call, const char* what) {
+            try {
+                call();
+                ADD_FAILURE() << what << " worked on a foreign key";
+            } catch (const rlock::error& e) {
+                EXPECT_EQ(e.value(), rlock::errc::wrong_type) << what << ": " << e.what();
+                EXPECT_EQ(e.lock(), name()) << what;
+            }
+        };
+        expect_wrong_type([&] { (void)s.try_acquire(); }, "try_acquire");
+        expect_wrong_type([&] { s.release(); }, "release");
+        expect_wrong_type([&] { (void)s.add_permits(1); }, "add_permits");
+        expect_wrong_type([&] { (void)s.drain_permits(); }, "drain_permits");
+        expect_wrong_type([&] { (void)s.available_permits(); }, "available_permits");
+        EXPECT_EQ(snapshot(server()), foreign);
+    }
+}
+
+// Every connection of the server killed while a waiter waits (its pooled connection and the
+// subscriber's): the subscriber reconnects, the waiter tries again, and the permits set
+// afterwards wake it. Its client destroyed meanwhile, a waiter stops with an error instead of
+// waiting out its deadline.
+TEST(semaphore, waiters_outlive_killed_connections_and_end_with_an_error_when_their_client_goes) {
+    redis_server own;
+    rlock::client a(own.options()), b(own.options());
+    rlock::semaphore waiter_side(a, name()), setter(b, name());
+    auto got = std::async(std::launch::async, [&] { return waiter_side.try_acquire_for(60s); });
+    ASSERT_TRUE(eventually([&] {
+        rlock::detail::reply_ptr r = own.cmd({"PUBSUB", "NUMSUB", channel_of(name())});
+        return r && r->elements == 2 && r->element[1]->integer == 1;
+    })) << "the waiter never subscribed";
+    std::this_thread::sleep_for(100ms);
+    own.cmd({"CLIENT", "KILL", "TYPE", "pubsub"});
+    own.cmd({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+    ASSERT_TRUE(eventually([&] {
+        rlock::detail::reply_ptr r = own.cmd({"PUBSUB", "NUMSUB", channel_of(name())});
+        return r && r->elements == 2 && r->element[1]->integer == 1;
+    })) << "the subscriber did not come back";
+    EXPECT_EQ(got.wait_for(0s), std::future_status::timeout) << "the waiter gave up";
+    ASSERT_TRUE(setter.try_set_permits(1));
+    ASSERT_EQ(got.wait_for(20s), std::future_status::ready) << "the waiter missed the new permits";
+    EXPECT_TRUE(got.get());
+
+    auto doomed = std::make_unique<rlock::client>(own.options());
+    auto orphan = std::make_unique<rlock::semaphore>(*doomed, name());
+    auto ended = std::async(std::launch::async, [&] {
+        try {
+            (void)orphan->try_acquire_for(60s);
+            return rlock::errc{};
+        } catch (const rlock::error& e) {
+            return e.value();
+        }
+    });
+    std::this_thread::sleep_for(300ms);
+    doomed.reset();
+    ASSERT_EQ(ended.wait_for(20s), std::future_status::ready) << "still waiting after its client went";
+    EXPECT_EQ(ended.get(), rlock::errc::connection_failed);
+}
+
+}  // namespace
