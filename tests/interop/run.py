@@ -306,6 +306,45 @@ class Suite:
                                      sum(r["overlaps"] for r in results.values())))
         return scenario
 
+    def semaphore_bound(self, v):
+        """RSemaphore and rlock::semaphore on one name: 2 permits, 2 Redisson threads and 2
+        rlock threads taking one each, in turn. Never more than 2 inside; both libraries get
+        permits (each wakes the other's waiters with its release message: a missed message
+        would leave a waiter until its 3 s deadline); all permits back at the end."""
+        def scenario(checks):
+            name, counter = "it:sem:%s" % v, "it:cnt:sem:%s" % v
+            permits = 2
+            self.r.delete(name)
+            self.r.set(name, permits)  # as trySetPermits(2) leaves it
+            kw = dict(name=name, counter=counter, kind="semaphore", permits=permits, threads=2,
+                      ms=3000, hold=5, away=2)
+            peers = {"redisson": self.java(v, "redisson", "contend", **kw),
+                     "rlock": self.cpp("rlock", "contend", **kw)}
+            self.go(peers.values())
+            results = {k: p.finish(60) for k, p in peers.items()}
+            self.check_results(checks, results)
+            for lib, res in results.items():
+                if res["acq"] == 0:
+                    checks.append("%s never acquired a permit: no sharing was tested" % lib)
+                if res["maxwait_ms"] > 1500:
+                    checks.append("a %s waiter waited %.0f ms: a release message was missed"
+                                  % (lib, res["maxwait_ms"]))
+            left = self.r.get(name)
+            if left != str(permits):
+                checks.append("%s permits after the run, not %d" % (left, permits))
+            v_ = self.r.get(counter)
+            if v_ not in (None, "0"):
+                checks.append("counter %s is %s after the run" % (counter, v_))
+            most = max(r["maxshared"] for r in results.values())
+            self.r.delete(name, counter)
+            return ("2 permits, 2 Redisson threads vs 2 rlock threads, 3 s, hold 5 ms, away 2 ms: "
+                    "Redisson %d acquisitions (worst wait %.0f ms), rlock %d (worst wait %.0f ms), "
+                    "at most %d inside at once, overlaps %d"
+                    % (results["redisson"]["acq"], results["redisson"]["maxwait_ms"],
+                       results["rlock"]["acq"], results["rlock"]["maxwait_ms"], most,
+                       sum(r["overlaps"] for r in results.values())))
+        return scenario
+
     def rlock_watchdog_handover(self, v, cluster=False):
         """cluster: the same in the 3-master Redis Cluster (Redisson's default
         shardedSubscriptionMode AUTO; rlock with redis-cluster), holds of 4 s."""
@@ -633,6 +672,7 @@ def main():
         suite.run("redisson-%s/rw-exclusion" % v, suite.rw_exclusion(v))
         suite.run("redisson-%s/rw-wakeup" % v, suite.rw_wakeup(v))
         suite.run("redisson-%s/fenced" % v, suite.fenced(v))
+        suite.run("redisson-%s/semaphore" % v, suite.semaphore_bound(v))
         if opts.cluster:
             suite.run("redisson-%s/cluster-handover" % v, suite.rlock_watchdog_handover(v, cluster=True))
     if opts.python:

@@ -216,7 +216,7 @@ struct locks {
             one = std::make_unique<exclusive<rlock::fair_lock>>(c, name, rlock::lock_options{});
         } else if (kind == "mutex") {
             one = std::make_unique<exclusive<rlock::mutex>>(c, name, rlock::lock_options{});
-        } else if (kind != "read" && kind != "write" && kind != "rw") {
+        } else if (kind != "read" && kind != "write" && kind != "rw" && kind != "semaphore") {
             throw std::invalid_argument("unknown kind " + kind);
         }
     }
@@ -233,6 +233,35 @@ struct locks {
     write_side writer;
     std::unique_ptr<any_lock> one;
 };
+
+// contend with kind=semaphore: rlock::semaphore `name`, one permit per round; the counter may
+// reach `permits`, never more.
+void contend_semaphore(rlock::client& c, int port, int thread) {
+    const std::string counter = arg("counter", "interop:counter");
+    const milliseconds hold(num("hold", 1)), away(num("away", 1));
+    const long long permits = num("permits", 1);
+    rlock::semaphore s(c, arg("name", "interop"));
+    start(thread, [&] { (void)s.available_permits(); });
+    const auto end = steady::now() + milliseconds(num("ms", 3000));
+    counters redis(port);
+    while (true) {
+        const auto left = std::chrono::duration_cast<milliseconds>(end - steady::now());
+        if (left <= milliseconds(0)) break;
+        const auto t0 = steady::now();
+        const bool got = s.try_acquire_for(left);
+        update_max(max_wait_us,
+                   std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - t0).count());
+        if (!got) break;
+        ++acquisitions;
+        const long long in = redis.incr(counter, 1);
+        update_max(max_shared, in);
+        if (in > permits) ++overlaps;
+        std::this_thread::sleep_for(hold);
+        redis.incr(counter, -1);
+        s.release();
+        std::this_thread::sleep_for(away);
+    }
+}
 
 void contend(locks& all, int port, int thread) {
     const std::string kind = arg("kind", "lock");
@@ -366,7 +395,9 @@ int main(int argc, char** argv) {
         for (int i = 0; i < threads; ++i) {
             workers.emplace_back([&, i] {
                 try {
-                    if (command == "contend") {
+                    if (command == "contend" && arg("kind", "lock") == "semaphore") {
+                        contend_semaphore(client, port, i);
+                    } else if (command == "contend") {
                         contend(all, port, i);
                     } else if (command == "once") {
                         once(all, port, i);

@@ -30,6 +30,7 @@ package rlock.interop;
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
+import java.time.Duration;
 import java.time.Instant;
 import java.util.HashMap;
 import java.util.Map;
@@ -43,6 +44,7 @@ import org.redisson.Redisson;
 import org.redisson.api.RFencedLock;
 import org.redisson.api.RLock;
 import org.redisson.api.RReadWriteLock;
+import org.redisson.api.RSemaphore;
 import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
 import org.redisson.config.ClusterServersConfig;
@@ -95,6 +97,11 @@ public final class Peer {
     /** Warm, say ready, wait for the go line, then sleep until go + at. */
     private void start(int thread, Lock lock) throws InterruptedException {
         ((RLock) lock).isLocked();
+        startWarm(thread);
+    }
+
+    /** Say ready (connections warm), wait for the go line, then sleep until go + at. */
+    private void startWarm(int thread) throws InterruptedException {
         event("ready", thread, "");
         go.await();
         long left = goMs + Long.parseLong(item("at", thread, "0")) - System.currentTimeMillis();
@@ -215,8 +222,41 @@ public final class Peer {
         max.accumulateAndGet(value, Math::max);
     }
 
+    /**
+     * contend with kind=semaphore: RSemaphore `name`, one permit per round; the counter may
+     * reach `permits`, never more.
+     */
+    private void contendSemaphore(int thread) throws Exception {
+        final String counter = arg("counter", "interop:counter");
+        final long hold = num("hold", 1), away = num("away", 1), permits = num("permits", 1);
+        RSemaphore s = redisson.getSemaphore(arg("name", "interop"));
+        s.availablePermits();
+        startWarm(thread);
+        final long end = System.nanoTime() + num("ms", 3000) * 1_000_000L;
+        while (true) {
+            long left = (end - System.nanoTime()) / 1_000_000L;
+            if (left <= 0) break;
+            long t0 = System.nanoTime();
+            boolean got = s.tryAcquire(1, Duration.ofMillis(left));
+            updateMax(maxWaitUs, (System.nanoTime() - t0) / 1000);
+            if (!got) break;
+            acquisitions.incrementAndGet();
+            long in = incr(counter, 1);
+            updateMax(maxShared, in);
+            if (in > permits) overlaps.incrementAndGet();
+            Thread.sleep(hold);
+            incr(counter, -1);
+            s.release();
+            if (away > 0) Thread.sleep(away);
+        }
+    }
+
     private void contend(int thread) throws Exception {
         final String kind = arg("kind", "lock");
+        if (kind.equals("semaphore")) {
+            contendSemaphore(thread);
+            return;
+        }
         final String counter = arg("counter", "interop:counter");
         final long hold = num("hold", 1), away = num("away", 1);
         final boolean reenter = num("reenter", 0) != 0;
