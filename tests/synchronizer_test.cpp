@@ -1,6 +1,7 @@
-// rlock::semaphore against real redis-server processes: permits bound the holders across
-// clients, waiters wake on the release message (never polling) and are served once the permits
-// they asked for are free, Redisson's layout and messages, bad input refused with Redis
+// rlock::semaphore and rlock::count_down_latch against real redis-server processes: permits
+// bound the holders across clients, no waiter passes a latch before its count reaches zero,
+// waiters wake on the release or zero message (never polling) and a waiter for several permits
+// is served once they are free, Redisson's layouts and messages, bad input refused with Redis
 // unchanged.
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
@@ -32,16 +33,16 @@ std::string name() { return rlock_test::test_lock_name(); }
 
 std::string channel_of(const std::string& n) { return "redisson_sc:{" + n + "}"; }
 
-/// How many scripts the server has run (EVAL and EVALSHA), from INFO commandstats.
-long long scripts_run(const redis_server& s) {
+/// How many times the server has run `cmd` (lowercase), from INFO commandstats.
+long long calls_of(const redis_server& s, const std::string& cmd) {
     const std::string info = s.text({"INFO", "commandstats"});
-    long long total = 0;
-    for (const char* cmd : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
-        const std::size_t at = info.find(cmd);
-        if (at != std::string::npos) total += std::stoll(info.substr(at + std::string(cmd).size()));
-    }
-    return total;
+    const std::string field = "cmdstat_" + cmd + ":calls=";
+    const std::size_t at = info.find(field);
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
 }
+
+/// How many scripts the server has run (EVAL and EVALSHA).
+long long scripts_run(const redis_server& s) { return calls_of(s, "evalsha") + calls_of(s, "eval"); }
 
 /// Every key with its type, value (DUMP) and TTL: what "Redis unchanged" compares.
 std::string snapshot(const redis_server& s) {
@@ -220,6 +221,7 @@ TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
         expect_wrong_type([&] { (void)s.add_permits(1); }, "add_permits");
         expect_wrong_type([&] { (void)s.drain_permits(); }, "drain_permits");
         expect_wrong_type([&] { (void)s.available_permits(); }, "available_permits");
+        expect_wrong_type([&] { (void)s.try_set_permits(1); }, "try_set_permits");
         EXPECT_EQ(snapshot(server()), foreign);
     }
 }
@@ -254,6 +256,141 @@ TEST(semaphore, waiters_outlive_killed_connections_and_end_with_an_error_when_th
     auto ended = std::async(std::launch::async, [&] {
         try {
             (void)orphan->try_acquire_for(60s);
+            return rlock::errc{};
+        } catch (const rlock::error& e) {
+            return e.value();
+        }
+    });
+    std::this_thread::sleep_for(300ms);
+    doomed.reset();
+    ASSERT_EQ(ended.wait_for(20s), std::future_status::ready) << "still waiting after its client went";
+    EXPECT_EQ(ended.get(), rlock::errc::connection_failed);
+}
+
+}  // namespace
+
+namespace {
+
+std::string latch_channel_of(const std::string& n) {
+    return "redisson_countdownlatch__channel__{" + n + "}";
+}
+
+// Waiters on two clients never pass before the last count down: each checks, as it passes,
+// that the last count_down had been started. They wake on the zero message, not by looking.
+TEST(count_down_latch, no_waiter_passes_before_the_count_reaches_zero) {
+    rlock::client a(server().options()), b(server().options());
+    rlock::count_down_latch la(a, name()), lb(b, name());
+    ASSERT_TRUE(la.try_set_count(3));
+    EXPECT_FALSE(lb.try_set_count(5)) << "a second try_set_count replaced the count";
+    EXPECT_EQ(lb.count(), 3);
+    std::atomic<bool> last_started{false};
+    std::atomic<int> early{0}, passed{0};
+    std::vector<std::thread> waiters;
+    for (int w = 0; w < 6; ++w) {
+        waiters.emplace_back([&, w] {
+            rlock::count_down_latch& l = w % 2 ? la : lb;
+            if (l.wait_for(60s)) {
+                if (!last_started.load()) ++early;
+                ++passed;
+            }
+        });
+    }
+    ASSERT_TRUE(eventually([&] {
+        rlock::detail::reply_ptr r = server().cmd({"PUBSUB", "NUMSUB", latch_channel_of(name())});
+        return r && r->elements == 2 && r->element[1]->integer == 2;
+    })) << "the waiters' clients never subscribed";
+    EXPECT_EQ(la.count_down(), 2);
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(lb.count_down(), 1);
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(passed.load(), 0) << "a waiter passed at count 1";
+    const long long gets_before = calls_of(server(), "get");
+    std::this_thread::sleep_for(500ms);
+    const long long gets_after = calls_of(server(), "get");
+    EXPECT_EQ(gets_after, gets_before) << "waiters looked at the count while nothing changed";
+    last_started = true;
+    EXPECT_EQ(la.count_down(), 0);
+    for (auto& t : waiters) t.join();
+    EXPECT_EQ(passed.load(), 6);
+    EXPECT_EQ(early.load(), 0) << "a waiter passed before the last count down";
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0) << "the key outlived the count";
+    EXPECT_TRUE(la.try_wait());
+    EXPECT_EQ(la.count_down(), 0) << "a latch at 0 stays at 0";
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0) << "a count down at 0 created a key";
+}
+
+// Redisson's layout: the count under the name, deleted at 0; `0` on the channel when it reaches
+// 0, `1` when a count is set. What Redisson's countDown sends (DECR, DEL, PUBLISH 0) wakes an
+// rlock waiter.
+TEST(count_down_latch, the_layout_and_messages_are_redissons) {
+    rlock::client c(server().options());
+    rlock::count_down_latch l(c, name());
+    {
+        rlock_test::raw_subscriber listener(server().port(), latch_channel_of(name()));
+        ASSERT_TRUE(l.try_set_count(2));
+        EXPECT_EQ(listener.next(), "1");
+        EXPECT_EQ(server().text({"GET", name()}), "2");
+        EXPECT_EQ(server().text({"TYPE", name()}), "string");
+        EXPECT_EQ(l.count_down(2), 0);
+        EXPECT_EQ(listener.next(), "0");
+    }
+    ASSERT_TRUE(l.try_set_count(1));
+    auto passed = std::async(std::launch::async, [&] { return l.wait_for(60s); });
+    std::this_thread::sleep_for(300ms);
+    server().cmd({"DECR", name()});  // Redisson's countDown, as its script sends it
+    server().cmd({"DEL", name()});
+    server().cmd({"PUBLISH", latch_channel_of(name()), "0"});
+    ASSERT_EQ(passed.wait_for(20s), std::future_status::ready) << "Redisson's zero message did not wake it";
+    EXPECT_TRUE(passed.get());
+}
+
+TEST(count_down_latch, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
+    rlock::client c(server().options());
+    rlock::count_down_latch l(c, name());
+    ASSERT_TRUE(l.try_set_count(2));
+    const std::string before = snapshot(server());
+    for (long long bad : {0LL, -1LL}) {
+        try {
+            (void)l.try_set_count(bad);
+            ADD_FAILURE() << "try_set_count(" << bad << ") was accepted";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << e.what();
+            EXPECT_EQ(e.lock(), name());
+        }
+        EXPECT_THROW((void)l.count_down(bad), rlock::error);
+    }
+    EXPECT_EQ(snapshot(server()), before);
+    EXPECT_THROW(rlock::count_down_latch(c, ""), rlock::error);
+
+    for (const auto& setup : std::vector<std::vector<std::string>>{
+             {"HSET", name(), "f", "1"}, {"SET", name(), "abc"}, {"SET", name(), "1.5"}}) {
+        server().cmd({"DEL", name()});
+        (void)rlock_test::command_vec(rlock_test::raw_connection(server().port()).get(), setup);
+        SCOPED_TRACE(setup[0] + " " + setup.back());
+        const std::string foreign = snapshot(server());
+        for (int op = 0; op < 4; ++op) {
+            try {
+                if (op == 0) (void)l.count_down();
+                if (op == 1) (void)l.count();
+                if (op == 2) (void)l.wait_for(10ms);
+                if (op == 3) (void)l.try_set_count(3);
+                ADD_FAILURE() << "operation " << op << " worked on a foreign key";
+            } catch (const rlock::error& e) {
+                EXPECT_EQ(e.value(), rlock::errc::wrong_type) << op << ": " << e.what();
+                EXPECT_EQ(e.lock(), name());
+            }
+        }
+        EXPECT_EQ(snapshot(server()), foreign);
+    }
+}
+
+TEST(count_down_latch, a_waiter_ends_with_an_error_when_its_client_goes) {
+    auto doomed = std::make_unique<rlock::client>(server().options());
+    auto orphan = std::make_unique<rlock::count_down_latch>(*doomed, name());
+    ASSERT_TRUE(orphan->try_set_count(1));
+    auto ended = std::async(std::launch::async, [&] {
+        try {
+            (void)orphan->wait_for(60s);
             return rlock::errc{};
         } catch (const rlock::error& e) {
             return e.value();

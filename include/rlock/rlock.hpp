@@ -2,6 +2,7 @@
 #pragma once
 
 #include "rlock/client.hpp"
+#include "rlock/count_down_latch.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/fair_lock.hpp"
 #include "rlock/multi_lock.hpp"

@@ -44,8 +44,9 @@
 #include <utility>
 
 #include "rlock/client.hpp"
+#include "rlock/detail/channel_wait.hpp"
 #include "rlock/detail/cluster.hpp"
-#include "rlock/detail/semaphore_scripts.hpp"
+#include "rlock/detail/synchronizer_scripts.hpp"
 #include "rlock/detail/timed_lockable.hpp"
 #include "rlock/errors.hpp"
 
@@ -133,16 +134,7 @@ public:
     /// add_permits took more than there were).
     [[nodiscard]] long long available_permits() const {
         return run(detail::on_break::retry, [&](const detail::connection& c) {
-            detail::reply_ptr r = detail::run_command(c, {"GET", name_}, name_, server());
-            if (r->type == REDIS_REPLY_NIL) return 0LL;
-            const std::string_view v = detail::reply_text(r.get());
-            long long n = 0;
-            if (!parse_count(v, n)) {
-                throw error(errc::wrong_type, name_, server(),
-                            "the semaphore key holds \"" + std::string(v.substr(0, 40)) +
-                                "\", not a permit count");
-            }
-            return n;
+            return detail::read_count(c, name_, server());
         });
     }
 
@@ -165,24 +157,6 @@ private:
     }
     void check_positive(long long permits, std::string_view op) const {
         if (permits < 1) bad_count(permits, std::string(op) + ": permits must be at least 1");
-    }
-
-    /// Redis's own integer form: optional '-', no leading zeros, fits in 64 bits.
-    static bool parse_count(std::string_view v, long long& out) {
-        const bool negative = !v.empty() && v.front() == '-';
-        const std::string_view digits = negative ? v.substr(1) : v;
-        if (digits.empty() || digits.size() > 19 || (digits.size() > 1 && digits.front() == '0')) {
-            return false;
-        }
-        unsigned long long n = 0;
-        for (char ch : digits) {
-            if (ch < '0' || ch > '9') return false;
-            n = n * 10 + static_cast<unsigned long long>(ch - '0');
-        }
-        constexpr unsigned long long max = 9223372036854775807ULL;
-        if (n > max + (negative ? 1 : 0)) return false;
-        out = negative ? static_cast<long long>(0 - n) : static_cast<long long>(n);
-        return true;
     }
 
     long long change(long long permits) {
@@ -215,25 +189,7 @@ private:
     bool acquire_until(clock::time_point deadline, long long permits) {
         check_positive(permits, "acquire");
         const std::string n = std::to_string(permits);
-        if (take(n)) return true;
-        if (clock::now() >= deadline) return false;
-        detail::subscriber::subscription sub(*core_->sub, channel_);
-        sub.wait_active(std::min(deadline, clock::now() + core_->ep.options.command_timeout));
-        // Only while no message can be counted on (the subscription is not confirmed).
-        std::chrono::milliseconds fallback(10);
-        for (;;) {
-            core_->throw_if_destroyed(name_, "the client was destroyed while this thread waited");
-            const std::uint64_t seen = sub.generation();
-            if (take(n)) return true;
-            const auto now = clock::now();
-            if (now >= deadline) return false;
-            auto until = deadline;
-            if (!sub.active()) {
-                until = std::min(until, now + fallback);
-                fallback = std::min(fallback * 2, std::chrono::milliseconds(1000));
-            }
-            (void)sub.wait(seen, until);
-        }
+        return detail::wait_on_channel(*core_, channel_, name_, deadline, [&] { return take(n); });
     }
 
     std::shared_ptr<detail::client_core> core_;
