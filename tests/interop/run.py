@@ -345,6 +345,42 @@ class Suite:
                        sum(r["overlaps"] for r in results.values())))
         return scenario
 
+    def latch_wakeup(self, v):
+        """RCountDownLatch and rlock::count_down_latch on one name, count 2: a Redisson waiter
+        and an rlock waiter; Redisson counts down at 500 ms, rlock at 1000 ms (then the other
+        way round). Neither waiter passes before the second count down; both pass within
+        HANDOVER_FAIL_MS of it (woken by the zero message of the other library or their own)."""
+        def scenario(checks):
+            figures = []
+            for first, second in (("redisson", "rlock"), ("rlock", "redisson")):
+                name = "it:latch:%s:%s-first" % (v, first)
+                self.r.delete(name)
+                self.r.set(name, 2)  # as trySetCount(2) leaves it
+                kw = dict(name=name, threads=2, role="wait,down", wait=20000)
+                at = {first: "0,500", second: "0,1000"}
+                peers = {"redisson": self.java(v, "redisson", "latch", at=at["redisson"], **kw),
+                         "rlock": self.cpp("rlock", "latch", at=at["rlock"], **kw)}
+                self.go(peers.values())
+                for p in peers.values():
+                    p.wait_events("counted", 1, 30)
+                    p.wait_events("passed", 1, 30)
+                results = {k: p.finish(30) for k, p in peers.items()}
+                self.check_results(checks, results)
+                last_down = max(p.events("counted")[0]["t"] for p in peers.values())
+                last_start = max(p.events("counting")[0]["t"] for p in peers.values())
+                for lib, p in peers.items():
+                    t = p.events("passed")[0]["t"]
+                    if t < last_start:
+                        checks.append("the %s waiter passed %.1f ms before the last count down began"
+                                      % (lib, last_start - t))
+                    figures.append("%s first: %s waiter after %s" % (
+                        first, lib, handover(checks, "%s waiter (%s counted first)" % (lib, first),
+                                             max(0.0, t - last_down))))
+                if self.r.exists(name):
+                    checks.append("latch key %s left after it reached 0" % name)
+            return "count 2, one waiter and one count down per library: " + "; ".join(figures)
+        return scenario
+
     def rlock_watchdog_handover(self, v, cluster=False):
         """cluster: the same in the 3-master Redis Cluster (Redisson's default
         shardedSubscriptionMode AUTO; rlock with redis-cluster), holds of 4 s."""
@@ -673,6 +709,7 @@ def main():
         suite.run("redisson-%s/rw-wakeup" % v, suite.rw_wakeup(v))
         suite.run("redisson-%s/fenced" % v, suite.fenced(v))
         suite.run("redisson-%s/semaphore" % v, suite.semaphore_bound(v))
+        suite.run("redisson-%s/latch" % v, suite.latch_wakeup(v))
         if opts.cluster:
             suite.run("redisson-%s/cluster-handover" % v, suite.rlock_watchdog_handover(v, cluster=True))
     if opts.python:

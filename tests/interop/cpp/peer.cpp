@@ -263,6 +263,25 @@ void contend_semaphore(rlock::client& c, int port, int thread) {
     }
 }
 
+// latch: rlock::count_down_latch `name`. Thread i's role (role=wait|down, a comma list) waits
+// up to `wait` ms for the count to reach 0 (events waiting, then passed or gaveup) or counts
+// down once at go + at (events counting, counted).
+void latch(rlock::client& c, int thread) {
+    rlock::count_down_latch l(c, arg("name", "interop"));
+    const std::string role = item("role", thread, "wait");
+    start(thread, [&] { (void)l.count(); });
+    if (role == "down") {
+        event("counting", thread);
+        (void)l.count_down();
+        event("counted", thread);
+        return;
+    }
+    event("waiting", thread);
+    const bool passed = l.wait_for(milliseconds(std::stoll(item("wait", thread, "10000"))));
+    event(passed ? "passed" : "gaveup", thread);
+    if (passed) ++acquisitions;
+}
+
 void contend(locks& all, int port, int thread) {
     const std::string kind = arg("kind", "lock");
     const std::string counter = arg("counter", "interop:counter");
@@ -399,6 +418,8 @@ int main(int argc, char** argv) {
                         contend_semaphore(client, port, i);
                     } else if (command == "contend") {
                         contend(all, port, i);
+                    } else if (command == "latch") {
+                        latch(client, i);
                     } else if (command == "once") {
                         once(all, port, i);
                     } else {

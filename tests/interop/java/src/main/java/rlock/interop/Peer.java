@@ -41,6 +41,7 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.Lock;
 
 import org.redisson.Redisson;
+import org.redisson.api.RCountDownLatch;
 import org.redisson.api.RFencedLock;
 import org.redisson.api.RLock;
 import org.redisson.api.RReadWriteLock;
@@ -163,6 +164,7 @@ public final class Peer {
                     try {
                         if (command.equals("contend")) contend(index);
                         else if (command.equals("once")) once(index);
+                        else if (command.equals("latch")) latch(index);
                         else throw new IllegalArgumentException("unknown command " + command);
                     } catch (Exception e) {
                         say("ERROR thread=" + index + " " + e);
@@ -329,6 +331,28 @@ public final class Peer {
             Thread.sleep(hold);
         }
         incr(key, -1);
+    }
+
+    /**
+     * latch: RCountDownLatch `name`. Thread i's role (role=wait|down, a comma list) waits up to
+     * `wait` ms for the count to reach 0 (events waiting, then passed or gaveup) or counts down
+     * once at go + at (events counting, counted).
+     */
+    private void latch(int thread) throws Exception {
+        RCountDownLatch latch = redisson.getCountDownLatch(arg("name", "interop"));
+        latch.getCount();
+        String role = item("role", thread, "wait");
+        startWarm(thread);
+        if (role.equals("down")) {
+            event("counting", thread, "");
+            latch.countDown();
+            event("counted", thread, "");
+            return;
+        }
+        event("waiting", thread, "");
+        boolean passed = latch.await(Long.parseLong(item("wait", thread, "10000")), TimeUnit.MILLISECONDS);
+        event(passed ? "passed" : "gaveup", thread, "");
+        if (passed) acquisitions.incrementAndGet();
     }
 
     private void once(int thread) throws Exception {
