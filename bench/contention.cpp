@@ -7,11 +7,13 @@
 //
 //   acq/s       acquisitions made in the window of T seconds, per second
 //   busy        sum of all holds (clipped to the window) / T: 1.0 means the lock never idled
+//               (a semaphore: / (T x permits), 1.0 means no permit ever idled)
 //   wait_ms     the worst worker's p50, p99 and max wait for lock() (each the maximum over the
 //               workers, so one starved worker shows)
 //   handoff_ms  contended hand-overs only (the next holder was already waiting when the holder
 //               called unlock()): time from unlock() being called to the next lock() returning
-//   violations  pairs of holds that overlap in time; non-zero exits 1. steady_clock is
+//   violations  acquisitions that found the lock held (a semaphore: all its permits held);
+//               non-zero exits 1. steady_clock is
 //               CLOCK_MONOTONIC on Linux, one clock for every process on the machine, so holds
 //               recorded by different workers can be compared directly
 //   load        the 1-minute load average when the run started (the machine is shared)
@@ -76,6 +78,7 @@ struct options {
     double hold_ms = 1;
     double away_ms = 1;
     double seconds = 5;
+    int permits = 1;  // --kind semaphore: the semaphore's permits (holders at once)
     std::string uri;
     std::string name;
     bool observe = false;
@@ -94,8 +97,9 @@ struct turn {
 [[noreturn]] void usage(const char* why) {
     std::fprintf(
         stderr,
-        "contention: %s\nusage: contention [--kind mutex|reentrant|fair|rw-write] [--workers N] "
-        "[--hold-ms MS] [--away-ms MS] [--seconds S] [--uri redis://127.0.0.1:PORT] "
+        "contention: %s\nusage: contention [--kind mutex|reentrant|fair|rw-write|semaphore] "
+        "[--workers N] [--permits N] [--hold-ms MS] [--away-ms MS] [--seconds S] "
+        "[--uri redis://127.0.0.1:PORT] "
         "[--name LOCK] [--observe] [--detail]\n",
         why);
     std::exit(2);
@@ -122,6 +126,8 @@ options parse(int argc, char** argv) {
             o.kind = value();
         } else if (a == "--workers") {
             o.workers = static_cast<int>(number(1));
+        } else if (a == "--permits") {
+            o.permits = static_cast<int>(number(1));
         } else if (a == "--hold-ms") {
             o.hold_ms = number(0);
         } else if (a == "--away-ms") {
@@ -216,6 +222,14 @@ int run_worker(const options& o) {
     return 0;
 }
 
+/// rlock::semaphore as a lock of one permit each: lock() = acquire(), unlock() = release().
+struct semaphore_permit {
+    semaphore_permit(rlock::client& c, const std::string& name) : s(c, name) {}
+    void lock() { s.acquire(); }
+    void unlock() { s.release(); }
+    rlock::semaphore s;
+};
+
 using worker_fn = int (*)(const options&);
 
 // One row per lock kind.
@@ -224,6 +238,7 @@ constexpr std::pair<std::string_view, worker_fn> kinds[] = {
     {"reentrant", run_worker<rlock::reentrant_lock>},
     {"fair", run_worker<rlock::fair_lock>},
     {"rw-write", run_worker<rlock::read_write_lock>},  // the write side: lock() / unlock()
+    {"semaphore", run_worker<semaphore_permit>},      // --permits holders at once
 };
 
 worker_fn find_kind(std::string_view name) {
@@ -266,7 +281,8 @@ worker_proc spawn(const options& o, int go_read) {
                                      "--name",               o.name,
                                      "--hold-ms",            fmt_double(o.hold_ms),
                                      "--away-ms",            fmt_double(o.away_ms),
-                                     "--seconds",            fmt_double(o.seconds)};
+                                     "--seconds",            fmt_double(o.seconds),
+                                     "--permits",            std::to_string(o.permits)};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -457,6 +473,14 @@ int parent_main(options o) {
     }
     const rlock::client_options co = rlock::client_options::from_uri(o.uri);
     const double load = load_average();
+    if (o.kind == "semaphore") {
+        rlock::client setup(co);
+        rlock::semaphore s(setup, o.name);
+        (void)s.drain_permits();
+        (void)s.add_permits(o.permits);
+    } else if (o.permits != 1) {
+        usage("--permits is for --kind semaphore");
+    }
 
     int go[2];
     if (::pipe2(go, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
@@ -506,11 +530,19 @@ int parent_main(options o) {
     std::sort(all.begin(), all.end(),
               [](const turn& a, const turn& b) { return a.acquired < b.acquired; });
 
-    long violations = 0;
-    std::int64_t latest_release = INT64_MIN;
+    // An acquisition that finds `permits` holds still running (1 for a lock) is a violation.
+    // At equal times a release comes first.
+    std::vector<std::pair<std::int64_t, int>> edges;  // (time, -1 release / +1 acquire)
     for (const turn& t : all) {
-        if (t.acquired < latest_release) ++violations;
-        latest_release = std::max(latest_release, t.released);
+        edges.emplace_back(t.acquired, +1);
+        edges.emplace_back(t.released, -1);
+    }
+    std::sort(edges.begin(), edges.end());
+    long violations = 0;
+    int holding = 0;
+    for (const auto& [when, step] : edges) {
+        holding += step;
+        if (step > 0 && holding > o.permits) ++violations;
     }
 
     long acquisitions = 0;
@@ -548,11 +580,13 @@ int parent_main(options o) {
         }
     }
 
+    const std::string label =
+        o.kind == "semaphore" ? o.kind + " P=" + std::to_string(o.permits) : o.kind;
     std::printf(
         "kind=%s W=%d H=%g A=%g T=%g acq/s=%.1f busy=%.3f wait_ms_p50/p99/max=%.2f/%.2f/%.2f "
         "handoff_ms_p50/p99=%.3f/%.3f violations=%ld load=%.2f\n",
-        o.kind.c_str(), o.workers, o.hold_ms, o.away_ms, o.seconds,
-        static_cast<double>(acquisitions) / o.seconds, busy_ns / wall_ns, p50, p99, max,
+        label.c_str(), o.workers, o.hold_ms, o.away_ms, o.seconds,
+        static_cast<double>(acquisitions) / o.seconds, busy_ns / (wall_ns * o.permits), p50, p99, max,
         percentile(handoffs, 0.5), percentile(handoffs, 0.99), violations, load);
     if (obs) {
         std::printf(
