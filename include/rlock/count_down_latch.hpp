@@ -26,50 +26,26 @@
 #pragma once
 
 #include <chrono>
-#include <memory>
 #include <string>
-#include <string_view>
-#include <utility>
 
 #include "rlock/client.hpp"
-#include "rlock/detail/channel_wait.hpp"
-#include "rlock/detail/cluster.hpp"
+#include "rlock/detail/synchronizer.hpp"
 #include "rlock/detail/synchronizer_scripts.hpp"
 #include "rlock/detail/timed_lockable.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock {
 
-class count_down_latch {
+class count_down_latch : public detail::synchronizer {
     using clock = std::chrono::steady_clock;
-
-    // Runs f(connection) on the latch's server (its key's master in a cluster). Above the
-    // members that call it: its return type is deduced.
-    template <class F>
-    auto run(detail::on_break broken, F&& f) const {
-        core_->throw_if_destroyed(name_, "the client this latch was made from has been destroyed");
-        return core_->pool.run(name_, broken, f);
-    }
 
 public:
     /// Names a latch on `c`; sends nothing. Throws `error` (invalid_argument) for an empty name,
     /// or (Redis Cluster) a name whose key and channel would land in different slots.
-    count_down_latch(client& c, std::string name)
-        : core_(detail::client_access::core(c).shared_from_this()),
-          // Redisson wraps the name in braces whatever it holds.
-          channel_("redisson_countdownlatch__channel__{" + name + "}") {
-        if (name.empty()) {
-            throw error(errc::invalid_argument, "", core_->ep.name, "latch name is empty");
-        }
-        if (core_->ep.slots && detail::key_slot(name) != detail::key_slot(channel_)) {
-            throw error(errc::invalid_argument, name, core_->ep.name,
-                        "in a cluster a latch name with '{' or '}' puts its key and its channel "
-                        "in different slots");
-        }
-        name_ = std::move(name);
-    }
-    count_down_latch(const count_down_latch&) = delete;
-    count_down_latch& operator=(const count_down_latch&) = delete;
+    count_down_latch(client& c, const std::string& name)
+        // Redisson wraps the name in braces whatever it holds.
+        : synchronizer(detail::client_access::core(c), name,
+                       "redisson_countdownlatch__channel__{" + name + "}", "latch") {}
 
     /// Sets the count when the latch has none (its key is absent, i.e. it is at 0) and wakes
     /// the waiters; true when this call set it. `count` must be at least 1.
@@ -77,8 +53,9 @@ public:
         if (count < 1) bad_count(count, "try_set_count: count must be at least 1");
         const std::string n = std::to_string(count);
         return run(detail::on_break::fail, [&](const detail::connection& c) {
-            return detail::eval_integer(c, detail::latch_scripts::try_set(), {name_}, {n, channel_},
-                                        name_, server()) == 1;
+            return detail::eval_integer(c, detail::count_scripts::try_set(), {name_},
+                                        {n, channel_, detail::latch_new_count_message}, name_,
+                                        server()) == 1;
         });
     }
 
@@ -124,24 +101,10 @@ public:
         wait();
     }
 
-    const std::string& name() const noexcept { return name_; }
-    /// The server as messages name it.
-    const std::string& server() const noexcept { return core_->ep.name; }
-
 private:
-    [[noreturn]] void bad_count(long long count, std::string_view what) const {
-        throw error(errc::invalid_argument, name_, server(),
-                    std::string(what) + " (was " + std::to_string(count) + ")");
-    }
-
     bool wait_until_steady(clock::time_point deadline) const {
-        return detail::wait_on_channel(*core_, channel_, name_, deadline,
-                                       [&] { return count() <= 0; });
+        return synchronizer::wait_until(deadline, [&] { return count() <= 0; });
     }
-
-    std::shared_ptr<detail::client_core> core_;
-    std::string channel_;
-    std::string name_;
 };
 
 }  // namespace rlock

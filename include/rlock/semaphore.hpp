@@ -35,52 +35,28 @@
 // Thread-safety: one object may be used by many threads at once.
 #pragma once
 
-#include <algorithm>
 #include <chrono>
-#include <cstdint>
-#include <memory>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include "rlock/client.hpp"
-#include "rlock/detail/channel_wait.hpp"
 #include "rlock/detail/cluster.hpp"
+#include "rlock/detail/synchronizer.hpp"
 #include "rlock/detail/synchronizer_scripts.hpp"
 #include "rlock/detail/timed_lockable.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock {
 
-class semaphore {
+class semaphore : public detail::synchronizer {
     using clock = std::chrono::steady_clock;
-
-    // Runs f(connection) on the semaphore's server (its key's master in a cluster). Above
-    // the members that call it: its return type is deduced.
-    template <class F>
-    auto run(detail::on_break broken, F&& f) const {
-        core_->throw_if_destroyed(name_, "the client this semaphore was made from has been destroyed");
-        return core_->pool.run(name_, broken, f);
-    }
 
 public:
     /// Names a semaphore on `c`; sends nothing. Throws `error` (invalid_argument) for an empty
     /// name, or (Redis Cluster) a name whose key and channel would land in different slots.
-    semaphore(client& c, std::string name)
-        : core_(detail::client_access::core(c).shared_from_this()),
-          channel_(detail::prefixed_key("redisson_sc", name)) {
-        if (name.empty()) {
-            throw error(errc::invalid_argument, "", core_->ep.name, "semaphore name is empty");
-        }
-        if (core_->ep.slots && detail::key_slot(name) != detail::key_slot(channel_)) {
-            throw error(errc::invalid_argument, name, core_->ep.name,
-                        "in a cluster a semaphore name with '{' needs a hash tag ({tag} with a "
-                        "non-empty tag), or its key and channel land in different slots");
-        }
-        name_ = std::move(name);
-    }
-    semaphore(const semaphore&) = delete;
-    semaphore& operator=(const semaphore&) = delete;
+    semaphore(client& c, const std::string& name)
+        : synchronizer(detail::client_access::core(c), name, detail::prefixed_key("redisson_sc", name),
+                       "semaphore") {}
 
     /// Blocks until `permits` (at least 1) are free and takes them.
     void acquire(long long permits = 1) { (void)acquire_until(clock::time_point::max(), permits); }
@@ -118,8 +94,8 @@ public:
         if (permits < 0) bad_count(permits, "try_set_permits: permits must not be negative");
         const std::string n = std::to_string(permits);
         return run(detail::on_break::fail, [&](const detail::connection& c) {
-            return detail::eval_integer(c, detail::semaphore_scripts::try_set(), {name_},
-                                        {n, channel_}, name_, server()) == 1;
+            return detail::eval_integer(c, detail::count_scripts::try_set(), {name_},
+                                        {n, channel_, n}, name_, server()) == 1;
         });
     }
 
@@ -146,15 +122,7 @@ public:
         });
     }
 
-    const std::string& name() const noexcept { return name_; }
-    /// The server as messages name it.
-    const std::string& server() const noexcept { return core_->ep.name; }
-
 private:
-    [[noreturn]] void bad_count(long long permits, std::string_view what) const {
-        throw error(errc::invalid_argument, name_, server(),
-                    std::string(what) + " (was " + std::to_string(permits) + ")");
-    }
     void check_positive(long long permits, std::string_view op) const {
         if (permits < 1) bad_count(permits, std::string(op) + ": permits must be at least 1");
     }
@@ -189,12 +157,8 @@ private:
     bool acquire_until(clock::time_point deadline, long long permits) {
         check_positive(permits, "acquire");
         const std::string n = std::to_string(permits);
-        return detail::wait_on_channel(*core_, channel_, name_, deadline, [&] { return take(n); });
+        return synchronizer::wait_until(deadline, [&] { return take(n); });
     }
-
-    std::shared_ptr<detail::client_core> core_;
-    std::string channel_;
-    std::string name_;
 };
 
 }  // namespace rlock

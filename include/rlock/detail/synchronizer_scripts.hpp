@@ -53,6 +53,24 @@ inline long long read_count(const connection& c, std::string_view key, std::stri
     return negative ? static_cast<long long>(0 - n) : static_cast<long long>(n);
 }
 
+struct count_scripts {
+    /// Sets the count to ARGV[1] when the object has none (no key) and publishes ARGV[3] on
+    /// ARGV[2] (the semaphore: the new count; the latch: its new-count message). Returns 1 set,
+    /// 0 already set (nothing written).
+    static const script& try_set() {
+        static const script s(std::string(lua_count_of) + R"lua(
+local v = redis.call('get', KEYS[1])
+local _, bad = count_of(v)
+if bad then return bad end
+if v ~= false then return 0 end
+redis.call('set', KEYS[1], ARGV[1])
+redis.call('publish', ARGV[2], ARGV[3])
+return 1
+)lua");
+        return s;
+    }
+};
+
 struct semaphore_scripts {
 
     /// Takes ARGV[1] permits when that many are free. KEYS[1] the semaphore.
@@ -82,21 +100,6 @@ return now
         return s;
     }
 
-    /// Sets the count to ARGV[1] when the semaphore has none yet (no key) and publishes it on
-    /// ARGV[2]. Returns 1 set, 0 already set (nothing written).
-    static const script& try_set() {
-        static const script s(std::string(lua_count_of) + R"lua(
-local v = redis.call('get', KEYS[1])
-local _, bad = count_of(v)
-if bad then return bad end
-if v ~= false then return 0 end
-redis.call('set', KEYS[1], ARGV[1])
-redis.call('publish', ARGV[2], ARGV[1])
-return 1
-)lua");
-        return s;
-    }
-
     /// Takes every free permit: the count becomes 0 (a negative count too, as Redisson's
     /// drainPermits does). Returns the count it had (0 with no key, which stays absent).
     static const script& drain() {
@@ -112,26 +115,10 @@ return have
     }
 };
 
-/// RCountDownLatch's messages: the count reached zero (or the latch was deleted), and a new
-/// count was set.
-inline constexpr std::string_view latch_zero_message = "0", latch_new_count_message = "1";
+/// RCountDownLatch's message for a new count (its zero message, `0`, is count_down's).
+inline constexpr std::string_view latch_new_count_message = "1";
 
 struct latch_scripts {
-    /// Sets the count to ARGV[1] when the latch has none (no key) and publishes the new-count
-    /// message on ARGV[2]. Returns 1 set, 0 already set (nothing written).
-    static const script& try_set() {
-        static const script s(std::string(lua_count_of) + R"lua(
-local v = redis.call('get', KEYS[1])
-local _, bad = count_of(v)
-if bad then return bad end
-if v ~= false then return 0 end
-redis.call('set', KEYS[1], ARGV[1])
-redis.call('publish', ARGV[2], '1')
-return 1
-)lua");
-        return s;
-    }
-
     /// Counts down by ARGV[1]. At or below zero the key goes (as Redisson's countDown), and
     /// only the step that reaches zero from above publishes the zero message on ARGV[2].
     /// Returns the count left, 0 at or below zero (a count down of an absent latch changes

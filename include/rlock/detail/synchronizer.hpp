@@ -1,0 +1,103 @@
+// What the synchronizers (rlock::semaphore, rlock::count_down_latch) share: one count key and
+// its channel on a client (synchronizer), and waiting for a condition that changes with a
+// message on that channel, with no hold and no TTL to bound the wait (wait_on_channel): try,
+// then sleep until a message on the channel or a reconnect of the subscriber, and try again.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "rlock/detail/client_core.hpp"
+#include "rlock/detail/cluster.hpp"
+#include "rlock/detail/subscriber.hpp"
+#include "rlock/errors.hpp"
+
+namespace rlock::detail {
+
+/// Calls `attempt()` until it returns true (then true) or `deadline` has passed (then false).
+/// After a first refusal it subscribes to `channel` through the client's subscriber and makes
+/// each next attempt when a message arrives there or the subscriber reconnects (a message may
+/// have gone by), never in between — except while the subscription is not confirmed, when no
+/// message can be counted on: then it also tries after 10 ms, doubling to 1 s. Throws what
+/// `attempt` throws, and connection_failed (naming `name`) once the client is destroyed.
+template <class F>
+bool wait_on_channel(client_core& core, const std::string& channel, std::string_view name,
+                     std::chrono::steady_clock::time_point deadline, F&& attempt) {
+    using clock = std::chrono::steady_clock;
+    if (attempt()) return true;
+    if (clock::now() >= deadline) return false;
+    subscriber::subscription sub(*core.sub, channel);
+    sub.wait_active(std::min(deadline, clock::now() + core.ep.options.command_timeout));
+    std::chrono::milliseconds fallback(10);
+    for (;;) {
+        core.throw_if_destroyed(name, "the client was destroyed while this thread waited");
+        const std::uint64_t seen = sub.generation();
+        if (attempt()) return true;
+        const auto now = clock::now();
+        if (now >= deadline) return false;
+        auto until = deadline;
+        if (!sub.active()) {
+            until = std::min(until, now + fallback);
+            fallback = std::min(fallback * 2, std::chrono::milliseconds(1000));
+        }
+        (void)sub.wait(seen, until);
+    }
+}
+
+/// The base of a synchronizer: the client it was made from, its key (`name`) and its channel.
+class synchronizer {
+public:
+    synchronizer(const synchronizer&) = delete;
+    synchronizer& operator=(const synchronizer&) = delete;
+
+    const std::string& name() const noexcept { return name_; }
+    /// The server as messages name it.
+    const std::string& server() const noexcept { return core_->ep.name; }
+
+protected:
+    /// `what` names the type in messages ("semaphore"). Throws `error` (invalid_argument) for
+    /// an empty name, or (Redis Cluster) a name whose key and channel land in different slots.
+    synchronizer(client_core& core, std::string name, std::string channel, std::string_view what)
+        : core_(core.shared_from_this()), channel_(std::move(channel)) {
+        if (name.empty()) {
+            throw error(errc::invalid_argument, "", core_->ep.name, std::string(what) + " name is empty");
+        }
+        if (core_->ep.slots && key_slot(name) != key_slot(channel_)) {
+            throw error(errc::invalid_argument, name, core_->ep.name,
+                        "in a cluster this " + std::string(what) + " name puts its key and its channel " +
+                            channel_ + " in different slots (a name with '{' needs a non-empty hash tag)");
+        }
+        name_ = std::move(name);
+    }
+    ~synchronizer() = default;
+
+    /// Runs f(connection) on the object's server (its key's master in a cluster).
+    template <class F>
+    auto run(on_break broken, F&& f) const {
+        core_->throw_if_destroyed(name_, "the client this object was made from has been destroyed");
+        return core_->pool.run(name_, broken, f);
+    }
+
+    /// Throws invalid_argument naming the object: "<what> (was <count>)".
+    [[noreturn]] void bad_count(long long count, std::string_view what) const {
+        throw error(errc::invalid_argument, name_, server(),
+                    std::string(what) + " (was " + std::to_string(count) + ")");
+    }
+
+    /// wait_on_channel on this object's channel.
+    template <class F>
+    bool wait_until(std::chrono::steady_clock::time_point deadline, F&& attempt) const {
+        return wait_on_channel(*core_, channel_, name_, deadline, std::forward<F>(attempt));
+    }
+
+    std::shared_ptr<client_core> core_;
+    std::string channel_;
+    std::string name_;
+};
+
+}  // namespace rlock::detail
