@@ -258,6 +258,9 @@ TEST(cluster_parse, every_publishing_script_has_an_spublish_form_and_the_others_
         {"write release", &rw_write_kind::release_script()},
         {"force_unlock", &force_unlock_script()},
         {"multi release", &multi_release_script()},
+        {"semaphore release / add_permits", &semaphore_scripts::add()},
+        {"semaphore / latch try_set", &count_scripts::try_set()},
+        {"latch count_down", &latch_scripts::count_down()},
     };
     for (const auto& [what, s] : publishing) {
         const std::string classic(s->body()), sharded(s->body(true));
@@ -270,7 +273,8 @@ TEST(cluster_parse, every_publishing_script_has_an_spublish_form_and_the_others_
         &mutex_kind::acquire_fenced_script(), &mutex_kind::renew_script(),
         &reentrant_kind::acquire_script(),
         &rw_read_kind::acquire_script(), &rw_read_kind::renew_script(),
-        &rw_write_kind::acquire_script(), &rw_write_kind::renew_script()};
+        &rw_write_kind::acquire_script(), &rw_write_kind::renew_script(),
+        &semaphore_scripts::acquire(), &semaphore_scripts::drain()};
     for (const script* s : all) {
         EXPECT_EQ(s->body(true), s->body());
         EXPECT_EQ(s->sha(true), s->sha());
@@ -340,6 +344,38 @@ TEST(cluster, an_unlock_on_one_master_wakes_a_waiter_whose_subscriber_is_on_anot
         ASSERT_TRUE(eventually([&] { return subscribers(c, "redisson_lock__channel:{" + n + "}") == 1; }, 10s));
         holder.unlock();
         EXPECT_TRUE(waiter.get()) << "the waiter on " << n << " did not get the unlock message";
+    }
+}
+
+// The synchronizers in a cluster: each object's key and channel in one slot, its scripts on
+// that slot's master, and a waiter woken there (sharded pub/sub on Redis 7) by a release or the
+// last count down from another client.
+TEST(cluster, semaphores_and_latches_run_on_the_master_of_their_slot_and_wake_waiters_there) {
+    redis_cluster c;
+    rlock::client a(c.uri()), b(c.uri());
+    const std::string stem = rlock_test::test_lock_name();
+    for (const redis_server* m : c.masters()) {
+        const std::string sn = name_on(c, *m, stem + ".semaphore");
+        rlock::semaphore sa(a, sn), sb(b, sn);
+        ASSERT_TRUE(sa.try_set_permits(1));
+        EXPECT_EQ(m->text({"GET", sn}), "1") << "not on the master of its slot";
+        sa.acquire();
+        auto taker = std::async(std::launch::async, [&] { return sb.try_acquire_for(10s); });
+        std::this_thread::sleep_for(200ms);
+        sa.release();
+        ASSERT_TRUE(taker.get()) << "the semaphore waiter on " << sn << " missed the release";
+        sb.release();
+        EXPECT_EQ(sb.available_permits(), 1);
+
+        const std::string ln = name_on(c, *m, stem + ".latch");
+        rlock::count_down_latch la(a, ln), lb(b, ln);
+        ASSERT_TRUE(la.try_set_count(1));
+        EXPECT_EQ(m->text({"GET", ln}), "1") << "not on the master of its slot";
+        auto waiter = std::async(std::launch::async, [&] { return lb.wait_for(10s); });
+        std::this_thread::sleep_for(200ms);
+        EXPECT_EQ(la.count_down(), 0);
+        ASSERT_TRUE(waiter.get()) << "the latch waiter on " << ln << " missed the zero message";
+        EXPECT_EQ(m->integer({"EXISTS", ln}), 0);
     }
 }
 
