@@ -190,6 +190,21 @@ inline long long reply_integer(const redisReply* r, std::string_view lock, std::
     return r->integer;
 }
 
+/// Reads what the socket of `c` has and calls `f(reply)` (a `const redisReply*`) for each whole
+/// reply in it, for connections that poll() themselves (pub/sub). False on an I/O or protocol
+/// error: the connection is then unusable.
+template <class F>
+bool read_replies(redisContext* c, F&& f) {
+    if (redisBufferRead(c) != REDIS_OK) return false;
+    for (;;) {
+        void* raw = nullptr;
+        if (redisGetReplyFromReader(c, &raw) != REDIS_OK) return false;
+        if (!raw) return true;
+        const reply_ptr r(static_cast<redisReply*>(raw));
+        f(r.get());
+    }
+}
+
 /// True when a connection with no command in flight has something to read or has failed.
 /// Redis sends nothing unasked on a command connection, so this is the server having closed it
 /// (a restart, CLIENT KILL, its idle `timeout`). A command sent into such a connection fails

@@ -87,6 +87,26 @@ local function fencing_token(counter, wanted, had)
     if wanted == '1' then return next_token(counter, had) end
     return 0
 end
+-- The hash's TTL raised to `lease` ms, never lowered (other holds may need it longer).
+local function raise_ttl(hash, lease)
+    if redis.call('pttl', hash) < tonumber(lease) then redis.call('pexpire', hash, lease) end
+end
+-- How both release scripts begin: the hash's mode and `field`'s count (a number, and the
+-- string stored), or, as fourth value, the error reply of a read that failed (another type
+-- reads as an empty hash: not held).
+local function held_level(field)
+    local got = redis.pcall('hmget', KEYS[1], 'mode', field)
+    if read_failed(got) then return nil, nil, nil, got end
+    return got[1], tonumber(got[2]), got[2]
+end
+-- How both acquire scripts begin: the mode, and the fencing counter checked when `fenced` is
+-- '1' (KEYS[1] the hash, KEYS[2] the counter). Returns mode, the counter's error reply or
+-- nil, and whether the counter existed.
+local function begin_acquire(fenced)
+    local mode = redis.call('hget', KEYS[1], 'mode')
+    local bad, had = counter_if(fenced, KEYS[2])
+    return mode, bad, had
+end
 )lua";
 
 inline std::string with_rw_helpers(std::string_view body) {
@@ -149,8 +169,7 @@ struct rw_read_kind : rw_kind_base<rw_read_kind> {
     /// The holder's count is checked before the level's key is SET (HINCRBY comes after it).
     static const script& acquire_script() {
         static const script s(with_rw_helpers(R"lua(
-local mode = redis.call('hget', KEYS[1], 'mode')
-local bad, had = counter_if(ARGV[4], KEYS[2])
+local mode, bad, had = begin_acquire(ARGV[4])
 if bad then return bad end
 if mode == false then
     if ARGV[5] == '1' then return {0, -2} end
@@ -169,9 +188,7 @@ if count and not can_step(count, 1) then return bad_count(KEYS[1], ARGV[2]) end
 local n = (tonumber(count) or 0) + 1
 redis.call('set', hold_key(KEYS[1], ARGV[2], n), 1, 'PX', ARGV[1])
 redis.call('hincrby', KEYS[1], ARGV[2], 1)
-if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-    redis.call('pexpire', KEYS[1], ARGV[1])
-end
+raise_ttl(KEYS[1], ARGV[1])
 return {1, n, fencing_token(KEYS[2], ARGV[4], had)}
 )lua"));
         return s;
@@ -186,14 +203,11 @@ return {1, n, fencing_token(KEYS[2], ARGV[4], had)}
     /// An inner level checks the count HINCRBY will step before it deletes the level's key.
     static const script& release_script() {
         static const script s(with_rw_helpers(R"lua(
-local got = redis.pcall('hmget', KEYS[1], 'mode', ARGV[1])
-if read_failed(got) then return got end
-local mode, count = got[1], tonumber(got[2])
-if (mode ~= 'read' and mode ~= 'write') or not count then
-    return -1
-end
+local mode, count, stored, failed = held_level(ARGV[1])
+if failed then return failed end
+if (mode ~= 'read' and mode ~= 'write') or not count then return -1 end
 if count > 1 then
-    if not can_step(got[2], -1) then return bad_count(KEYS[1], ARGV[1]) end
+    if not can_step(stored, -1) then return bad_count(KEYS[1], ARGV[1]) end
     redis.call('del', hold_key(KEYS[1], ARGV[1], count))
     return redis.call('hincrby', KEYS[1], ARGV[1], -1)
 end
@@ -273,8 +287,7 @@ struct rw_write_kind : rw_kind_base<rw_write_kind> {
     /// runs only in write mode, where nothing was written before it.
     static const script& acquire_script() {
         static const script s(with_rw_helpers(R"lua(
-local mode = redis.call('hget', KEYS[1], 'mode')
-local bad, had = counter_if(ARGV[3], KEYS[2])
+local mode, bad, had = begin_acquire(ARGV[3])
 if bad then return bad end
 if mode == 'read' and ARGV[4] ~= '1' then
     local alive = live_readers(KEYS[1])
@@ -291,9 +304,7 @@ if mode == false then
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-        redis.call('pexpire', KEYS[1], ARGV[1])
-    end
+    raise_ttl(KEYS[1], ARGV[1])
     return {1, n, fencing_token(KEYS[2], ARGV[3], had)}
 end
 if ARGV[4] == '1' then return {0, -2} end
@@ -310,12 +321,9 @@ return {0, redis.call('pttl', KEYS[1])}
     /// and this holder's field is deleted without the reader scan.
     static const script& release_script() {
         static const script s(with_rw_helpers(R"lua(
-local got = redis.pcall('hmget', KEYS[1], 'mode', ARGV[1])
-if read_failed(got) then return got end
-local count = tonumber(got[2])
-if got[1] ~= 'write' or not count then
-    return -1
-end
+local mode, count, _, failed = held_level(ARGV[1])
+if failed then return failed end
+if mode ~= 'write' or not count then return -1 end
 if count > 1 then
     return redis.call('hincrby', KEYS[1], ARGV[1], -1)
 end

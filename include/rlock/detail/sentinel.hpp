@@ -39,13 +39,7 @@ public:
     ~sentinel_watch() { stop(); }
 
     void stop() {
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            if (stopping_) return;
-            stopping_ = true;
-        }
-        wake_.poke();
-        if (thread_.joinable()) thread_.join();
+        stop_polling_thread(mu_, stopping_, wake_, thread_, [] {});
     }
 
 private:
@@ -113,22 +107,14 @@ private:
         const std::string& name = ep_.options.sentinel_master;
         for (;;) {
             if (stopped()) return;
-            pollfd p[2] = {{c->fd, POLLIN, 0}, {wake_.fd(), POLLIN, 0}};
-            if (::poll(p, 2, -1) < 0) {
-                if (errno == EINTR) continue;
-                return;
-            }
-            if (p[1].revents) return;  // stop()
-            if (!p[0].revents) continue;
-            if (redisBufferRead(c) != REDIS_OK) return;
-            for (;;) {
-                void* raw = nullptr;
-                if (redisGetReplyFromReader(c, &raw) != REDIS_OK) return;
-                if (!raw) break;
-                reply_ptr r(static_cast<redisReply*>(raw));
+            bool readable = false, poked = false;
+            if (!wake_.wait_with(c->fd, readable, poked)) return;
+            if (poked) return;  // stop()
+            if (!readable) continue;
+            const bool ok = read_replies(c, [&](const redisReply* r) {
                 if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
                     reply_text(r->element[0]) != "message") {
-                    continue;
+                    return;
                 }
                 const std::string text(reply_text(r->element[2]));
                 std::string parts[5];
@@ -139,7 +125,8 @@ private:
                     from = space + 1;
                 }
                 if (n == 5 && parts[0] == name) switched(parts[3], std::atoi(parts[4].c_str()));
-            }
+            });
+            if (!ok) return;
         }
     }
 

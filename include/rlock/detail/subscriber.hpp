@@ -72,14 +72,9 @@ public:
     ~subscriber() { stop(); }
 
     void stop() {
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            if (stopping_) return;
-            stopping_ = true;
+        stop_polling_thread(mu_, stopping_, wake_, thread_, [&] {
             for (auto& [name, ch] : channels_) ch->cv.notify_all();
-        }
-        poke();
-        if (thread_.joinable()) thread_.join();
+        });
     }
 
     /// After a master switch (endpoint::epoch moved on): drop the connection and make a new
@@ -265,22 +260,10 @@ private:
         for (;;) {
             if (stopped() || ep_.epoch.load() != epoch) return;
             if (!send_pending(c)) return;
-            pollfd p[2] = {{c->fd, POLLIN, 0}, {wake_.fd(), POLLIN, 0}};
-            if (::poll(p, 2, -1) < 0) {
-                if (errno == EINTR) continue;
-                return;
-            }
-            if (p[1].revents) wake_.drain();
-            if (p[0].revents) {
-                if (redisBufferRead(c) != REDIS_OK) return;
-                for (;;) {
-                    void* raw = nullptr;
-                    if (redisGetReplyFromReader(c, &raw) != REDIS_OK) return;
-                    if (!raw) break;
-                    reply_ptr r(static_cast<redisReply*>(raw));
-                    on_reply(r.get());
-                }
-            }
+            bool readable = false, poked = false;
+            if (!wake_.wait_with(c->fd, readable, poked)) return;
+            if (poked) wake_.drain();
+            if (readable && !read_replies(c, [&](const redisReply* r) { on_reply(r); })) return;
         }
     }
 
@@ -501,18 +484,9 @@ private:
             for (std::size_t i = 0; i < now.size(); ++i) {
                 if (!fds[i + 1].revents) continue;
                 shard* p = now[i];
-                bool ok = redisBufferRead(p->c.get()) == REDIS_OK;
-                while (ok) {
-                    void* raw = nullptr;
-                    if (redisGetReplyFromReader(p->c.get(), &raw) != REDIS_OK) {
-                        ok = false;
-                        break;
-                    }
-                    if (!raw) break;
-                    reply_ptr r(static_cast<redisReply*>(raw));
-                    on_sharded_reply(st, p, r.get());
+                if (!read_replies(p->c.get(), [&](const redisReply* r) { on_sharded_reply(st, p, r); })) {
+                    broken.push_back(p);
                 }
-                if (!ok) broken.push_back(p);
             }
             for (shard* b : broken) drop_shard(st, b);
         }

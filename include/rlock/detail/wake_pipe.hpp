@@ -3,9 +3,14 @@
 #pragma once
 
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
+#include <cerrno>
+
+#include <mutex>
 #include <string_view>
+#include <thread>
 
 #include "rlock/errors.hpp"
 
@@ -38,6 +43,17 @@ public:
         [[maybe_unused]] ssize_t n = ::write(fds_[1], &b, 1);  // full pipe: already poked
     }
 
+    /// Waits, with no timeout, until `fd` is readable (`readable`) or the pipe is poked
+    /// (`poked`). False when poll() failed; true with neither set after a signal (EINTR).
+    bool wait_with(int fd, bool& readable, bool& poked) const noexcept {
+        pollfd p[2] = {{fd, POLLIN, 0}, {fds_[0], POLLIN, 0}};
+        readable = poked = false;
+        if (::poll(p, 2, -1) < 0) return errno == EINTR;
+        readable = p[0].revents != 0;
+        poked = p[1].revents != 0;
+        return true;
+    }
+
     /// Empties the pipe after poll() said it was poked.
     void drain() noexcept {
         char buf[64];
@@ -48,5 +64,21 @@ public:
 private:
     int fds_[2] = {-1, -1};
 };
+
+/// Ends a thread that polls `wake` and reads `stopping` under `mu` (the subscriber's, the
+/// sentinel watch's): sets `stopping` once (a second call returns at once), runs `also` under
+/// `mu` too (to wake condition variables), pokes the pipe and joins the thread.
+template <class F>
+void stop_polling_thread(std::mutex& mu, bool& stopping, wake_pipe& wake, std::thread& thread,
+                         F&& also) {
+    {
+        std::lock_guard<std::mutex> g(mu);
+        if (stopping) return;
+        stopping = true;
+        also();
+    }
+    wake.poke();
+    if (thread.joinable()) thread.join();
+}
 
 }  // namespace rlock::detail
