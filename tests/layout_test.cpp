@@ -18,7 +18,9 @@
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
+using rlock_test::expect_unchanged;
 using rlock_test::redis_server;
+using rlock_test::snapshot;
 using rlock_test::steady;
 
 namespace {
@@ -360,48 +362,6 @@ redis_server& scratch() {
     return s;
 }
 
-struct key_state {
-    std::string type, dump;
-    long long pttl = 0;
-};
-
-std::map<std::string, key_state> snapshot(const redis_server& s) {
-    std::map<std::string, key_state> out;
-    auto keys = s.cmd({"KEYS", "*"});
-    for (std::size_t i = 0; i < keys->elements; ++i) {
-        const std::string key(rlock::detail::reply_text(keys->element[i]));
-        key_state& k = out[key];
-        k.type = s.text({"TYPE", key});
-        k.dump = s.text({"DUMP", key});
-        k.pttl = s.integer({"PTTL", key});
-    }
-    return out;
-}
-
-void expect_unchanged(const std::map<std::string, key_state>& before,
-                      const std::map<std::string, key_state>& after) {
-    for (const auto& [key, was] : before) {
-        auto it = after.find(key);
-        if (it == after.end()) {
-            ADD_FAILURE() << key << " was deleted";
-            continue;
-        }
-        EXPECT_EQ(it->second.type, was.type) << key;
-        EXPECT_TRUE(it->second.dump == was.dump) << key << " changed value";
-        // The keys are set up with TTLs (10 min) far from any lease the call uses, so a PEXPIRE
-        // shows; the second of slack is the time between the two snapshots.
-        if (was.pttl < 0) {
-            EXPECT_EQ(it->second.pttl, was.pttl) << key;
-        } else {
-            EXPECT_LE(it->second.pttl, was.pttl) << key;
-            EXPECT_GT(it->second.pttl, was.pttl - 1000) << key << " expiry changed";
-        }
-    }
-    for (const auto& [key, now] : after) {
-        EXPECT_TRUE(before.count(key)) << key << " was created (type " << now.type << ")";
-    }
-}
-
 struct half_write_ctx {
     rlock::client& c;
     const redis_server& s;
@@ -707,7 +667,7 @@ TEST(scripts, a_refused_call_leaves_every_key_as_it_found_it) {
         rlock::client_options o = scratch().options();
         o.on_lock_lost = lost.handler();
         rlock::client c(o);
-        std::map<std::string, key_state> before;
+        rlock_test::key_states before;
         half_write_ctx x{c, scratch(), "half_write_" + std::to_string(i++), {}};
         bool reached = false;
         x.checkpoint = [&] {

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
-#include <algorithm>
 #include <atomic>
 #include <future>
 #include <memory>
@@ -20,7 +19,9 @@
 
 using namespace std::chrono_literals;
 using rlock_test::eventually;
+using rlock_test::expect_unchanged;
 using rlock_test::redis_server;
+using rlock_test::snapshot;
 
 namespace {
 
@@ -44,20 +45,23 @@ long long calls_of(const redis_server& s, const std::string& cmd) {
 /// How many scripts the server has run (EVAL and EVALSHA).
 long long scripts_run(const redis_server& s) { return calls_of(s, "evalsha") + calls_of(s, "eval"); }
 
-/// Every key with its type, value (DUMP) and TTL: what "Redis unchanged" compares.
-std::string snapshot(const redis_server& s) {
-    std::string out;
-    rlock::detail::reply_ptr keys = s.cmd({"KEYS", "*"});
-    std::vector<std::string> names;
-    for (std::size_t i = 0; i < keys->elements; ++i) {
-        names.emplace_back(rlock::detail::reply_text(keys->element[i]));
-    }
-    std::sort(names.begin(), names.end());
-    for (const std::string& k : names) {
-        out += k + " " + s.text({"TYPE", k}) + " " + s.text({"DUMP", k}) + " " +
-               std::to_string(s.integer({"PTTL", k})) + "\n";
-    }
-    return out;
+/// What a wait on another thread ends with (errc{} when it returned) when `doomed`, the client
+/// its object was made from, is destroyed 300 ms in: it must stop with an error rather than
+/// wait out its deadline.
+template <class Wait>
+rlock::errc ending_when_the_client_goes(std::unique_ptr<rlock::client>& doomed, Wait wait) {
+    auto ended = std::async(std::launch::async, [&] {
+        try {
+            wait();
+            return rlock::errc{};
+        } catch (const rlock::error& e) {
+            return e.value();
+        }
+    });
+    std::this_thread::sleep_for(300ms);
+    doomed.reset();
+    EXPECT_EQ(ended.wait_for(20s), std::future_status::ready) << "still waiting after its client went";
+    return ended.get();
 }
 
 TEST(semaphore, permits_bound_the_holders_across_clients) {
@@ -173,7 +177,7 @@ TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
     rlock::client c(server().options());
     rlock::semaphore s(c, name());
     ASSERT_TRUE(s.try_set_permits(2));
-    const std::string before = snapshot(server());
+    const auto before = snapshot(server());
     auto expect_invalid = [&](auto call, const char* what) {
         try {
             call();
@@ -190,14 +194,14 @@ TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
     expect_invalid([&] { s.release(0); }, "release(0)");
     expect_invalid([&] { s.release(-3); }, "release(-3)");
     expect_invalid([&] { (void)s.try_set_permits(-1); }, "try_set_permits(-1)");
-    EXPECT_EQ(snapshot(server()), before);
+    expect_unchanged(before, snapshot(server()));
     EXPECT_THROW(rlock::semaphore(c, ""), rlock::error);
 
     // At the overflow, INCRBY refuses before anything is written.
     server().cmd({"SET", name(), "9223372036854775807"});
-    const std::string at_max = snapshot(server());
+    const auto at_max = snapshot(server());
     EXPECT_THROW(s.release(), rlock::error);
-    EXPECT_EQ(snapshot(server()), at_max);
+    expect_unchanged(at_max, snapshot(server()));
 
     // A key of another kind: a hash, a list, a string that is not a count.
     for (const auto& setup : std::vector<std::vector<std::string>>{
@@ -206,7 +210,7 @@ TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
         server().cmd({"DEL", name()});
         (void)rlock_test::command_vec(rlock_test::raw_connection(server().port()).get(), setup);
         SCOPED_TRACE(setup[0] + " " + setup.back());
-        const std::string foreign = snapshot(server());
+        const auto foreign = snapshot(server());
         auto expect_wrong_type = [&](auto call, const char* what) {
             try {
                 call();
@@ -222,7 +226,7 @@ TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
         expect_wrong_type([&] { (void)s.drain_permits(); }, "drain_permits");
         expect_wrong_type([&] { (void)s.available_permits(); }, "available_permits");
         expect_wrong_type([&] { (void)s.try_set_permits(1); }, "try_set_permits");
-        EXPECT_EQ(snapshot(server()), foreign);
+        expect_unchanged(foreign, snapshot(server()));
     }
 }
 
@@ -252,19 +256,9 @@ TEST(semaphore, waiters_outlive_killed_connections_and_end_with_an_error_when_th
     EXPECT_TRUE(got.get());
 
     auto doomed = std::make_unique<rlock::client>(own.options());
-    auto orphan = std::make_unique<rlock::semaphore>(*doomed, name());
-    auto ended = std::async(std::launch::async, [&] {
-        try {
-            (void)orphan->try_acquire_for(60s);
-            return rlock::errc{};
-        } catch (const rlock::error& e) {
-            return e.value();
-        }
-    });
-    std::this_thread::sleep_for(300ms);
-    doomed.reset();
-    ASSERT_EQ(ended.wait_for(20s), std::future_status::ready) << "still waiting after its client went";
-    EXPECT_EQ(ended.get(), rlock::errc::connection_failed);
+    rlock::semaphore orphan(*doomed, name());
+    EXPECT_EQ(ending_when_the_client_goes(doomed, [&] { (void)orphan.try_acquire_for(60s); }),
+              rlock::errc::connection_failed);
 }
 
 }  // namespace
@@ -348,7 +342,7 @@ TEST(count_down_latch, bad_counts_and_foreign_keys_are_refused_with_redis_unchan
     rlock::client c(server().options());
     rlock::count_down_latch l(c, name());
     ASSERT_TRUE(l.try_set_count(2));
-    const std::string before = snapshot(server());
+    const auto before = snapshot(server());
     for (long long bad : {0LL, -1LL}) {
         try {
             (void)l.try_set_count(bad);
@@ -359,7 +353,7 @@ TEST(count_down_latch, bad_counts_and_foreign_keys_are_refused_with_redis_unchan
         }
         EXPECT_THROW((void)l.count_down(bad), rlock::error);
     }
-    EXPECT_EQ(snapshot(server()), before);
+    expect_unchanged(before, snapshot(server()));
     EXPECT_THROW(rlock::count_down_latch(c, ""), rlock::error);
 
     for (const auto& setup : std::vector<std::vector<std::string>>{
@@ -367,7 +361,7 @@ TEST(count_down_latch, bad_counts_and_foreign_keys_are_refused_with_redis_unchan
         server().cmd({"DEL", name()});
         (void)rlock_test::command_vec(rlock_test::raw_connection(server().port()).get(), setup);
         SCOPED_TRACE(setup[0] + " " + setup.back());
-        const std::string foreign = snapshot(server());
+        const auto foreign = snapshot(server());
         for (int op = 0; op < 4; ++op) {
             try {
                 if (op == 0) (void)l.count_down();
@@ -380,26 +374,16 @@ TEST(count_down_latch, bad_counts_and_foreign_keys_are_refused_with_redis_unchan
                 EXPECT_EQ(e.lock(), name());
             }
         }
-        EXPECT_EQ(snapshot(server()), foreign);
+        expect_unchanged(foreign, snapshot(server()));
     }
 }
 
 TEST(count_down_latch, a_waiter_ends_with_an_error_when_its_client_goes) {
     auto doomed = std::make_unique<rlock::client>(server().options());
-    auto orphan = std::make_unique<rlock::count_down_latch>(*doomed, name());
-    ASSERT_TRUE(orphan->try_set_count(1));
-    auto ended = std::async(std::launch::async, [&] {
-        try {
-            (void)orphan->wait_for(60s);
-            return rlock::errc{};
-        } catch (const rlock::error& e) {
-            return e.value();
-        }
-    });
-    std::this_thread::sleep_for(300ms);
-    doomed.reset();
-    ASSERT_EQ(ended.wait_for(20s), std::future_status::ready) << "still waiting after its client went";
-    EXPECT_EQ(ended.get(), rlock::errc::connection_failed);
+    rlock::count_down_latch orphan(*doomed, name());
+    ASSERT_TRUE(orphan.try_set_count(1));
+    EXPECT_EQ(ending_when_the_client_goes(doomed, [&] { (void)orphan.wait_for(60s); }),
+              rlock::errc::connection_failed);
 }
 
 }  // namespace

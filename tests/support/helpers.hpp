@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "rlock/rlock.hpp"
+#include "support/redis_server.hpp"
 
 extern char** environ;
 
@@ -102,6 +104,53 @@ inline int wait_exit(pid_t pid) {
     int status = 0;
     ::waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/// What "Redis unchanged" compares, per key: its type, value (DUMP) and TTL.
+struct key_state {
+    std::string type, dump;
+    long long pttl = 0;
+};
+using key_states = std::map<std::string, key_state>;
+
+/// Every key of `s` with its state.
+
+inline key_states snapshot(const redis_server& s) {
+    key_states out;
+    auto keys = s.cmd({"KEYS", "*"});
+    for (std::size_t i = 0; i < keys->elements; ++i) {
+        const std::string key(rlock::detail::reply_text(keys->element[i]));
+        key_state& k = out[key];
+        k.type = s.text({"TYPE", key});
+        k.dump = s.text({"DUMP", key});
+        k.pttl = s.integer({"PTTL", key});
+    }
+    return out;
+}
+
+/// Every key of `before` reads back the same in `after` (a positive TTL may have run down by up
+/// to a second), and `after` has no key `before` lacks.
+inline void expect_unchanged(const key_states& before, const key_states& after) {
+    for (const auto& [key, was] : before) {
+        auto it = after.find(key);
+        if (it == after.end()) {
+            ADD_FAILURE() << key << " was deleted";
+            continue;
+        }
+        EXPECT_EQ(it->second.type, was.type) << key;
+        EXPECT_TRUE(it->second.dump == was.dump) << key << " changed value";
+        // The keys are set up with TTLs (10 min) far from any lease the call uses, so a PEXPIRE
+        // shows; the second of slack is the time between the two snapshots.
+        if (was.pttl < 0) {
+            EXPECT_EQ(it->second.pttl, was.pttl) << key;
+        } else {
+            EXPECT_LE(it->second.pttl, was.pttl) << key;
+            EXPECT_GT(it->second.pttl, was.pttl - 1000) << key << " expiry changed";
+        }
+    }
+    for (const auto& [key, now] : after) {
+        EXPECT_TRUE(before.count(key)) << key << " was created (type " << now.type << ")";
+    }
 }
 
 /// A raw subscriber on its own connection, to see what the locks publish.
