@@ -171,6 +171,10 @@ TEST(semaphore, drain_add_and_available_permits_follow_redissons_rules) {
     EXPECT_FALSE(s.try_acquire());
     EXPECT_EQ(s.drain_permits(), -2);
     EXPECT_EQ(s.available_permits(), 0);
+    // Exact beyond 2^53, where a Lua number is not.
+    server().cmd({"SET", name(), "9007199254740993"});
+    EXPECT_EQ(s.available_permits(), 9007199254740993LL);
+    EXPECT_EQ(s.drain_permits(), 9007199254740993LL);
 }
 
 TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
@@ -206,7 +210,8 @@ TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
     // A key of another kind: a hash, a list, a string that is not a count.
     for (const auto& setup : std::vector<std::vector<std::string>>{
              {"HSET", name(), "f", "1"}, {"RPUSH", name(), "x"}, {"SET", name(), "abc"},
-             {"SET", name(), "007"}, {"SET", name(), "1.5"}}) {
+             {"SET", name(), "007"}, {"SET", name(), "1.5"}, {"SET", name(), "-0"},
+             {"SET", name(), "9223372036854775808"}, {"SET", name(), "99999999999999999999"}}) {
         server().cmd({"DEL", name()});
         (void)rlock_test::command_vec(rlock_test::raw_connection(server().port()).get(), setup);
         SCOPED_TRACE(setup[0] + " " + setup.back());
@@ -357,7 +362,8 @@ TEST(count_down_latch, bad_counts_and_foreign_keys_are_refused_with_redis_unchan
     EXPECT_THROW(rlock::count_down_latch(c, ""), rlock::error);
 
     for (const auto& setup : std::vector<std::vector<std::string>>{
-             {"HSET", name(), "f", "1"}, {"SET", name(), "abc"}, {"SET", name(), "1.5"}}) {
+             {"HSET", name(), "f", "1"}, {"SET", name(), "abc"}, {"SET", name(), "1.5"},
+             {"SET", name(), "9223372036854775808"}, {"SET", name(), "99999999999999999999"}}) {
         server().cmd({"DEL", name()});
         (void)rlock_test::command_vec(rlock_test::raw_connection(server().port()).get(), setup);
         SCOPED_TRACE(setup[0] + " " + setup.back());

@@ -100,7 +100,8 @@ public:
     }
 
     /// Adds `permits` (negative: removes them; the count may go below 0, as in Redisson) and
-    /// wakes the waiters. Returns the new count. 0 sends nothing.
+    /// wakes the waiters. Returns the new count. 0 changes nothing and publishes nothing: it
+    /// returns available_permits().
     long long add_permits(long long permits) {
         if (permits == 0) return available_permits();
         return change(permits);
@@ -117,8 +118,9 @@ public:
     /// Takes every free permit (the count becomes 0) and returns how many there were.
     long long drain_permits() {
         return run(detail::on_break::fail, [&](const detail::connection& c) {
-            return detail::eval_integer(c, detail::semaphore_scripts::drain(), {name_}, {}, name_,
-                                        server());
+            detail::script_call call(detail::semaphore_scripts::drain(), {name_}, {});
+            return detail::count_from(detail::run_script(c, call, name_, server()).get(), name_,
+                                      server());
         });
     }
 

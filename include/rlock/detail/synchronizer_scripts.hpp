@@ -6,9 +6,10 @@
 // key is declared, as for the locks' release.
 #pragma once
 
-#include <cstddef>
+#include <charconv>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/script.hpp"
@@ -17,11 +18,14 @@
 namespace rlock::detail {
 
 /// `count_of(v)`: the count a GET returned (false: 0), or nil and a WRONGTYPE error reply when
-/// the string is not a whole number INCRBY / DECRBY would take.
+/// the string is not what INCRBY / DECRBY take: a 64-bit integer as Redis writes one (no '+',
+/// no leading zero, no "-0"). The same rule as parse_count below.
 inline constexpr std::string_view lua_count_of = R"lua(
 local function count_of(v)
-    if v == false then return 0 end
-    if string.len(v) > 20 or (v ~= '0' and not string.match(v, '^%-?[1-9][0-9]*$')) then
+    if v == false or v == '0' then return 0 end
+    local sign, digits = string.match(v, '^(%-?)([1-9][0-9]*)$')
+    local limit = sign == '-' and '9223372036854775808' or '9223372036854775807'
+    if not digits or #digits > 19 or (#digits == 19 and digits > limit) then
         return nil, redis.error_reply('WRONGTYPE the key holds "' .. string.sub(v, 1, 40) ..
             '", not a count')
     end
@@ -29,28 +33,34 @@ local function count_of(v)
 end
 )lua";
 
-/// GET of a count key, checked in C++ as count_of checks it in Lua: 0 when absent; throws
-/// `error` (wrong_type, naming `key`) for a string that is not a whole number Redis's INCRBY
-/// takes, and what any command throws.
-inline long long read_count(const connection& c, std::string_view key, std::string_view server) {
-    reply_ptr r = run_command(c, {"GET", key}, key, server);
+/// A count as count_of accepts it: a 64-bit integer as Redis writes one. False otherwise.
+inline bool parse_count(std::string_view v, long long& out) {
+    long long n = 0;
+    const char* end = v.data() + v.size();
+    const auto [stop, failed] = std::from_chars(v.data(), end, n);
+    // Back to text and compare: refuses what from_chars takes and Redis does not ("007", "-0").
+    if (failed != std::errc() || stop != end || std::to_string(n) != v) return false;
+    out = n;
+    return true;
+}
+
+/// A count from a reply: nil 0, an integer as it is, a string by parse_count. Throws `error`
+/// (wrong_type, naming `key`) for a string that is not a count.
+inline long long count_from(const redisReply* r, std::string_view key, std::string_view server) {
     if (r->type == REDIS_REPLY_NIL) return 0;
-    const std::string_view v = reply_text(r.get());
-    const bool negative = !v.empty() && v.front() == '-';
-    const std::string_view digits = negative ? v.substr(1) : v;
-    bool ok = !digits.empty() && digits.size() <= 19 && (digits.size() == 1 || digits.front() != '0') &&
-              !(negative && digits == "0");
-    unsigned long long n = 0;
-    for (std::size_t i = 0; ok && i < digits.size(); ++i) {
-        ok = digits[i] >= '0' && digits[i] <= '9';
-        n = n * 10 + static_cast<unsigned long long>(digits[i] - '0');
-    }
-    constexpr unsigned long long max = 9223372036854775807ULL;
-    if (!ok || n > max + (negative ? 1 : 0)) {
+    if (r->type == REDIS_REPLY_INTEGER) return r->integer;
+    const std::string_view v = reply_text(r);
+    long long n = 0;
+    if (r->type != REDIS_REPLY_STRING || !parse_count(v, n)) {
         throw error(errc::wrong_type, key, server,
                     "the key holds \"" + std::string(v.substr(0, 40)) + "\", not a count");
     }
-    return negative ? static_cast<long long>(0 - n) : static_cast<long long>(n);
+    return n;
+}
+
+/// GET of a count key (0 when absent), checked by count_from.
+inline long long read_count(const connection& c, std::string_view key, std::string_view server) {
+    return count_from(run_command(c, {"GET", key}, key, server).get(), key, server);
 }
 
 struct count_scripts {
@@ -72,7 +82,6 @@ return 1
 };
 
 struct semaphore_scripts {
-
     /// Takes ARGV[1] permits when that many are free. KEYS[1] the semaphore.
     /// Returns 1 taken, 0 not (nothing written).
     static const script& acquire() {
@@ -101,15 +110,16 @@ return now
     }
 
     /// Takes every free permit: the count becomes 0 (a negative count too, as Redisson's
-    /// drainPermits does). Returns the count it had (0 with no key, which stays absent).
+    /// drainPermits does). Returns the count it had as the stored string (exact; a Lua number
+    /// is not above 2^53), or 0 with no key, which stays absent.
     static const script& drain() {
         static const script s(std::string(lua_count_of) + R"lua(
 local v = redis.call('get', KEYS[1])
-local have, bad = count_of(v)
+local _, bad = count_of(v)
 if bad then return bad end
 if v == false then return 0 end
 redis.call('set', KEYS[1], 0)
-return have
+return v
 )lua");
         return s;
     }
