@@ -393,3 +393,334 @@ TEST(count_down_latch, a_waiter_ends_with_an_error_when_its_client_goes) {
 }
 
 }  // namespace
+
+// rlock::permit_expirable_semaphore
+namespace {
+
+std::string timeouts_of(const std::string& n) { return "{" + n + "}:timeout"; }
+
+/// The bytes a permit id (hex) stands for, as Redisson stores them.
+std::string id_bytes(const std::string& hex) {
+    std::string out;
+    EXPECT_TRUE(rlock::detail::permit_id_bytes(hex, out)) << hex;
+    return out;
+}
+
+rlock::client_options quick_watchdog(const redis_server& s, rlock_test::lost_log* lost = nullptr) {
+    rlock::client_options o = s.options();
+    o.lock_watchdog_timeout = 600ms;
+    if (lost) o.on_lock_lost = lost->hold_handler();
+    return o;
+}
+
+TEST(permit_expirable_semaphore, permits_bound_the_holders_across_clients) {
+    rlock::client a(server().options()), b(server().options());
+    rlock::permit_expirable_semaphore sa(a, name()), sb(b, name());
+    ASSERT_TRUE(sa.try_set_permits(3));
+    std::atomic<int> inside{0}, most{0}, rounds{0};
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 8; ++w) {
+        workers.emplace_back([&, w] {
+            rlock::permit_expirable_semaphore& s = w % 2 ? sa : sb;
+            for (int i = 0; i < 10; ++i) {
+                rlock::permit p = w % 3 ? s.acquire() : s.acquire(30s);
+                const int now = ++inside;
+                int seen = most.load();
+                while (now > seen && !most.compare_exchange_weak(seen, now)) {
+                }
+                std::this_thread::sleep_for(2ms);
+                --inside;
+                ++rounds;
+            }  // released by the handle
+        });
+    }
+    for (auto& t : workers) t.join();
+    EXPECT_EQ(rounds.load(), 8 * 10);
+    EXPECT_LE(most.load(), 3) << "more holders at once than permits";
+    EXPECT_GE(most.load(), 2) << "the permits were never used in parallel: the check proves little";
+    EXPECT_EQ(sa.available_permits(), 3);
+    EXPECT_EQ(sa.acquired_permits(), 0);
+    EXPECT_EQ(server().integer({"ZCARD", timeouts_of(name())}), 0);
+}
+
+TEST(permit_expirable_semaphore, the_layout_and_messages_are_redissons) {
+    rlock::client c(server().options());
+    rlock::permit_expirable_semaphore s(c, name());
+    ASSERT_TRUE(s.try_set_permits(3));
+    const long long server_ms =
+        std::stoll(std::string(rlock::detail::reply_text(server().cmd({"TIME"})->element[0]))) * 1000;
+    rlock::permit p = s.acquire(60s, 2);
+    ASSERT_TRUE(p);
+    ASSERT_EQ(p.ids().size(), 2u);
+    for (const std::string& id : p.ids()) {
+        EXPECT_EQ(id.size(), 32u) << "Redisson's ids are 16 bytes in hex";
+        const std::string score = server().text({"ZSCORE", timeouts_of(name()), id_bytes(id)});
+        ASSERT_FALSE(score.empty()) << "the id's bytes are not a member of " << timeouts_of(name());
+        EXPECT_NEAR(std::stod(score), static_cast<double>(server_ms + 60000), 5000.0)
+            << "the score is when the lease ends, in Unix ms";
+    }
+    EXPECT_EQ(server().text({"GET", name()}), "1");
+    {
+        rlock_test::raw_subscriber listener(server().port(), channel_of(name()));
+        p.release();
+        EXPECT_EQ(listener.next(), "2") << "a release publishes how many permits it freed";
+    }
+    EXPECT_FALSE(p);
+    EXPECT_EQ(server().text({"GET", name()}), "3");
+    EXPECT_EQ(server().integer({"EXISTS", timeouts_of(name())}), 0);
+
+    // A name with '{' keeps its own hash tag, as Redisson's suffixName does.
+    rlock::permit_expirable_semaphore tagged(c, "{" + name() + "}x");
+    ASSERT_TRUE(tagged.try_set_permits(1));
+    rlock::permit q = tagged.try_acquire();
+    ASSERT_TRUE(q);
+    EXPECT_EQ(server().integer({"ZCARD", "{" + name() + "}x:timeout"}), 1);
+}
+
+// A permit Redisson took without a lease is scored 922337203685477: taken for good. rlock
+// counts it taken, never reclaims it, and releases it by its id.
+TEST(permit_expirable_semaphore, redissons_permits_are_released_by_id_and_its_permanent_ones_never_end) {
+    rlock::client c(server().options());
+    rlock::permit_expirable_semaphore s(c, name());
+    const std::string id = "00112233445566778899aabbccddeeff";
+    server().cmd({"SET", name(), "0"});
+    server().cmd({"ZADD", timeouts_of(name()), "922337203685477", id_bytes(id)});
+    EXPECT_FALSE(s.try_acquire());
+    EXPECT_EQ(s.acquired_permits(), 1);
+    EXPECT_EQ(s.available_permits(), 0);
+    EXPECT_THROW(s.release("00112233445566778899aabbccddee00"), rlock::error);
+    s.release(id);
+    EXPECT_EQ(s.available_permits(), 1);
+    EXPECT_FALSE(s.try_release(id)) << "released twice";
+}
+
+// Redisson #2045 for plain semaphores: a holder's machine dies and its permits never come
+// back. A leased permit of a holder that went away comes back when the lease ends, and a
+// waiter takes it then, with no message to wake it.
+TEST(permit_expirable_semaphore, a_gone_holders_leased_permit_comes_back_when_its_lease_ends_and_wakes_a_waiter) {
+    rlock::client b(server().options());
+    rlock::permit_expirable_semaphore sb(b, name());
+    {
+        rlock::client a(server().options());
+        rlock::permit_expirable_semaphore sa(a, name());
+        ASSERT_TRUE(sa.try_set_permits(1));
+        rlock::permit p = sa.acquire(700ms);
+        (void)p.detach();  // as a holder that died: nothing releases it
+    }
+    const long long scripts_before = scripts_run(server());
+    const auto start = std::chrono::steady_clock::now();
+    rlock::permit got = sb.try_acquire_for(30s);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    ASSERT_TRUE(got) << "the ended lease was never reclaimed";
+    EXPECT_LT(rlock_test::millis(waited), 10000) << "the waiter slept past the lease's end (no message comes for it)";
+    EXPECT_LE(scripts_run(server()) - scripts_before, 6) << "the waiter polled";
+}
+
+// A watched permit is renewed for as long as its client lives (three watchdog periods here
+// and still held), and comes back within lock_watchdog_timeout once its client is gone.
+TEST(permit_expirable_semaphore, watched_permits_are_renewed_and_come_back_when_their_client_dies) {
+    rlock::client b(server().options());
+    rlock::permit_expirable_semaphore sb(b, name());
+    std::vector<std::string> ids;
+    {
+        rlock::client a(quick_watchdog(server()));
+        rlock::permit_expirable_semaphore sa(a, name());
+        ASSERT_TRUE(sa.try_set_permits(1));
+        rlock::permit p = sa.acquire();
+        std::this_thread::sleep_for(1800ms);
+        EXPECT_FALSE(p.lost());
+        EXPECT_EQ(sb.acquired_permits(), 1) << "not renewed: the lease ran out";
+        EXPECT_FALSE(sb.try_acquire());
+        ids = p.detach();  // the client dies with it taken
+    }
+    rlock::permit got = sb.try_acquire_for(30s);
+    ASSERT_TRUE(got) << "a dead client's watched permit never came back";
+    EXPECT_FALSE(sb.try_release(ids.front())) << "the dead client's permit is still taken";
+}
+
+// Another client releases a watched permit by its id: the watchdog finds it gone and tells the
+// owner, once, with the permit's hold id; lost() says so; the handle's release frees nothing
+// twice.
+TEST(permit_expirable_semaphore, a_permit_found_gone_is_told_to_its_owner) {
+    rlock_test::lost_log lost;
+    rlock::client a(quick_watchdog(server(), &lost)), b(server().options());
+    rlock::permit_expirable_semaphore sa(a, name()), sb(b, name());
+    ASSERT_TRUE(sa.try_set_permits(2));
+    rlock::permit p = sa.acquire();
+    sb.release(p.id());
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() > 0; })) << "the loss was never told";
+    EXPECT_EQ(lost.calls.load(), 1);
+    EXPECT_EQ(lost.last_hold_id.load(), p.hold_id());
+    EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::lock_lost));
+    EXPECT_TRUE(p.lost());
+    p.release();
+    EXPECT_EQ(lost.calls.load(), 1) << "told twice";
+    EXPECT_EQ(sa.available_permits(), 2) << "a permit was freed twice";
+
+    // Found gone at release (a leased permit, released by id meanwhile): told at release.
+    rlock::permit q = sa.acquire(60s);
+    sb.release(q.id());
+    q.release();
+    EXPECT_EQ(lost.calls.load(), 2);
+    EXPECT_TRUE(q.lost());
+    EXPECT_EQ(sa.available_permits(), 2);
+}
+
+// Redisson #6343: releasing several ids, one of them unknown, released the others.
+TEST(permit_expirable_semaphore, releasing_several_ids_is_all_or_nothing) {
+    rlock::client c(server().options());
+    rlock::permit_expirable_semaphore s(c, name());
+    ASSERT_TRUE(s.try_set_permits(3));
+    rlock::permit p = s.acquire(60s, 2);
+    std::vector<std::string> ids = p.detach();
+    const auto before = snapshot(server());
+    try {
+        s.release({ids[0], "ffffffffffffffffffffffffffffffff", ids[1]});
+        ADD_FAILURE() << "an unknown id was accepted";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::not_owner) << e.what();
+        EXPECT_NE(std::string(e.what()).find("ffffffffffffffffffffffffffffffff"), std::string::npos)
+            << "the error does not name the unknown id: " << e.what();
+    }
+    expect_unchanged(before, snapshot(server()));
+    s.release(ids);
+    EXPECT_EQ(s.available_permits(), 3);
+    EXPECT_EQ(s.acquired_permits(), 0);
+}
+
+// Redisson #659: availablePermits counted permits whose lease had ended as taken. Counting
+// them free writes nothing.
+TEST(permit_expirable_semaphore, available_permits_counts_ended_leases_as_free) {
+    rlock::client c(server().options());
+    rlock::permit_expirable_semaphore s(c, name());
+    ASSERT_TRUE(s.try_set_permits(2));
+    rlock::permit p = s.acquire(300ms);
+    (void)p.detach();
+    EXPECT_EQ(s.available_permits(), 1);
+    std::this_thread::sleep_for(600ms);
+    const auto before = snapshot(server());
+    EXPECT_EQ(s.available_permits(), 2);
+    EXPECT_EQ(s.acquired_permits(), 0);
+    EXPECT_EQ(s.permits(), 2);
+    expect_unchanged(before, snapshot(server()));
+}
+
+// Redisson #6664, for permits with ids.
+TEST(permit_expirable_semaphore, a_waiter_for_several_permits_is_served_once_they_are_free) {
+    rlock::client a(server().options()), b(server().options());
+    rlock::permit_expirable_semaphore waiter_side(a, name()), other(b, name());
+    ASSERT_TRUE(other.try_set_permits(3));
+    std::vector<rlock::permit> held;
+    for (int i = 0; i < 3; ++i) held.push_back(other.acquire());
+    auto got = std::async(std::launch::async, [&] { return waiter_side.try_acquire_for(60s, 3); });
+    for (rlock::permit& p : held) {
+        std::this_thread::sleep_for(100ms);
+        p.release();
+    }
+    ASSERT_EQ(got.wait_for(20s), std::future_status::ready)
+        << "still waiting 20 s after its 3 permits were free (its deadline is 60 s)";
+    rlock::permit three = got.get();
+    EXPECT_TRUE(three);
+    EXPECT_EQ(three.ids().size(), 3u);
+    EXPECT_EQ(other.available_permits(), 0);
+}
+
+// An acquire sent twice with the same ids (its first reply lost with its connection) takes
+// its permits once.
+TEST(permit_expirable_semaphore, an_acquire_repeated_after_a_lost_reply_takes_its_permits_once) {
+    server().cmd({"SET", name(), "3"});
+    const std::string body(rlock::detail::permit_scripts::acquire().body());
+    const std::string a = id_bytes("0123456789abcdef0123456789abcdef"),
+                      b = id_bytes("fedcba9876543210fedcba9876543210");
+    for (int i = 0; i < 2; ++i) {
+        rlock::detail::reply_ptr r = server().cmd(
+            {"EVAL", body, "2", name(), timeouts_of(name()), "2", "60000", channel_of(name()), a, b});
+        ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << rlock::detail::reply_text(r.get());
+        EXPECT_EQ(r->element[0]->integer, 1);
+    }
+    EXPECT_EQ(server().text({"GET", name()}), "1") << "the repeat took two more permits";
+    EXPECT_EQ(server().integer({"ZCARD", timeouts_of(name())}), 2);
+}
+
+TEST(permit_expirable_semaphore, bad_input_and_foreign_keys_are_refused_with_redis_unchanged) {
+    rlock::client c(server().options());
+    rlock::permit_expirable_semaphore s(c, name());
+    ASSERT_TRUE(s.try_set_permits(2));
+    rlock::permit held = s.acquire(60s);
+    const auto before = snapshot(server());
+    auto expect_invalid = [&](auto call, const char* what) {
+        try {
+            call();
+            ADD_FAILURE() << what << " was accepted";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << what << ": " << e.what();
+            EXPECT_EQ(e.lock(), name()) << what;
+            EXPECT_EQ(e.server(), c.server()) << what;
+        }
+    };
+    expect_invalid([&] { (void)s.acquire(0); }, "acquire(0)");
+    expect_invalid([&] { (void)s.try_acquire(-1); }, "try_acquire(-1)");
+    expect_invalid([&] { (void)s.try_acquire(1001); }, "try_acquire(1001)");
+    expect_invalid([&] { (void)s.try_acquire_for(10ms, 0ms); }, "try_acquire_for(10ms, lease 0)");
+    expect_invalid([&] { (void)s.acquire(-5s); }, "acquire(lease -5s)");
+    expect_invalid([&] { s.release("xyz"); }, "release(\"xyz\")");
+    expect_invalid([&] { s.release("ABCD"); }, "release(uppercase)");
+    expect_invalid([&] { s.release(std::vector<std::string>{}); }, "release({})");
+    expect_invalid([&] { s.release({held.id(), held.id()}); }, "release(a repeated id)");
+    expect_invalid([&] { (void)s.update_lease_time(held.id(), 0s); }, "update_lease_time(0s)");
+    expect_invalid([&] { (void)s.try_set_permits(-1); }, "try_set_permits(-1)");
+    expect_unchanged(before, snapshot(server()));
+    EXPECT_THROW(rlock::permit_expirable_semaphore(c, ""), rlock::error);
+    EXPECT_THROW((void)rlock::permit().id(), rlock::error);
+    rlock::permit empty;
+    EXPECT_THROW(empty.release(), rlock::error);
+
+    // A count key of another kind, or a timeout key that is not a sorted set.
+    rlock::permit_expirable_semaphore other(c, name() + "-foreign");
+    const std::string key = other.name(), set = timeouts_of(other.name());
+    for (const auto& setup : std::vector<std::vector<std::string>>{
+             {"HSET", key, "f", "1"}, {"SET", key, "abc"}, {"SET", key, "1.5"},
+             {"SET", set, "x"}, {"HSET", set, "f", "1"}}) {
+        server().cmd({"DEL", key, set});
+        server().cmd({"SET", key, "5"});
+        (void)rlock_test::command_vec(rlock_test::raw_connection(server().port()).get(),
+                                      {"DEL", setup[1]});
+        (void)rlock_test::command_vec(rlock_test::raw_connection(server().port()).get(), setup);
+        SCOPED_TRACE(setup[0] + " " + setup[1]);
+        const auto foreign = snapshot(server());
+        auto expect_wrong_type = [&](auto call, const char* what) {
+            try {
+                call();
+                ADD_FAILURE() << what << " worked on a foreign key";
+            } catch (const rlock::error& e) {
+                EXPECT_EQ(e.value(), rlock::errc::wrong_type) << what << ": " << e.what();
+                EXPECT_EQ(e.lock(), key) << what;
+            }
+        };
+        expect_wrong_type([&] { (void)other.try_acquire(); }, "try_acquire");
+        expect_wrong_type([&] { (void)other.try_release(held.id()); }, "try_release");
+        expect_wrong_type([&] { (void)other.available_permits(); }, "available_permits");
+        expect_wrong_type([&] { (void)other.update_lease_time(held.id(), 1s); }, "update_lease_time");
+        expect_unchanged(foreign, snapshot(server()));
+    }
+}
+
+TEST(permit_expirable_semaphore, update_lease_time_moves_a_permits_end) {
+    rlock::client c(server().options());
+    rlock::permit_expirable_semaphore s(c, name());
+    ASSERT_TRUE(s.try_set_permits(1));
+    rlock::permit p = s.acquire(400ms);
+    EXPECT_TRUE(s.update_lease_time(p.id(), 60s));
+    std::this_thread::sleep_for(700ms);
+    EXPECT_FALSE(s.try_acquire()) << "the permit ended with its first lease";
+    EXPECT_FALSE(s.update_lease_time("0123456789abcdef0123456789abcdef", 1s));
+}
+
+TEST(permit_expirable_semaphore, a_waiter_ends_with_an_error_when_its_client_goes) {
+    auto doomed = std::make_unique<rlock::client>(server().options());
+    rlock::permit_expirable_semaphore orphan(*doomed, name());
+    EXPECT_EQ(ending_when_the_client_goes(doomed, [&] { (void)orphan.try_acquire_for(60s); }),
+              rlock::errc::connection_failed);
+}
+
+}  // namespace

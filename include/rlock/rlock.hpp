@@ -8,6 +8,7 @@
 #include "rlock/multi_lock.hpp"
 #include "rlock/mutex.hpp"
 #include "rlock/options.hpp"
+#include "rlock/permit_expirable_semaphore.hpp"
 #include "rlock/read_write_lock.hpp"
 #include "rlock/red_lock.hpp"
 #include "rlock/reentrant_lock.hpp"

@@ -27,3 +27,18 @@ bool use_every_kind(rlock::client& c) {
     return all.try_lock() && red.try_lock() && rw.try_lock_shared() && some.try_lock_for(1s, 2s) &&
            all.hold_id() + red.hold_id() > 0 && red.try_lock_until(std::chrono::system_clock::now(), 1s);
 }
+
+// The synchronizers' templates and members; never run.
+long long use_every_synchronizer(rlock::client& c) {
+    rlock::semaphore s(c, "s");
+    rlock::count_down_latch l(c, "l");
+    rlock::permit_expirable_semaphore p(c, "p");
+    rlock::permit a = p.try_acquire_for(1s, 2s, 2);
+    rlock::permit b = p.try_acquire_until(std::chrono::system_clock::now(), 2);
+    rlock::permit d = p.acquire(5s);
+    (void)p.update_lease_time(a.id(), 1s);
+    return static_cast<long long>(s.try_acquire_for(1s, 2) && l.wait_for(1s)) +
+           static_cast<long long>(s.try_acquire_until(std::chrono::system_clock::now())) +
+           static_cast<long long>(b.lost()) + static_cast<long long>(d.detach().size()) + p.permits() +
+           static_cast<long long>(l.wait_until(std::chrono::system_clock::now()));
+}

@@ -179,6 +179,11 @@ public:
                                 std::uint64_t fencing = 0,
                                 std::shared_ptr<hold_group> group = nullptr);
 
+    /// Records a hold owned by a handle (a permit) rather than a thread: found by its hold id,
+    /// renewed under `key` (when watched), and not ended by any thread's exit.
+    registry::hold_ptr add_handle_hold(const kind_info& kind, std::string name, std::string key,
+                                       std::string value, const hold_terms& terms);
+
     endpoint ep;
     std::string id;
     /// Set once an acquire script has run on this client. Until then the mutex acquires by
@@ -239,10 +244,9 @@ private:
     std::vector<std::pair<const client_core*, std::weak_ptr<client_core>>> cores_;
 };
 
-inline registry::hold_ptr client_core::add_hold(const kind_info& kind, std::string name,
-                                                std::string value, std::uint64_t thread,
-                                                const hold_terms& terms, std::uint64_t fencing,
-                                                std::shared_ptr<hold_group> group) {
+/// A hold record as add_hold and add_handle_hold make it, not yet in the registry.
+inline registry::hold_ptr make_hold(const kind_info& kind, std::string name, std::string value,
+                                    std::uint64_t thread, const hold_terms& terms) {
     auto h = std::make_shared<hold>();
     h->kind = &kind;
     h->name = std::move(name);
@@ -250,11 +254,28 @@ inline registry::hold_ptr client_core::add_hold(const kind_info& kind, std::stri
     h->thread = thread;
     h->lease = terms.lease;
     h->watched = terms.renewal == renewal::watched;
-    h->fencing = fencing;
     h->expires = terms.sent + terms.lease;
+    return h;
+}
+
+inline registry::hold_ptr client_core::add_hold(const kind_info& kind, std::string name,
+                                                std::string value, std::uint64_t thread,
+                                                const hold_terms& terms, std::uint64_t fencing,
+                                                std::shared_ptr<hold_group> group) {
+    registry::hold_ptr h = make_hold(kind, std::move(name), std::move(value), thread, terms);
+    h->fencing = fencing;
     h->group = std::move(group);
     reg.add(h);
     if (h->watched) thread_exit_watch::enlist(*this);
+    return h;
+}
+
+inline registry::hold_ptr client_core::add_handle_hold(const kind_info& kind, std::string name,
+                                                       std::string key, std::string value,
+                                                       const hold_terms& terms) {
+    registry::hold_ptr h = make_hold(kind, std::move(name), std::move(value), 0, terms);
+    h->key = std::move(key);
+    reg.add(h);
     return h;
 }
 

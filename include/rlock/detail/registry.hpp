@@ -66,8 +66,9 @@ struct hold {
 
     const kind_info* kind = nullptr;
     std::string name;   // the lock's name (its key)
-    std::string value;  // mutex token, or holder id "<clientId>:<threadId>"
-    std::uint64_t thread = 0;
+    std::string value;  // mutex token, or holder id "<clientId>:<threadId>"; a permit's ids
+    std::string key;    // the key a renewal names when it is not `name` (a permit: the timeout set)
+    std::uint64_t thread = 0;  // 0: owned by a handle (a permit), not by a thread
     std::chrono::milliseconds lease{0};
     bool watched = false;
     std::uint64_t fencing = 0;
@@ -146,7 +147,7 @@ public:
 
     void add(hold_ptr h) {
         std::lock_guard<std::mutex> g(mu_);
-        std::string k = key_of(h->kind, h->name, h->thread);
+        std::string k = key_of(*h);
         holds_[std::move(k)] = std::move(h);
     }
 
@@ -154,7 +155,7 @@ public:
     /// carries it to finish, so that no renewal of it reaches Redis after unlock returns.
     void remove(const hold_ptr& h) {
         std::unique_lock<std::mutex> g(mu_);
-        holds_.erase(key_of(h->kind, h->name, h->thread));
+        holds_.erase(key_of(*h));
         h->released = true;
         quiet_.wait(g, [&] { return !h->in_flight; });
     }
@@ -286,6 +287,8 @@ private:
         return true;
     }
 
+    /// A thread's hold is found by kind, thread and name; a handle's (thread 0), which a thread
+    /// may have several of on one name, by its hold id.
     static std::string key_of(const kind_info* kind, std::string_view name, std::uint64_t thread) {
         std::string k(kind->name);
         k += '\0';
@@ -293,6 +296,9 @@ private:
         k += '\0';
         k += name;
         return k;
+    }
+    static std::string key_of(const hold& h) {
+        return h.thread != 0 ? key_of(h.kind, h.name, h.thread) : "#" + std::to_string(h.id);
     }
 
     lock_lost_handler on_lost_;

@@ -19,17 +19,29 @@
 
 namespace rlock::detail {
 
-/// Calls `attempt()` until it returns true (then true) or `deadline` has passed (then false).
+/// What one attempt of wait_on_channel found: done, or not yet, and then when to try again
+/// even if no message comes (`again`: a permit's lease that runs out frees it without one).
+struct attempt_result {
+    using clock = std::chrono::steady_clock;
+    attempt_result(bool done) : done(done) {}  // NOLINT(google-explicit-constructor): a bool is an answer
+    attempt_result(bool done, clock::time_point again) : done(done), again(again) {}
+    bool done = false;
+    clock::time_point again = clock::time_point::max();
+};
+
+/// Calls `attempt()` until it is done (then true) or `deadline` has passed (then false).
 /// After a first refusal it subscribes to `channel` through the client's subscriber and makes
 /// each next attempt when a message arrives there or the subscriber reconnects (a message may
 /// have gone by), never in between — except while the subscription is not confirmed, when no
-/// message can be counted on: then it also tries after 10 ms, doubling to 1 s. Throws what
+/// message can be counted on: then it also tries after 10 ms, doubling to 1 s — and at the
+/// `again` an attempt asked for. `attempt` returns an attempt_result (or a bool). Throws what
 /// `attempt` throws, and connection_failed (naming `name`) once the client is destroyed.
 template <class F>
 bool wait_on_channel(client_core& core, const std::string& channel, std::string_view name,
                      std::chrono::steady_clock::time_point deadline, F&& attempt) {
     using clock = std::chrono::steady_clock;
-    if (attempt()) return true;
+    attempt_result tried = attempt();
+    if (tried.done) return true;
     if (clock::now() >= deadline) return false;
     subscriber::subscription sub(*core.sub, channel);
     sub.wait_active(std::min(deadline, clock::now() + core.ep.options.command_timeout));
@@ -37,10 +49,11 @@ bool wait_on_channel(client_core& core, const std::string& channel, std::string_
     for (;;) {
         core.throw_if_destroyed(name, "the client was destroyed while this thread waited");
         const std::uint64_t seen = sub.generation();
-        if (attempt()) return true;
+        tried = attempt();
+        if (tried.done) return true;
         const auto now = clock::now();
         if (now >= deadline) return false;
-        auto until = deadline;
+        auto until = std::min(deadline, tried.again);
         if (!sub.active()) {
             until = std::min(until, now + fallback);
             fallback = std::min(fallback * 2, std::chrono::milliseconds(1000));

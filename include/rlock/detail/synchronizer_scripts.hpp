@@ -1,6 +1,8 @@
-// The Redis side of rlock::semaphore and rlock::count_down_latch, in Redisson's layouts
-// (RSemaphore, RCountDownLatch): each is one string key `name` holding a count, and a change
-// that waiters wait for is published on the object's channel. Every script reads and checks the
+// The Redis side of rlock::semaphore, rlock::permit_expirable_semaphore and
+// rlock::count_down_latch, in Redisson's layouts (RSemaphore, RPermitExpirableSemaphore,
+// RCountDownLatch): each is one string key `name` holding a count (the permit-expirable
+// semaphore also a sorted set of its taken permits), and a change that waiters wait for is
+// published on the object's channel. Every script reads and checks the
 // key before its first write: a key of another type fails at GET, a string that is not a count
 // is refused with a WRONGTYPE reply, nothing written. The channel is passed in ARGV: only the
 // key is declared, as for the locks' release.
@@ -148,6 +150,196 @@ redis.call('del', KEYS[1])
 redis.call('publish', ARGV[2], '0')
 return 0
 )lua");
+        return s;
+    }
+};
+
+/// The Lua pieces of the permit-expirable semaphore's scripts. KEYS[1] is the count, KEYS[2]
+/// the sorted set of taken permits (member: the permit id's bytes, score: when its lease ends,
+/// in Unix milliseconds). "Now" is the server's TIME, one clock for every client (Redisson
+/// passes each client's own).
+///   check(sem, set)      the free count, or nil and an error reply when `sem` is not a count
+///                        (GET refuses a key of another type) or `set` is not a sorted set.
+///   server_ms()          the server's time in milliseconds.
+///   reclaim(sem, set, channel, have, now)
+///                        puts the permits whose lease ended back into the count and publishes
+///                        the new count when positive (Redisson does both lazily too); returns
+///                        the new free count, or nil and INCRBY's error reply, with nothing
+///                        written, when the count would overflow.
+///   live(set, id, now)   true when `id` is taken and its lease has not ended.
+///   each_id(v)           the ids packed in `v` (16 bytes each, as rlock makes them).
+inline constexpr std::string_view lua_permits = R"lua(
+local function check(sem, set)
+    local have, bad = count_of(redis.call('get', sem))
+    if bad then return nil, bad end
+    local t = redis.call('type', set)
+    t = type(t) == 'table' and t.ok or t
+    if t ~= 'none' and t ~= 'zset' then
+        return nil, redis.error_reply('WRONGTYPE ' .. set .. ' is not a sorted set of permits')
+    end
+    return have
+end
+local function server_ms()
+    local t = redis.call('time')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function reclaim(sem, set, channel, have, now)
+    local ended = redis.call('zrangebyscore', set, '-inf', now)
+    if #ended == 0 then return have end
+    local count = redis.pcall('incrby', sem, #ended)
+    if type(count) == 'table' then return nil, count end
+    for i = 1, #ended, 1000 do
+        redis.call('zrem', set, unpack(ended, i, math.min(i + 999, #ended)))
+    end
+    if count > 0 then redis.call('publish', channel, count) end
+    return count
+end
+local function live(set, id, now)
+    local score = redis.call('zscore', set, id)
+    return score ~= false and tonumber(score) > now
+end
+local function each_id(v)
+    local ids = {}
+    for j = 1, #v, 16 do ids[#ids + 1] = string.sub(v, j, j + 15) end
+    return ids
+end
+)lua";
+
+struct permit_scripts {
+    static std::string with_prelude(std::string_view body) {
+        return std::string(lua_count_of) + std::string(lua_permits) + std::string(body);
+    }
+
+    /// Takes ARGV[1] permits with the ids ARGV[4..] for a lease of ARGV[2] ms (the first
+    /// write is reclaim's, after every check). ARGV[3] the channel. Returns {1, 0} taken (also
+    /// when ARGV[4] is taken already: a repeat of an attempt whose reply was lost), or {0,
+    /// ms} not taken, ms until the earliest lease ends (-1: none will; Redisson's permanent
+    /// permits, scored 922337203685477, never end), nothing written but the reclaiming
+    /// of ended leases.
+    static const script& acquire() {
+        static const script s(with_prelude(R"lua(
+local have, bad = check(KEYS[1], KEYS[2])
+if bad then return bad end
+if redis.call('zscore', KEYS[2], ARGV[4]) then return {1, 0} end
+local now = server_ms()
+have, bad = reclaim(KEYS[1], KEYS[2], ARGV[3], have, now)
+if bad then return bad end
+if have < tonumber(ARGV[1]) then
+    local first = redis.call('zrangebyscore', KEYS[2], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if first[2] and tonumber(first[2]) < 922337203685477 then
+        return {0, tonumber(first[2]) - now}
+    end
+    return {0, -1}
+end
+redis.call('decrby', KEYS[1], ARGV[1])
+local ends = now + tonumber(ARGV[2])
+for i = 4, 3 + tonumber(ARGV[1]) do redis.call('zadd', KEYS[2], ends, ARGV[i]) end
+local ttl = redis.call('pttl', KEYS[1])
+if ttl > 0 then redis.call('pexpire', KEYS[2], ttl) end
+return {1, 0}
+)lua"));
+        return s;
+    }
+
+    /// A handle's release: returns its permits packed in ARGV[2] (those still taken, whether
+    /// or not their lease has ended) to the count, publishes how many on ARGV[1]. Returns how
+    /// many were still taken with their lease running: fewer than packed means some were lost.
+    static const script& release_packed() {
+        static const script s(with_prelude(R"lua(
+local _, bad = check(KEYS[1], KEYS[2])
+if bad then return bad end
+local now = server_ms()
+local back, kept = {}, 0
+for _, id in ipairs(each_id(ARGV[2])) do
+    local score = redis.call('zscore', KEYS[2], id)
+    if score then
+        back[#back + 1] = id
+        if tonumber(score) > now then kept = kept + 1 end
+    end
+end
+if #back == 0 then return 0 end
+local count = redis.pcall('incrby', KEYS[1], #back)
+if type(count) == 'table' then return count end
+redis.call('zrem', KEYS[2], unpack(back))
+redis.call('publish', ARGV[1], #back)
+return kept
+)lua"));
+        return s;
+    }
+
+    /// Release by id, all or nothing: ARGV[2..] the ids (distinct). When each is taken with
+    /// its lease running, returns them to the count, publishes how many on ARGV[1] and returns
+    /// 0; else returns the index (from 1) of the first that is not, nothing written.
+    static const script& release_ids() {
+        static const script s(with_prelude(R"lua(
+local _, bad = check(KEYS[1], KEYS[2])
+if bad then return bad end
+local now = server_ms()
+for i = 2, #ARGV do
+    if not live(KEYS[2], ARGV[i], now) then return i - 1 end
+end
+local count = redis.pcall('incrby', KEYS[1], #ARGV - 1)
+if type(count) == 'table' then return count end
+for i = 2, #ARGV, 1000 do
+    redis.call('zrem', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+redis.call('publish', ARGV[1], #ARGV - 1)
+return 0
+)lua"));
+        return s;
+    }
+
+    /// Sets the lease of permit ARGV[1] to end ARGV[2] ms from now when it is taken with its
+    /// lease running (1), else 0 with nothing written.
+    static const script& update_lease() {
+        static const script s(with_prelude(R"lua(
+local _, bad = check(KEYS[1], KEYS[2])
+if bad then return bad end
+local now = server_ms()
+if not live(KEYS[2], ARGV[1], now) then return 0 end
+redis.call('zadd', KEYS[2], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+return 1
+)lua"));
+        return s;
+    }
+
+    /// The free permits (counting those whose lease has ended, not yet put back) and the
+    /// taken ones: {free, taken}. Writes nothing.
+    static const script& counts() {
+        static const script s(with_prelude(R"lua(
+local have, bad = check(KEYS[1], KEYS[2])
+if bad then return bad end
+local now = server_ms()
+local ended = redis.call('zcount', KEYS[2], '-inf', now)
+return {have + ended, redis.call('zcount', KEYS[2], '(' .. now, '+inf')}
+)lua"));
+        return s;
+    }
+
+    /// The watchdog's batch renewal of watched permits: KEYS[i] a timeout set, ARGV[i + 1] the
+    /// ids of one handle, packed; each handle's leases are set to end ARGV[1] ms from now when
+    /// every one is taken with its lease running (1), else 0 (lost) with nothing written.
+    static const script& renew() {
+        static const script s(with_prelude(R"lua(
+local now = server_ms()
+local out = {}
+for i = 1, #KEYS do
+    local ids = each_id(ARGV[i + 1])
+    local ok = redis.pcall('type', KEYS[i])
+    ok = (type(ok) == 'table' and ok.ok) == 'zset'
+    for _, id in ipairs(ids) do
+        if not ok then break end
+        ok = live(KEYS[i], id, now)
+    end
+    if ok then
+        for _, id in ipairs(ids) do
+            redis.call('zadd', KEYS[i], 'XX', now + tonumber(ARGV[1]), id)
+        end
+    end
+    out[i] = ok and 1 or 0
+end
+return out
+)lua"));
         return s;
     }
 };

@@ -194,7 +194,9 @@ private:
             b.count = j - i;
             b.slot = sorted_slot[i];
             b.call.start(holds[i]->kind->renew(), j - i);
-            for (std::size_t k = i; k < j; ++k) b.call.push(holds[k]->name);
+            for (std::size_t k = i; k < j; ++k) {
+                b.call.push(holds[k]->key.empty() ? holds[k]->name : holds[k]->key);
+            }
             b.call.push(r.lease);
             for (std::size_t k = i; k < j; ++k) b.call.push(holds[k]->value);
             i = j;

@@ -1,0 +1,476 @@
+// rlock::permit_expirable_semaphore — a semaphore whose permits have ids and leases, in
+// Redisson's RPermitExpirableSemaphore layout.
+//
+//     rlock::client redis("redis://127.0.0.1:6380");
+//     rlock::permit_expirable_semaphore slots(redis, "render-slots");
+//     slots.try_set_permits(4);              // once, by whoever sets it up (no-op when set)
+//     {
+//         rlock::permit p = slots.acquire();  // blocks until a permit is free; watched
+//         ...                                // at most 4 of these at once, across all clients
+//     }                                      // released here (or p.release())
+//     rlock::permit q = slots.try_acquire_for(2s, 30s);  // wait up to 2 s; a 30 s lease
+//     if (q) { ... }
+//
+// In Redis: key `name` is a string holding the number of free permits (missing: 0); the sorted
+// set `{name}:timeout` (`name:timeout` when the name has a '{') holds each taken permit: the
+// id's 16 bytes as the member, the Unix millisecond at which its lease ends as the score.
+// Whatever frees permits publishes on `redisson_sc:{name}`. The same layout and messages as
+// Redisson's RPermitExpirableSemaphore, so rlock and Redisson share one semaphore, wake each
+// other's waiters, and either can release a permit by the id the other gave out.
+//
+// A permit's lease is judged by the server's clock (TIME), one clock for every rlock client.
+// A permit whose lease has ended is free again: the next script that looks (an acquire, a
+// release) puts it back into the count. So the permits of a holder that died come back when
+// their lease ends, and a waiter wakes when the earliest lease ends, with no message.
+//
+// Beyond Redisson:
+//   - A permit taken without a lease is watched: its lease is lock_watchdog_timeout, renewed
+//     by the client's watchdog every third of it until it is released, like a watched lock's.
+//     If the client dies, its permits come back within lock_watchdog_timeout. (Redisson's
+//     permits without a lease never end; rlock counts them as taken and never reclaims them.)
+//   - A permit found gone before its holder released it — its lease ran out, or another
+//     client released or reclaimed it — is told to its owner: on_lock_lost (client_options),
+//     once, and `lost()` on the permit.
+//   - Releasing several ids is all or nothing: one unknown id and nothing is released
+//     (Redisson releases the others, #6343).
+//   - available_permits() counts permits whose lease has ended as free (Redisson's counted
+//     them as taken until a write put them back, #659).
+//   - A waiter for n permits is served once n are free, and never left waiting for a lease
+//     that ended without a message.
+//
+// Failures: an acquire whose connection broke or timed out is sent once more with the same
+// ids: if the first ran, the second finds them taken and returns them, so nothing leaks. A
+// release by a handle is retried like an unlock (it frees only its own ids); a release by id
+// is not. Bad counts and leases throw invalid_argument with nothing sent; keys of another type
+// throw wrong_type with Redis unchanged.
+//
+// Thread-safety: a semaphore object may be used by many threads at once; a permit, like a
+// std::unique_lock, by one thread at a time (it may be moved to another thread).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "rlock/client.hpp"
+#include "rlock/detail/cluster.hpp"
+#include "rlock/detail/random.hpp"
+#include "rlock/detail/registry.hpp"
+#include "rlock/detail/synchronizer.hpp"
+#include "rlock/detail/synchronizer_scripts.hpp"
+#include "rlock/detail/timed_lockable.hpp"
+#include "rlock/errors.hpp"
+
+namespace rlock {
+
+namespace detail {
+
+/// What the watchdog knows of a permit: its batch renewal.
+struct permit_kind {
+    static inline const kind_info info{"permit", &permit_scripts::renew};
+};
+
+/// A permit id as Redisson writes one (lowercase hex, even length) to its bytes; false for
+/// anything else.
+inline bool permit_id_bytes(std::string_view hex, std::string& out) {
+    auto digit = [](char c) {
+        return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    };
+    if (hex.empty() || hex.size() % 2 != 0) return false;
+    out.clear();
+    for (std::size_t i = 0; i < hex.size(); i += 2) {
+        const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
+        if (hi < 0 || lo < 0) return false;
+        out += static_cast<char>(hi * 16 + lo);
+    }
+    return true;
+}
+
+/// The names a permit-expirable semaphore and its permits use.
+struct permit_keys {
+    std::string name, timeouts, channel;
+};
+
+}  // namespace detail
+
+/// Permits taken together from a permit_expirable_semaphore (one or several), released
+/// together: by release(), or by the destructor, which never throws. Movable, not copyable,
+/// like std::unique_lock. An empty permit (default-made, moved from, released, or what a
+/// try_acquire that failed returns) owns nothing and is false.
+class permit {
+public:
+    permit() = default;
+    permit(permit&& other) noexcept = default;
+    permit& operator=(permit&& other) noexcept {
+        if (this != &other) {
+            reset();
+            core_ = std::move(other.core_);
+            keys_ = std::move(other.keys_);
+            ids_ = std::move(other.ids_);
+            hold_ = std::move(other.hold_);
+            lost_at_release_ = other.lost_at_release_;
+        }
+        return *this;
+    }
+    permit(const permit&) = delete;
+    permit& operator=(const permit&) = delete;
+    ~permit() { reset(); }
+
+    /// True when this handle owns permits.
+    [[nodiscard]] bool owns() const noexcept { return hold_ != nullptr; }
+    explicit operator bool() const noexcept { return owns(); }
+
+    /// The ids of the permits (Redisson's form: 32 lowercase hex digits each), as
+    /// permit_expirable_semaphore::release(id) and Redisson's release(permitId) take them.
+    [[nodiscard]] const std::vector<std::string>& ids() const noexcept { return ids_; }
+    /// The first id (the only one for a single permit). Throws not_owner when empty.
+    [[nodiscard]] const std::string& id() const {
+        if (ids_.empty()) throw error(errc::not_owner, "", "", "this permit handle holds no permits");
+        return ids_.front();
+    }
+    /// The semaphore's name.
+    [[nodiscard]] const std::string& name() const noexcept { return keys_.name; }
+    /// What on_lock_lost is told as lost_hold::hold_id when these permits are lost.
+    [[nodiscard]] std::uint64_t hold_id() const noexcept { return hold_ ? hold_->id : 0; }
+
+    /// True when these permits are known to be gone (the watchdog found them gone, a release
+    /// found them gone), or their lease has ended by this client's clock. Final once true.
+    /// Stays as it was at release() after release.
+    [[nodiscard]] bool lost() const {
+        if (!hold_) return lost_at_release_;
+        return core_->reg.is_lost(*hold_);
+    }
+
+    /// Returns the permits and wakes the waiters; the handle is empty afterwards. Permits found
+    /// gone, or a Redis that cannot be reached, do not throw: the owner is told through
+    /// on_lock_lost (once), lost() says so, and any left in Redis come back when their lease
+    /// ends. Throws `error` (not_owner) only for an empty handle.
+    void release() {
+        if (!hold_) throw error(errc::not_owner, keys_.name, "", "this permit handle holds no permits");
+        const detail::registry::hold_ptr h = std::move(hold_);
+        detail::registry& reg = core_->reg;
+        reg.remove(h);  // no renewal of it reaches Redis after this
+        const auto packed = static_cast<long long>(ids_.size());
+        long long kept = 0;
+        try {
+            core_->throw_if_destroyed(keys_.name, "the client these permits came from has been destroyed");
+            kept = core_->pool.run(keys_.name, detail::on_break::retry, [&](const detail::connection& c) {
+                return detail::eval_integer(c, detail::permit_scripts::release_packed(),
+                                            {keys_.name, keys_.timeouts}, {keys_.channel, h->value},
+                                            keys_.name, core_->ep.name);
+            });
+        } catch (const error& e) {
+            lost_at_release_ = true;
+            reg.report(*h, e);
+            ids_.clear();
+            return;
+        }
+        ids_.clear();
+        if (kept < packed && !reg.ended_by_lease(*h)) {
+            lost_at_release_ = true;  // before the owner is told: a handler that asks sees it
+            reg.report(*h, error(errc::lock_lost, keys_.name, core_->ep.name,
+                                 "at release " + std::to_string(packed - kept) + " of " +
+                                     std::to_string(packed) +
+                                     " permits were no longer held (lease ended, or released or "
+                                     "reclaimed by another client)"));
+        }
+    }
+
+    /// Stops managing the permits without releasing them and returns their ids: they are no
+    /// longer renewed, and stay taken in Redis until released by id or until their lease ends
+    /// (a watched permit's within lock_watchdog_timeout).
+    std::vector<std::string> detach() {
+        if (hold_) core_->reg.remove(hold_);
+        hold_.reset();
+        return std::exchange(ids_, {});
+    }
+
+private:
+    friend class permit_expirable_semaphore;
+    permit(std::shared_ptr<detail::client_core> core, detail::permit_keys keys,
+           std::vector<std::string> ids, detail::registry::hold_ptr hold)
+        : core_(std::move(core)), keys_(std::move(keys)), ids_(std::move(ids)), hold_(std::move(hold)) {}
+
+    void reset() noexcept {
+        if (!hold_) return;
+        try {
+            release();
+        } catch (...) {  // release throws only for an empty handle (or bad_alloc)
+        }
+    }
+
+    std::shared_ptr<detail::client_core> core_;
+    detail::permit_keys keys_;
+    std::vector<std::string> ids_;
+    detail::registry::hold_ptr hold_;
+    bool lost_at_release_ = false;
+};
+
+class permit_expirable_semaphore : public detail::synchronizer {
+    using clock = std::chrono::steady_clock;
+
+public:
+    /// The most permits one call takes or releases.
+    static constexpr long long max_permits_per_call = 1000;
+
+    /// Names a semaphore on `c`; sends nothing. Throws `error` (invalid_argument) for an empty
+    /// name, or (Redis Cluster) a name whose keys and channel would land in different slots.
+    permit_expirable_semaphore(client& c, const std::string& name)
+        : synchronizer(detail::client_access::core(c), name, detail::prefixed_key("redisson_sc", name),
+                       "permit_expirable_semaphore"),
+          timeouts_(name.find('{') != std::string::npos ? name + ":timeout" : "{" + name + "}:timeout") {
+        if (core_->ep.slots && detail::key_slot(name_) != detail::key_slot(timeouts_)) {
+            throw error(errc::invalid_argument, name_, server(),
+                        "in a cluster this name puts its key and " + timeouts_ +
+                            " in different slots (a name with '{' needs a non-empty hash tag)");
+        }
+    }
+
+    /// Blocks until `permits` are free and takes them, watched: renewed by the client's
+    /// watchdog until released.
+    [[nodiscard]] permit acquire(long long permits = 1) {
+        return take_until(clock::time_point::max(), std::chrono::milliseconds(0), permits);
+    }
+    /// As acquire(permits), with a lease: the permits come back by themselves after `lease`.
+    template <class Rep, class Period>
+    [[nodiscard]] permit acquire(const std::chrono::duration<Rep, Period>& lease, long long permits = 1) {
+        return take_until(clock::time_point::max(), checked(lease), permits);
+    }
+
+    /// One attempt, no waiting; watched permits, or an empty permit when not enough were free.
+    [[nodiscard]] permit try_acquire(long long permits = 1) {
+        return take_until(clock::now(), std::chrono::milliseconds(0), permits);
+    }
+    /// Waits up to `wait` (steady_clock) for `permits`, watched; empty when not taken in time.
+    template <class Rep, class Period>
+    [[nodiscard]] permit try_acquire_for(const std::chrono::duration<Rep, Period>& wait, long long permits = 1) {
+        return take_until(detail::deadline_after(wait), std::chrono::milliseconds(0), permits);
+    }
+    /// As try_acquire_for(wait, permits), with a lease.
+    template <class Rep, class Period, class Rep2, class Period2>
+    [[nodiscard]] permit try_acquire_for(const std::chrono::duration<Rep, Period>& wait,
+                                         const std::chrono::duration<Rep2, Period2>& lease,
+                                         long long permits = 1) {
+        const auto l = checked(lease);
+        return take_until(detail::deadline_after(wait), l, permits);
+    }
+    /// Waits until `deadline` (any clock; measured on steady_clock from now), watched.
+    template <class Clock, class Duration>
+    [[nodiscard]] permit try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline,
+                                           long long permits = 1) {
+        return take_until(detail::to_steady(deadline), std::chrono::milliseconds(0), permits);
+    }
+    /// As try_acquire_until(deadline, permits), with a lease.
+    template <class Clock, class Duration, class Rep, class Period>
+    [[nodiscard]] permit try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline,
+                                           const std::chrono::duration<Rep, Period>& lease,
+                                           long long permits = 1) {
+        const auto l = checked(lease);
+        return take_until(detail::to_steady(deadline), l, permits);
+    }
+
+    /// Releases the permit `id` (taken by any client, rlock or Redisson). Throws `error`
+    /// (not_owner) when it is not taken with its lease running — released already, never
+    /// taken, or its lease ended — with nothing written; invalid_argument for an id that is
+    /// not even-length lowercase hex. A handle that owned it reports it lost at its release.
+    void release(const std::string& id) { release(std::vector<std::string>{id}); }
+
+    /// Releases every permit in `ids`, or none: when one is not taken with its lease running,
+    /// throws `error` (not_owner, naming it) with nothing written. Throws invalid_argument for
+    /// an empty list, a repeated id, more than max_permits_per_call, or a malformed id.
+    void release(const std::vector<std::string>& ids) {
+        const long long first_missing = release_ids(ids);
+        if (first_missing != 0) {
+            throw error(errc::not_owner, name_, server(),
+                        "permit " + ids[static_cast<std::size_t>(first_missing - 1)] +
+                            " is not taken (released already, never taken, or its lease ended); "
+                            "nothing was released");
+        }
+    }
+
+    /// As release(id), but false instead of not_owner.
+    bool try_release(const std::string& id) { return release_ids({id}) == 0; }
+
+    /// Sets the lease of the permit `id` to end `lease` from now; false when it is not taken
+    /// with its lease running (nothing written). A watched permit's next renewal sets its
+    /// lease back to lock_watchdog_timeout.
+    template <class Rep, class Period>
+    bool update_lease_time(const std::string& id, const std::chrono::duration<Rep, Period>& lease) {
+        const std::string ms = std::to_string(checked(lease).count());
+        const std::string raw = id_bytes(id);
+        return run(detail::on_break::retry, [&](const detail::connection& c) {
+            return detail::eval_integer(c, detail::permit_scripts::update_lease(), {name_, timeouts_},
+                                        {raw, ms}, name_, server()) == 1;
+        });
+    }
+
+    /// Sets the number of free permits when the semaphore has none set yet (its key is
+    /// absent); true when this call set it. `permits` must not be negative.
+    bool try_set_permits(long long permits) {
+        if (permits < 0) bad_count(permits, "try_set_permits: permits must not be negative");
+        const std::string n = std::to_string(permits);
+        return run(detail::on_break::fail, [&](const detail::connection& c) {
+            return detail::eval_integer(c, detail::count_scripts::try_set(), {name_},
+                                        {n, channel_, n}, name_, server()) == 1;
+        });
+    }
+
+    /// Adds `permits` to the free ones (negative: removes them; the count may go below 0, as
+    /// in Redisson) and wakes the waiters; returns the new free count (as stored: permits
+    /// whose lease ended are put back by the next acquire or release).
+    long long add_permits(long long permits) {
+        const std::string n = std::to_string(permits);
+        return run(detail::on_break::fail, [&](const detail::connection& c) {
+            return detail::eval_integer(c, detail::semaphore_scripts::add(), {name_}, {n, channel_},
+                                        name_, server());
+        });
+    }
+
+    /// The free permits now, counting those whose lease has ended as free. Writes nothing.
+    [[nodiscard]] long long available_permits() const { return counts().first; }
+    /// The permits taken now with their lease running.
+    [[nodiscard]] long long acquired_permits() const { return counts().second; }
+    /// Free and taken together (Redisson's getPermits).
+    [[nodiscard]] long long permits() const {
+        const auto [free, taken] = counts();
+        return free + taken;
+    }
+
+private:
+    template <class Rep, class Period>
+    std::chrono::milliseconds checked(const std::chrono::duration<Rep, Period>& lease) const {
+        return detail::lease_ms(lease, name_, server());
+    }
+
+    void check_permits(long long permits, std::string_view op) const {
+        if (permits < 1 || permits > max_permits_per_call) {
+            bad_count(permits, std::string(op) + ": permits must be from 1 to " +
+                                   std::to_string(max_permits_per_call));
+        }
+    }
+
+    std::string id_bytes(const std::string& id) const {
+        std::string raw;
+        if (!detail::permit_id_bytes(id, raw)) {
+            throw error(errc::invalid_argument, name_, server(),
+                        "\"" + id.substr(0, 40) + "\" is not a permit id (lowercase hex, even length)");
+        }
+        return raw;
+    }
+
+    std::pair<long long, long long> counts() const {
+        return run(detail::on_break::retry, [&](const detail::connection& c) {
+            detail::script_call call(detail::permit_scripts::counts(), {name_, timeouts_}, {});
+            const detail::reply_ptr r = detail::run_script(c, call, name_, server());
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
+                throw error(errc::server_error, name_, server(), "unexpected reply to a count of permits");
+            }
+            return std::make_pair(r->element[0]->integer, r->element[1]->integer);
+        });
+    }
+
+    // 0 when every id was released; else the index (from 1) of the first not taken.
+    long long release_ids(const std::vector<std::string>& ids) {
+        check_permits(static_cast<long long>(ids.size()), "release");
+        std::vector<std::string> raw;
+        raw.reserve(ids.size());
+        for (const std::string& id : ids) raw.push_back(id_bytes(id));
+        std::vector<std::string> sorted = raw;
+        std::sort(sorted.begin(), sorted.end());
+        if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+            throw error(errc::invalid_argument, name_, server(), "release: an id is repeated");
+        }
+        return run(detail::on_break::fail, [&](const detail::connection& c) {
+            detail::script_call call;
+            call.start(detail::permit_scripts::release_ids(), 2);
+            call.push(name_);
+            call.push(timeouts_);
+            call.push(channel_);
+            for (const std::string& r : raw) call.push(r);
+            return detail::reply_integer(detail::run_script(c, call, name_, server()).get(), name_, server());
+        });
+    }
+
+    // One attempt for `permits` with the ids packed in `packed`; `again` is set to when the
+    // earliest lease ends when not taken. An attempt that failed ambiguously (the connection
+    // broke or timed out) is sent once more with the same ids: if the first ran, the second
+    // finds them taken and says so.
+    bool take(const std::string& permits, const std::string& lease, const std::string& packed,
+              clock::time_point& again) {
+        for (int round = 0;; ++round) {
+            try {
+                return run(detail::on_break::fail, [&](const detail::connection& c) {
+                    detail::script_call call;
+                    call.start(detail::permit_scripts::acquire(), 2);
+                    call.push(name_);
+                    call.push(timeouts_);
+                    call.push(permits);
+                    call.push(lease);
+                    call.push(channel_);
+                    for (std::size_t at = 0; at < packed.size(); at += 16) {
+                        call.push(std::string_view(packed).substr(at, 16));
+                    }
+                    const detail::reply_ptr r = detail::run_script(c, call, name_, server());
+                    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                        r->element[0]->type != REDIS_REPLY_INTEGER ||
+                        r->element[1]->type != REDIS_REPLY_INTEGER) {
+                        throw error(errc::server_error, name_, server(), "unexpected reply to acquire");
+                    }
+                    const long long wait_ms = r->element[1]->integer;
+                    if (r->element[0]->integer == 1) return true;
+                    again = wait_ms < 0 ? clock::time_point::max()
+                                        : clock::now() + std::chrono::milliseconds(wait_ms + 1);
+                    return false;
+                });
+            } catch (const error& e) {
+                const bool ambiguous =
+                    e.value() == errc::connection_failed || e.value() == errc::timeout;
+                if (!ambiguous || round > 0) throw;
+            }
+        }
+    }
+
+    // lease 0: watched.
+    permit take_until(clock::time_point deadline, std::chrono::milliseconds lease, long long permits) {
+        check_permits(permits, "acquire");
+        const bool watched = lease.count() == 0;
+        const std::chrono::milliseconds term = watched ? core_->ep.options.lock_watchdog_timeout : lease;
+        std::string packed(static_cast<std::size_t>(permits) * 16, '\0');
+        detail::random_bytes(reinterpret_cast<unsigned char*>(packed.data()), packed.size());
+        const std::string n = std::to_string(permits), ms = std::to_string(term.count());
+        clock::time_point sent;
+        const bool got = wait_until(deadline, [&]() -> detail::attempt_result {
+            clock::time_point again = clock::time_point::max();
+            sent = clock::now();
+            if (take(n, ms, packed, again)) return true;
+            return {false, again};
+        });
+        if (!got) return {};
+        std::vector<std::string> ids;
+        static constexpr char digits[] = "0123456789abcdef";
+        for (std::size_t at = 0; at < packed.size(); at += 16) {
+            std::string hex;
+            for (std::size_t i = at; i < at + 16; ++i) {
+                const auto b = static_cast<unsigned char>(packed[i]);
+                hex += digits[b >> 4];
+                hex += digits[b & 0xF];
+            }
+            ids.push_back(std::move(hex));
+        }
+        detail::registry::hold_ptr hold = core_->add_handle_hold(
+            detail::permit_kind::info, name_, timeouts_, packed,
+            detail::hold_terms{term, watched ? detail::renewal::watched : detail::renewal::leased, sent});
+        return permit(core_, detail::permit_keys{name_, timeouts_, channel_}, std::move(ids), std::move(hold));
+    }
+
+    std::string timeouts_;
+};
+
+}  // namespace rlock
