@@ -21,7 +21,8 @@
 //                     <watchdog ms> [<port,port,...>]
 //       The safety checker's worker (tests/safety_test.cpp): see safety_run below. Kinds:
 //       mutex, reentrant_lock, fair_lock, read_write_lock, multi_lock (a mutex and a reentrant
-//       lock on one client), red_lock (over <port> and the list).
+//       lock on one client), red_lock (over <port> and the list); and for the permits checker
+//       semaphore and permit_expirable_semaphore (see permits_loop).
 #include <hiredis/hiredis.h>
 #include <unistd.h>
 
@@ -402,6 +403,72 @@ int safety_loop(Lock& lock, bool reenter, const std::string& id, int resource_po
     return failures == 0 ? 0 : 1;
 }
 
+// The permits checker's loop (tests/safety_test.cpp, permits_checker): take a permit (waiting
+// at most a second, so that a run outlives permits lost with the server's data), log the
+// section as safety_loop does (token 0: permits have none), release. "A <id> 0" is an acquire
+// that timed out; "R <id> <code> <what>" a release that threw (a plain semaphore's release is
+// not retried on a broken connection).
+template <class Permits>
+int permits_loop(Permits& permits, const std::string& id, int resource_port,
+                 const std::string& log_path, int run_ms, int max_holds, std::atomic<int>& told) {
+    line_log log(log_path);
+    resource res(resource_port);
+    const std::string pid = std::to_string(::getpid());
+    res.run({"INCR", "ready"});
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(run_ms);
+    for (int n = 0; n < max_holds && std::chrono::steady_clock::now() < end; ++n) {
+        const int told_before = told.load();
+        try {
+            if (!permits.acquire(std::chrono::milliseconds(1000))) {
+                log.line("A " + id + " 0 timed out");
+                continue;
+            }
+        } catch (const rlock::error& e) {
+            log.line("A " + id + " " + std::to_string(e.code().value()) + " " + e.what());
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            continue;
+        }
+        const long long start = now_ns();
+        log.line("B " + id + " " + pid + " 0 " + std::to_string(start));
+        res.run({"SET", "holder", id + ":" + std::to_string(n)});
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));  // a window for faults
+        const bool lost = permits.lost();
+        const long long finish = now_ns();
+        log.line("E " + id + " " + pid + " 0 " + std::to_string(start) + " " + std::to_string(finish) +
+                 " " + std::to_string(finish) + " " + (lost ? "1" : "0") + " none 0");
+        try {
+            permits.release();
+        } catch (const rlock::error& e) {
+            log.line("R " + id + " " + std::to_string(e.code().value()) + " " + e.what());
+        }
+        for (int i = 0; lost && told.load() == told_before && i < 300; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        log.line("D " + id + " " + (told.load() != told_before ? "1" : "0"));
+    }
+    return 0;
+}
+
+// A plain semaphore: permits have no owner, nothing is ever lost.
+struct plain_permits {
+    rlock::semaphore& s;
+    bool acquire(std::chrono::milliseconds wait) { return s.try_acquire_for(wait); }
+    bool lost() const { return false; }
+    void release() { s.release(); }
+};
+
+// Permits with ids, watched (renewed by the watchdog).
+struct watched_permits {
+    rlock::permit_expirable_semaphore& s;
+    rlock::permit p;
+    bool acquire(std::chrono::milliseconds wait) {
+        p = s.try_acquire_for(wait);
+        return static_cast<bool>(p);
+    }
+    bool lost() const { return p.lost(); }
+    void release() { p.release(); }
+};
+
 int safety_run(int port, const std::string& name, const std::string& kind, const std::string& id,
                int resource_port, const std::string& log_path, int run_ms, int max_holds,
                int watchdog_ms, const std::string& more_ports) {
@@ -415,6 +482,16 @@ int safety_run(int port, const std::string& name, const std::string& kind, const
     lo.fencing = true;
     // A waiter that dies or is stopped must not block the queue for Redisson's 5 minutes.
     lo.fair_lock_wait_timeout = std::chrono::milliseconds(3000);
+    if (kind == "semaphore") {
+        rlock::semaphore s(c, name);
+        plain_permits p{s};
+        return permits_loop(p, id, resource_port, log_path, run_ms, max_holds, told);
+    }
+    if (kind == "permit_expirable_semaphore") {
+        rlock::permit_expirable_semaphore s(c, name);
+        watched_permits p{s, {}};
+        return permits_loop(p, id, resource_port, log_path, run_ms, max_holds, told);
+    }
     if (kind == "red_lock") {
         // The first node is `c`; the others are clients of the listed ports.
         std::vector<std::unique_ptr<rlock::client>> others;
