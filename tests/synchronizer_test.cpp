@@ -318,6 +318,71 @@ TEST(count_down_latch, no_waiter_passes_before_the_count_reaches_zero) {
     EXPECT_EQ(server().integer({"EXISTS", name()}), 0) << "a count down at 0 created a key";
 }
 
+// The same under faults: every connection of the waiters' clients (pooled and subscriber)
+// killed again and again while the count goes down, and the server stopped (SIGSTOP) for a
+// while before the first count down. No waiter passes before the last count down has started; all
+// pass after it, woken again by the zero message over their new subscriber connection.
+TEST(count_down_latch, no_waiter_passes_early_while_its_connections_are_killed) {
+    redis_server own;
+    rlock::client a(own.options()), b(own.options());
+    rlock::count_down_latch la(a, name()), lb(b, name());
+    ASSERT_TRUE(la.try_set_count(3));
+    std::atomic<bool> last_started{false};
+    std::atomic<int> early{0}, passed{0}, errors{0};
+    std::vector<std::thread> waiters;
+    for (int w = 0; w < 4; ++w) {
+        waiters.emplace_back([&, w] {
+            rlock::count_down_latch& l = w % 2 ? la : lb;
+            try {
+                if (l.wait_for(60s)) {
+                    if (!last_started.load()) ++early;
+                    ++passed;
+                }
+            } catch (const rlock::error& e) {
+                ADD_FAILURE() << "a waiter failed: " << e.what();
+                ++errors;
+            }
+        });
+    }
+    // The counters log in as another user, whose connections the kills spare: a count down
+    // whose connection broke is not repeated (it may have run), so it would throw.
+    rlock_test::set_acl_user(own, {"counter", "on", ">pw", "~*", "&*", "+@all"});
+    rlock::client_options as_counter = own.options();
+    as_counter.username = "counter";
+    as_counter.password = "pw";
+    std::atomic<bool> stop{false};
+    std::thread killer([&] {
+        for (int i = 0; i < 400 && !stop.load(); ++i) {
+            own.cmd({"CLIENT", "KILL", "USER", "default", "SKIPME", "yes"});
+            std::this_thread::sleep_for(25ms);
+        }
+    });
+    // Each count down from a client of its own, as another process's would be.
+    auto count_down_once = [&](bool stall) {
+        rlock::client counter(as_counter);
+        rlock::count_down_latch l(counter, name());
+        if (stall) {
+            own.pause();
+            std::this_thread::sleep_for(300ms);
+            own.resume();
+        }
+        return l.count_down();
+    };
+    EXPECT_EQ(count_down_once(true), 2);
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(count_down_once(false), 1);
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(passed.load(), 0) << "a waiter passed at count 1";
+    last_started = true;
+    EXPECT_EQ(count_down_once(false), 0);
+    for (auto& t : waiters) t.join();
+    stop = true;
+    killer.join();
+    EXPECT_EQ(errors.load(), 0) << "a waiter failed instead of riding out the killed connections";
+    EXPECT_EQ(passed.load(), 4);
+    EXPECT_EQ(early.load(), 0) << "a waiter passed before the last count down";
+}
+
 // Redisson's layout: the count under the name, deleted at 0; `0` on the channel when it reaches
 // 0, `1` when a count is set. What Redisson's countDown sends (DECR, DEL, PUBLISH 0) wakes an
 // rlock waiter.

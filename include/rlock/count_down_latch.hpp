@@ -15,7 +15,14 @@
 // Waiting: a waiter subscribes to the channel (the client's one subscriber connection), reads the
 // count, and sleeps until a message on the channel — never polling; only while the subscriber is
 // reconnecting (no message can be counted on) does it also look again after 10 ms, doubling to
-// 1 s. A reconnect makes every waiter look again.
+// 1 s. A reconnect makes every waiter look again. A look that fails with a broken connection is
+// made again while the failures last less than command_timeout (the waiter rides out killed
+// connections and a restart); then the wait throws that error.
+//
+// Data loss: as in Redisson, a latch whose key is missing has count 0 — a server that lost its
+// data (a restart without persistence, a failover to a replica that missed the count) opens
+// the latch for every waiter. Only the server's persistence (appendonly with fsync) keeps a
+// count across a restart.
 //
 // Failures: a count_down whose connection broke or timed out may or may not have run and is not
 // repeated (it could count twice): it throws `error` (connection_failed / timeout). Bad counts

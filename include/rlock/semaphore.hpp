@@ -24,9 +24,10 @@
 // it also try again after 10 ms, doubling to 1 s.
 //
 // Failures: a command whose connection broke or timed out may or may not have run. An acquire
-// attempt is then made once more on a new connection (as a lock's is), so that a waiter
-// outlives a restart or a killed connection; if the first had run on a server that kept its
-// data, its permits stay taken — fewer holders than permits, never more. A release (and
+// attempt is then made again on a new connection (a waiter keeps trying while the failures
+// last less than command_timeout, as a lock's waiter does), so that a waiter outlives a restart
+// or killed connections; if an attempt had run on a server that kept its data, its permits stay
+// taken — fewer holders than permits, never more. A release (and
 // add_permits, drain_permits, try_set_permits) is not repeated, since a repeated release could
 // free a permit nobody took: the call throws `error` (connection_failed / timeout). Bad counts
 // throw invalid_argument with nothing sent; a key of another type, or a string that is not a

@@ -34,22 +34,43 @@ struct attempt_result {
 /// each next attempt when a message arrives there or the subscriber reconnects (a message may
 /// have gone by), never in between — except while the subscription is not confirmed, when no
 /// message can be counted on: then it also tries after 10 ms, doubling to 1 s — and at the
-/// `again` an attempt asked for. `attempt` returns an attempt_result (or a bool). Throws what
-/// `attempt` throws, and connection_failed (naming `name`) once the client is destroyed.
+/// `again` an attempt asked for. `attempt` returns an attempt_result (or a bool).
+///
+/// An attempt that fails with connection_failed or timeout is made again after 25 ms, while
+/// the failures have lasted less than command_timeout and the deadline is ahead: a waiter rides
+/// out killed connections and a restart, as a lock's waiter does. (So `attempt` must be safe to
+/// repeat after a failure that may have run.) Then it throws that error; it throws any other
+/// error of `attempt` at once, and connection_failed (naming `name`) once the client is
+/// destroyed.
 template <class F>
 bool wait_on_channel(client_core& core, const std::string& channel, std::string_view name,
                      std::chrono::steady_clock::time_point deadline, F&& attempt) {
     using clock = std::chrono::steady_clock;
-    attempt_result tried = attempt();
+    clock::time_point failing_since{};  // epoch: the last attempt reached the server
+    auto try_once = [&]() -> attempt_result {
+        try {
+            attempt_result r = attempt();
+            failing_since = {};
+            return r;
+        } catch (const error& e) {
+            if (e.value() != errc::connection_failed && e.value() != errc::timeout) throw;
+            core.throw_if_destroyed(name, "the client was destroyed while this thread waited");
+            const auto now = clock::now();
+            if (failing_since == clock::time_point{}) failing_since = now;
+            if (now >= deadline || now - failing_since >= core.ep.options.command_timeout) throw;
+            return {false, now + std::chrono::milliseconds(25)};
+        }
+    };
+    attempt_result tried = try_once();
     if (tried.done) return true;
     if (clock::now() >= deadline) return false;
     subscriber::subscription sub(*core.sub, channel);
-    sub.wait_active(std::min(deadline, clock::now() + core.ep.options.command_timeout));
+    sub.wait_active(std::min({deadline, tried.again, clock::now() + core.ep.options.command_timeout}));
     std::chrono::milliseconds fallback(10);
     for (;;) {
         core.throw_if_destroyed(name, "the client was destroyed while this thread waited");
         const std::uint64_t seen = sub.generation();
-        tried = attempt();
+        tried = try_once();
         if (tried.done) return true;
         const auto now = clock::now();
         if (now >= deadline) return false;
