@@ -2,11 +2,12 @@
 
 Puts real processes of two libraries on ONE lock name against a real redis-server (and, for
 the RLock hand-over, a real 3-master Redis Cluster) and checks what they do to each other:
-Redisson (Java) against rlock's reentrant_lock, fair_lock, read_write_lock and fencing;
-redis-py's Lock and node-redlock against rlock::mutex. The peers
-(tests/interop/{java,cpp,python,node}) share one command line and one output format:
+Redisson (Java) against rlock's reentrant_lock, fair_lock, read_write_lock, fencing, semaphore,
+count_down_latch and permit_expirable_semaphore; redis-py's Lock and node-redlock against
+rlock::mutex. The peers (tests/interop/{java,cpp,python,node}) share one command line and one
+output format:
 
-    EV <ready|waiting|acquired|gaveup|releasing|released> t=<epoch us> lib=.. thread=.. ...
+    EV <ready|waiting|acquired|gaveup|releasing|released|...> t=<epoch us> lib=.. thread=.. ...
     RESULT lib=.. acq=.. overlaps=.. bad=.. maxwait_ms=.. maxshared=..
     ERROR <what went wrong>
 
@@ -343,6 +344,217 @@ class Suite:
                     % (results["redisson"]["acq"], results["redisson"]["maxwait_ms"],
                        results["rlock"]["acq"], results["rlock"]["maxwait_ms"], most,
                        sum(r["overlaps"] for r in results.values())))
+        return scenario
+
+    # RPermitExpirableSemaphore's layout: the free count at `name`, each taken permit in the
+    # sorted set {name}:timeout (member: the id's 16 bytes, score: the Unix ms its lease ends,
+    # PERMANENT for Redisson's permits without a lease).
+    PERMANENT = 922337203685477
+
+    def permit_bound(self, v):
+        """RPermitExpirableSemaphore and rlock::permit_expirable_semaphore on one name: 2
+        permits; 2 Redisson threads take one each with tryAcquire(what is left, 5 s lease) and
+        release it by its id, 2 rlock threads take a watched one (try_acquire_for, renewed by
+        the watchdog) and release it by the handle, in turn. As semaphore_bound: never more than
+        2 inside; both libraries get permits; no wait over 1500 ms (without the other library's
+        release message a waiter sleeps until the earliest lease ends: up to 3 s for rlock's
+        watched permits, 5 s for Redisson's); at the end both permits are back in the count and
+        {name}:timeout is empty."""
+        def scenario(checks):
+            name, counter = "it:permit-sem:%s" % v, "it:cnt:permit-sem:%s" % v
+            timeouts = "{%s}:timeout" % name
+            permits = 2
+            self.r.delete(name, timeouts, counter)
+            self.r.set(name, permits)  # as trySetPermits(2) leaves it
+            kw = dict(name=name, counter=counter, kind="permit", permits=permits, threads=2,
+                      ms=3000, hold=5, away=2)
+            peers = {"redisson": self.java(v, "redisson", "contend", lease=5000, **kw),
+                     "rlock": self.cpp("rlock", "contend", **kw)}
+            self.go(peers.values())
+            results = {k: p.finish(60) for k, p in peers.items()}
+            self.check_results(checks, results)
+            for lib, res in results.items():
+                if res["acq"] == 0:
+                    checks.append("%s never acquired a permit: no sharing was tested" % lib)
+                if res["maxwait_ms"] > 1500:
+                    checks.append("a %s waiter waited %.0f ms: a release message was missed"
+                                  % (lib, res["maxwait_ms"]))
+            left = self.r.get(name)
+            if left != str(permits):
+                checks.append("%s permits after the run, not %d" % (left, permits))
+            taken = self.r.zcard(timeouts)
+            if taken:
+                checks.append("%s still holds %d permits after the run" % (timeouts, taken))
+            v_ = self.r.get(counter)
+            if v_ not in (None, "0"):
+                checks.append("counter %s is %s after the run" % (counter, v_))
+            most = max(r["maxshared"] for r in results.values())
+            self.r.delete(name, timeouts, counter)
+            return ("2 permits, 2 Redisson threads (tryAcquire, 5 s lease, release(id)) vs 2 rlock "
+                    "threads (watched, released by the handle), 3 s, hold 5 ms, away 2 ms: "
+                    "Redisson %d acquisitions (worst wait %.0f ms), rlock %d (worst wait %.0f ms), "
+                    "at most %d inside at once, overlaps %d; count back at %s, %s %s"
+                    % (results["redisson"]["acq"], results["redisson"]["maxwait_ms"],
+                       results["rlock"]["acq"], results["rlock"]["maxwait_ms"], most,
+                       sum(r["overlaps"] for r in results.values()), left, timeouts,
+                       "empty" if not taken else "holds %d" % taken))
+        return scenario
+
+    def permit_lease(self, v):
+        """RPermitExpirableSemaphore and rlock::permit_expirable_semaphore read each other's
+        permits, on a semaphore of 1 permit (a name of its own for each part):
+          rlock-lease: an rlock process takes the permit with a 1.5 s lease, detaches it and
+            exits; a Redisson tryAcquire (waiting up to 10 s) must get it when the lease ends:
+            1.2 s to 5 s after it was taken (earlier: the lease was cut short, e.g. the exit
+            released it; later or never: the lease's end was not seen);
+          redisson-lease: the same with a Redisson JVM taking it (tryAcquire with a 1.5 s
+            lease) and exiting without releasing it, and an rlock try_acquire_for(10 s) waiting;
+          rlock-id: the id of an rlock permit (20 s lease, detached, its process gone) is
+            released by Redisson's release(id); redisson-id: the id of a Redisson permit without
+            a lease (scored 922337203685477) by rlock's release(id). The count must come back
+            to 1 and {name}:timeout be empty, and the releaser's second try at the id must be
+            refused.
+        While a permit is taken, Redis must show it in Redisson's layout: count 0, the id (32
+        lowercase hex digits) as the 16-byte member of {name}:timeout, scored with the lease's
+        end."""
+        def scenario(checks):
+            lease = 1500
+            raw = redis.Redis(host="127.0.0.1", port=self.opts.port)  # the ids' bytes as they are
+            figures = []
+
+            def peer(lib, part, who, **kw):
+                label = "%s_%s-%s" % (part, lib.lower(), who)
+                if lib == "rlock":
+                    return self.cpp(label, "permit", **kw)
+                return self.java(v, label, "permit", **kw)
+
+            def server_ms():
+                sec, usec = self.r.time()
+                return sec * 1000 + usec // 1000
+
+            def fresh(part):
+                name = "it:permit-lease:%s:%s" % (v, part)
+                self.r.delete(name, "{%s}:timeout" % name)
+                self.r.set(name, 1)  # as trySetPermits(1) leaves it
+                return name
+
+            def start(p):
+                """Waits for p's ready and starts it now."""
+                p.wait_events("ready", 1, 90)
+                p.go(int(time.time() * 1000))
+
+            def taken(part, lib, name, pid, ends):
+                """Checks that Redis shows permit `pid` taken and nothing else, its lease ending
+                `ends` ms from now (at most 500 ms less: the time since it was taken; PERMANENT:
+                no lease); returns a figure."""
+                if not re.fullmatch(r"[0-9a-f]{32}", pid or ""):
+                    checks.append("%s: %s gave out the id %r, not 32 lowercase hex digits"
+                                  % (part, lib, pid))
+                    return "bad id"
+                count = self.r.get(name)
+                now = server_ms()
+                members = raw.zrange("{%s}:timeout" % name, 0, -1, withscores=True)
+                score = dict(members).get(bytes.fromhex(pid))
+                if count != "0" or len(members) != 1 or score is None:
+                    checks.append("%s: with %s's permit %s taken, the count is %s and {%s}:timeout "
+                                  "holds %s (expected 0, and that id's 16 bytes alone)"
+                                  % (part, lib, pid, count, name,
+                                     [(m.hex(), int(sc)) for m, sc in members] or "nothing"))
+                    return "layout wrong"
+                score = int(score)
+                if ends == self.PERMANENT:
+                    if score != self.PERMANENT:
+                        checks.append("%s: %s's permit without a lease is scored %d, not %d"
+                                      % (part, lib, score, self.PERMANENT))
+                    return "scored %d" % score
+                left = score - now
+                if not ends - 500 <= left <= ends + 50:
+                    checks.append("%s: %s's permit with a %d ms lease is scored to end %d ms "
+                                  "from now" % (part, lib, ends, left))
+                return "scored to end in %d ms" % left
+
+            def back(part, name):
+                """Checks that the permit is back: count 1, {name}:timeout empty."""
+                count = self.r.get(name)
+                members = self.r.zcard("{%s}:timeout" % name)
+                if count != "1" or members:
+                    checks.append("%s: at the end the count is %s and {%s}:timeout holds %d "
+                                  "(expected 1 and none)" % (part, count, name, members))
+                self.r.delete(name, "{%s}:timeout" % name)
+                return count
+
+            def lease_end(part, take_lib, wait_lib):
+                """take_lib takes the permit with the lease, leaves it taken and exits; wait_lib
+                waits for it (up to 10 s) from then on."""
+                name = fresh(part)
+                taker = peer(take_lib, part, "taker", name=name, role="take", wait=2000,
+                             lease=lease, after="detach")
+                waiter = peer(wait_lib, part, "waiter", name=name, role="take", wait=10000,
+                              lease=5000 if wait_lib == "Redisson" else 0, hold=100)
+                waiter.wait_events("ready", 1, 90)
+                start(taker)
+                taker.wait_events("detached", 1, 15)
+                got = taker.events("acquired")[0]
+                layout = taken(part, take_lib, name, got.get("id"), lease)
+                start(waiter)
+                results = {taker.label: taker.finish(15)}
+                # The taker is gone; until its lease ends its permit is still taken.
+                if server_ms() < got["t"] + lease - 100 and \
+                        raw.zscore("{%s}:timeout" % name, bytes.fromhex(got["id"])) is None:
+                    checks.append("%s: %s's permit was released when its process exited"
+                                  % (part, take_lib))
+                results[waiter.label] = waiter.finish(20)
+                self.check_results(checks, results)
+                acquired = waiter.events("acquired")
+                if not acquired:
+                    checks.append("%s: the %s waiter %s: the lease of %s's permit was not "
+                                  "honoured (the permit never came back)"
+                                  % (part, wait_lib, "gave up after 10 s" if waiter.events("gaveup")
+                                     else "did not get the permit", take_lib))
+                    back(part, name)
+                    return "%s: the %s waiter never got it" % (part, wait_lib)
+                after = acquired[0]["t"] - got["t"]
+                waited = acquired[0]["t"] - waiter.events("waiting")[0]["t"]
+                if not 1200 <= after <= 5000:
+                    checks.append("%s: the %s waiter got the permit %.0f ms after %s took it "
+                                  "with a %d ms lease (expected 1200 to 5000 ms)"
+                                  % (part, wait_lib, after, take_lib, lease))
+                back(part, name)
+                return ("%s: %s took it with a %d ms lease (%s) and exited; the %s waiter got it "
+                        "%.0f ms after it was taken (waited %.0f ms)"
+                        % (part, take_lib, lease, layout, wait_lib, after, waited))
+
+            def id_across(part, take_lib, release_lib, take_lease):
+                """take_lib takes the permit (take_lease ms, 0: none), leaves it taken and exits;
+                release_lib releases it by its id."""
+                name = fresh(part)
+                taker = peer(take_lib, part, "taker", name=name, role="take", wait=2000,
+                             lease=take_lease, after="detach")
+                start(taker)
+                taker.wait_events("detached", 1, 15)
+                pid = taker.events("acquired")[0].get("id")
+                layout = taken(part, take_lib, name, pid,
+                               take_lease if take_lease else self.PERMANENT)
+                results = {taker.label: taker.finish(15)}
+                releaser = peer(release_lib, part, "releaser", name=name, role="release", id=pid)
+                start(releaser)
+                results[releaser.label] = releaser.finish(20)
+                self.check_results(checks, results)
+                released = bool(releaser.events("released"))
+                if not released:
+                    checks.append("%s: %s did not release %s's permit %s by its id"
+                                  % (part, release_lib, take_lib, pid))
+                count = back(part, name)
+                return ("%s: %s's permit %s (%s, %s) %s by %s's release(id)%s, count then %s"
+                        % (part, take_lib, pid, "%d s lease" % (take_lease // 1000) if take_lease
+                           else "no lease", layout, "released" if released else "NOT released",
+                           release_lib, " (the id refused after)" if released else "", count))
+
+            figures.append(lease_end("rlock-lease", "rlock", "Redisson"))
+            figures.append(lease_end("redisson-lease", "Redisson", "rlock"))
+            figures.append(id_across("rlock-id", "rlock", "Redisson", 20000))
+            figures.append(id_across("redisson-id", "Redisson", "rlock", 0))
+            return "; ".join(figures)
         return scenario
 
     def latch_wakeup(self, v):
@@ -710,6 +922,8 @@ def main():
         suite.run("redisson-%s/fenced" % v, suite.fenced(v))
         suite.run("redisson-%s/semaphore" % v, suite.semaphore_bound(v))
         suite.run("redisson-%s/latch" % v, suite.latch_wakeup(v))
+        suite.run("redisson-%s/permit-semaphore" % v, suite.permit_bound(v))
+        suite.run("redisson-%s/permit-lease" % v, suite.permit_lease(v))
         if opts.cluster:
             suite.run("redisson-%s/cluster-handover" % v, suite.rlock_watchdog_handover(v, cluster=True))
     if opts.python:

@@ -2,7 +2,7 @@
 // (tests/interop/java/.../Peer.java), the python and the node peers, so one orchestrator
 // (tests/interop/run.py) can put any of them on one lock name.
 //
-//   rlock_interop_peer <contend|once> key=value ...
+//   rlock_interop_peer <contend|once|latch|permit> key=value ...
 //
 // Common keys: port (redis-server on 127.0.0.1; with cluster=host:port,... the locks are in
 // that Redis Cluster and only the overlap counters on port), name (the lock), kind (lock =
@@ -20,13 +20,18 @@
 //   inner level, hold again: others entering then are overlaps), DECR, unlock, stay away `away`
 //   ms. kind=rw: a reader or a writer at random; a writer INCRs <counter>:w and must see 1 and
 //   <counter>:r at 0, a reader INCRs <counter>:r and must see <counter>:w at 0. kind=fenced:
-//   each token must exceed the last token any peer stored in <counter>:last.
+//   each token must exceed the last token any peer stored in <counter>:last. kind=semaphore
+//   (rlock::semaphore) and kind=permit (rlock::permit_expirable_semaphore, watched permits):
+//   one permit per round, the counter may reach `permits`.
 //   Prints: RESULT acq=.. overlaps=.. bad=.. maxwait_ms=.. maxshared=..
 //   maxwait_ms counts every wait, the last one that ran into the end of the run included.
 // once: each thread prints `EV waiting`, waits up to `wait` ms (wait=-1: lock()), then
 //   `EV acquired` (or `EV gaveup`), holds `hold` ms, checks that it still holds (not lost(),
 //   and Redis agrees), prints `EV releasing`, unlocks, `EV released`. EV lines carry
 //   t=<epoch microseconds>.
+// latch (rlock::count_down_latch) and permit (rlock::permit_expirable_semaphore: take a permit
+//   with or without a lease and release or detach it, or release one by id): see latch() and
+//   permit_once() below.
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
@@ -216,7 +221,8 @@ struct locks {
             one = std::make_unique<exclusive<rlock::fair_lock>>(c, name, rlock::lock_options{});
         } else if (kind == "mutex") {
             one = std::make_unique<exclusive<rlock::mutex>>(c, name, rlock::lock_options{});
-        } else if (kind != "read" && kind != "write" && kind != "rw" && kind != "semaphore") {
+        } else if (kind != "read" && kind != "write" && kind != "rw" && kind != "semaphore" &&
+                   kind != "permit") {
             throw std::invalid_argument("unknown kind " + kind);
         }
     }
@@ -261,6 +267,91 @@ void contend_semaphore(rlock::client& c, int port, int thread) {
         s.release();
         std::this_thread::sleep_for(away);
     }
+}
+
+// contend with kind=permit: rlock::permit_expirable_semaphore `name`, one watched permit per
+// round (try_acquire_for(what is left), no lease: renewed by the watchdog), released by its
+// handle; the counter may reach `permits`, never more, and the permit must not be lost.
+void contend_permit(rlock::client& c, int port, int thread) {
+    const std::string counter = arg("counter", "interop:counter");
+    const milliseconds hold(num("hold", 1)), away(num("away", 1));
+    const long long permits = num("permits", 1);
+    rlock::permit_expirable_semaphore s(c, arg("name", "interop"));
+    start(thread, [&] { (void)s.available_permits(); });
+    const auto end = steady::now() + milliseconds(num("ms", 3000));
+    counters redis(port);
+    while (true) {
+        const auto left = std::chrono::duration_cast<milliseconds>(end - steady::now());
+        if (left <= milliseconds(0)) break;
+        const auto t0 = steady::now();
+        rlock::permit p = s.try_acquire_for(left);
+        const auto waited = steady::now() - t0;
+        update_max(max_wait_us,
+                   std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
+        if (!p) break;
+        ++acquisitions;
+        const long long in = redis.incr(counter, 1);
+        update_max(max_shared, in);
+        if (in > permits) ++overlaps;
+        std::this_thread::sleep_for(hold);
+        if (p.lost()) fail("permit " + p.id() + " lost while held");
+        redis.incr(counter, -1);
+        p.release();
+        std::this_thread::sleep_for(away);
+    }
+}
+
+// permit: rlock::permit_expirable_semaphore `name`, one permit per thread; role, wait, lease,
+// after and hold are comma lists.
+//   role=take: waits up to `wait` ms for a permit, leased `lease` ms (lease=0: watched), with
+//     events waiting, then acquired id=<hex> (or gaveup). after=release: holds `hold` ms,
+//     checks it still holds, releases it by the handle (releasing, released). after=detach:
+//     gives the permit up without releasing it (detached id=<hex>), so that the process exits
+//     with it taken.
+//   role=release: releases the permit `id` (given out by any client) by id (releasing,
+//     released), then checks that the id is refused from then on: try_release false, release
+//     not_owner.
+void permit_once(rlock::client& c, int thread) {
+    rlock::permit_expirable_semaphore s(c, arg("name", "interop"));
+    const std::string role = item("role", thread, "take");
+    start(thread, [&] { (void)s.available_permits(); });
+    if (role == "release") {
+        const std::string id = arg("id", "");
+        event("releasing", thread, "id=" + id);
+        s.release(id);
+        event("released", thread, "id=" + id);
+        if (s.try_release(id)) fail("try_release(" + id + ") true after the permit was released");
+        try {
+            s.release(id);
+            fail("a second release(" + id + ") did not throw");
+        } catch (const rlock::error& e) {
+            if (e.value() != rlock::errc::not_owner) {
+                fail(std::string("a second release threw other than not_owner: ") + e.what());
+            }
+        }
+        return;
+    }
+    const milliseconds wait(std::stoll(item("wait", thread, "10000")));
+    const milliseconds lease(std::stoll(item("lease", thread, "0")));
+    event("waiting", thread);
+    rlock::permit p = lease.count() > 0 ? s.try_acquire_for(wait, lease) : s.try_acquire_for(wait);
+    if (!p) {
+        event("gaveup", thread);
+        return;
+    }
+    const std::string id = p.id();
+    event("acquired", thread, "id=" + id);
+    ++acquisitions;
+    if (item("after", thread, "release") == "detach") {
+        (void)p.detach();
+        event("detached", thread, "id=" + id);
+        return;
+    }
+    std::this_thread::sleep_for(milliseconds(std::stoll(item("hold", thread, "100"))));
+    if (p.lost()) fail("permit " + id + " lost while held");
+    event("releasing", thread, "id=" + id);
+    p.release();
+    event("released", thread, "id=" + id);
 }
 
 // latch: rlock::count_down_latch `name`. Thread i's role (role=wait|down, a comma list) waits
@@ -375,7 +466,8 @@ void once(locks& all, int port, int thread) {
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: rlock_interop_peer <contend|once> key=value ...\n");
+        std::fprintf(stderr,
+                     "usage: rlock_interop_peer <contend|once|latch|permit> key=value ...\n");
         return 2;
     }
     const std::string command = argv[1];
@@ -416,10 +508,14 @@ int main(int argc, char** argv) {
                 try {
                     if (command == "contend" && arg("kind", "lock") == "semaphore") {
                         contend_semaphore(client, port, i);
+                    } else if (command == "contend" && arg("kind", "lock") == "permit") {
+                        contend_permit(client, port, i);
                     } else if (command == "contend") {
                         contend(all, port, i);
                     } else if (command == "latch") {
                         latch(client, i);
+                    } else if (command == "permit") {
+                        permit_once(client, i);
                     } else if (command == "once") {
                         once(all, port, i);
                     } else {

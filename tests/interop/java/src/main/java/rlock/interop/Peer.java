@@ -1,7 +1,7 @@
 // The Redisson side of scripts/interop: real RLock, RFairLock, RReadWriteLock and RFencedLock
 // holds on a lock name that C++ processes using rlock share.
 //
-//   java rlock.interop.Peer <contend|once> key=value ...
+//   java rlock.interop.Peer <contend|once|latch|permit> key=value ...
 //
 // Common keys: port (redis-server on 127.0.0.1; with cluster=host:port,... the locks are in that
 // Redis Cluster and only the overlap counters on port), name (the lock), kind (lock | fair | read |
@@ -26,6 +26,10 @@
 //   (isHeldByCurrentThread), prints `EV releasing`, unlocks, `EV released`. Every EV line
 //   carries t=<epoch microseconds>.
 //   Prints: RESULT acq=.. overlaps=.. bad=..
+// contend with kind=semaphore (RSemaphore) or kind=permit (RPermitExpirableSemaphore), latch
+//   (RCountDownLatch) and permit (RPermitExpirableSemaphore: take a permit with or without a
+//   lease and release it or leave it taken, or release one by id): see contendSemaphore,
+//   contendPermit, latch and permit below.
 package rlock.interop;
 
 import java.io.BufferedReader;
@@ -44,6 +48,7 @@ import org.redisson.Redisson;
 import org.redisson.api.RCountDownLatch;
 import org.redisson.api.RFencedLock;
 import org.redisson.api.RLock;
+import org.redisson.api.RPermitExpirableSemaphore;
 import org.redisson.api.RReadWriteLock;
 import org.redisson.api.RSemaphore;
 import org.redisson.api.RedissonClient;
@@ -64,7 +69,7 @@ public final class Peer {
 
     public static void main(String[] argv) throws Exception {
         if (argv.length < 1) {
-            System.err.println("usage: Peer <contend|once> key=value ...");
+            System.err.println("usage: Peer <contend|once|latch|permit> key=value ...");
             System.exit(2);
         }
         Peer p = new Peer();
@@ -165,6 +170,7 @@ public final class Peer {
                         if (command.equals("contend")) contend(index);
                         else if (command.equals("once")) once(index);
                         else if (command.equals("latch")) latch(index);
+                        else if (command.equals("permit")) permit(index);
                         else throw new IllegalArgumentException("unknown command " + command);
                     } catch (Exception e) {
                         say("ERROR thread=" + index + " " + e);
@@ -253,10 +259,91 @@ public final class Peer {
         }
     }
 
+    /**
+     * contend with kind=permit: RPermitExpirableSemaphore `name`, one permit per round, taken by
+     * tryAcquire(what is left, lease, ms) (lease: `lease` ms, default 5000) and released by its
+     * id; the counter may reach `permits`, never more.
+     */
+    private void contendPermit(int thread) throws Exception {
+        final String counter = arg("counter", "interop:counter");
+        final long hold = num("hold", 1), away = num("away", 1), permits = num("permits", 1);
+        final long lease = num("lease", 5000);
+        RPermitExpirableSemaphore s = redisson.getPermitExpirableSemaphore(arg("name", "interop"));
+        s.availablePermits();
+        startWarm(thread);
+        final long end = System.nanoTime() + num("ms", 3000) * 1_000_000L;
+        while (true) {
+            long left = (end - System.nanoTime()) / 1_000_000L;
+            if (left <= 0) break;
+            long t0 = System.nanoTime();
+            String id = s.tryAcquire(left, lease, TimeUnit.MILLISECONDS);
+            updateMax(maxWaitUs, (System.nanoTime() - t0) / 1000);
+            if (id == null) break;
+            acquisitions.incrementAndGet();
+            long in = incr(counter, 1);
+            updateMax(maxShared, in);
+            if (in > permits) overlaps.incrementAndGet();
+            Thread.sleep(hold);
+            incr(counter, -1);
+            s.release(id);  // throws when the permit is no longer taken
+            if (away > 0) Thread.sleep(away);
+        }
+    }
+
+    /**
+     * permit: RPermitExpirableSemaphore `name`, one permit per thread; role, wait, lease, after
+     * and hold are comma lists.
+     * role=take: tryAcquire(wait, lease, ms) (lease=0: -1, a permit without lease), with events
+     *   waiting, then acquired id=<hex> (or gaveup). after=release: holds `hold` ms and releases
+     *   it by its id (releasing, released). after=detach: leaves it taken (detached id=<hex>),
+     *   so that the JVM exits without releasing it.
+     * role=release: release(`id`) of a permit given out by any client (releasing, released),
+     *   then checks that tryRelease(id) is false from then on.
+     */
+    private void permit(int thread) throws Exception {
+        RPermitExpirableSemaphore s = redisson.getPermitExpirableSemaphore(arg("name", "interop"));
+        String role = item("role", thread, "take");
+        s.availablePermits();
+        startWarm(thread);
+        if (role.equals("release")) {
+            String id = arg("id", "");
+            event("releasing", thread, "id=" + id);
+            s.release(id);
+            event("released", thread, "id=" + id);
+            if (s.tryRelease(id)) {
+                say("ERROR tryRelease(" + id + ") true after the permit was released");
+                bad.incrementAndGet();
+            }
+            return;
+        }
+        long wait = Long.parseLong(item("wait", thread, "10000"));
+        long lease = Long.parseLong(item("lease", thread, "0"));
+        event("waiting", thread, "");
+        String id = s.tryAcquire(wait, lease > 0 ? lease : -1, TimeUnit.MILLISECONDS);
+        if (id == null) {
+            event("gaveup", thread, "");
+            return;
+        }
+        event("acquired", thread, "id=" + id);
+        acquisitions.incrementAndGet();
+        if (item("after", thread, "release").equals("detach")) {
+            event("detached", thread, "id=" + id);
+            return;
+        }
+        Thread.sleep(Long.parseLong(item("hold", thread, "100")));
+        event("releasing", thread, "id=" + id);
+        s.release(id);
+        event("released", thread, "id=" + id);
+    }
+
     private void contend(int thread) throws Exception {
         final String kind = arg("kind", "lock");
         if (kind.equals("semaphore")) {
             contendSemaphore(thread);
+            return;
+        }
+        if (kind.equals("permit")) {
+            contendPermit(thread);
             return;
         }
         final String counter = arg("counter", "interop:counter");
