@@ -261,6 +261,9 @@ TEST(cluster_parse, every_publishing_script_has_an_spublish_form_and_the_others_
         {"semaphore release / add_permits", &semaphore_scripts::add()},
         {"semaphore / latch try_set", &count_scripts::try_set()},
         {"latch count_down", &latch_scripts::count_down()},
+        {"permit acquire (puts ended leases back)", &permit_scripts::acquire()},
+        {"permit release by a handle", &permit_scripts::release_packed()},
+        {"permit release by id", &permit_scripts::release_ids()},
     };
     for (const auto& [what, s] : publishing) {
         const std::string classic(s->body()), sharded(s->body(true));
@@ -376,6 +379,20 @@ TEST(cluster, semaphores_and_latches_run_on_the_master_of_their_slot_and_wake_wa
         EXPECT_EQ(la.count_down(), 0);
         ASSERT_TRUE(waiter.get()) << "the latch waiter on " << ln << " missed the zero message";
         EXPECT_EQ(m->integer({"EXISTS", ln}), 0);
+
+        // Both keys of a permit semaphore in the slot of its name; a watched permit renewed there.
+        const std::string pn = name_on(c, *m, stem + ".permits");
+        rlock::permit_expirable_semaphore pa(a, pn), pb(b, pn);
+        ASSERT_TRUE(pa.try_set_permits(1));
+        rlock::permit p = pa.acquire();
+        EXPECT_EQ(m->integer({"ZCARD", "{" + pn + "}:timeout"}), 1) << "not on the master of its slot";
+        auto other = std::async(std::launch::async, [&] { return pb.try_acquire_for(10s, 5s); });
+        std::this_thread::sleep_for(200ms);
+        p.release();
+        rlock::permit q = other.get();
+        ASSERT_TRUE(q) << "the permit waiter on " << pn << " missed the release";
+        q.release();
+        EXPECT_EQ(pb.available_permits(), 1);
     }
 }
 

@@ -430,6 +430,57 @@ TEST(sentinel, a_failover_moves_holds_waiters_and_new_commands_to_the_new_master
     EXPECT_EQ(told.load(), 0);
 }
 
+// The synchronizers follow a failover as the locks do: a watched permit is renewed on the new
+// master and not reported lost; a semaphore waiter and a latch waiter, subscribed on the old
+// master, are woken by a release and a count down on the new one.
+TEST(sentinel, semaphores_latches_and_watched_permits_follow_a_failover) {
+    sentinel_deployment d(true);
+    rlock::client_options o = rlock::client_options::from_uri(d.uri());
+    o.lock_watchdog_timeout = 5s;  // longer than a failover takes, as above
+    std::atomic<int> told{0};
+    o.on_lock_lost = [&](std::string_view, const rlock::error&) { ++told; };
+    rlock::client a(o), b(o);
+    const std::string stem = rlock_test::test_lock_name();
+    rlock::permit_expirable_semaphore pa(a, stem + ".permits");
+    ASSERT_TRUE(pa.try_set_permits(1));
+    rlock::permit p = pa.acquire();
+    rlock::semaphore sa(a, stem + ".sem"), sb(b, stem + ".sem");
+    ASSERT_TRUE(sa.try_set_permits(0));
+    rlock::count_down_latch la(a, stem + ".latch"), lb(b, stem + ".latch");
+    ASSERT_TRUE(la.try_set_count(1));
+    auto sem_waiter = std::async(std::launch::async, [&] { return sb.try_acquire_for(60s); });
+    auto latch_waiter = std::async(std::launch::async, [&] { return lb.wait_for(60s); });
+    const std::string sem_channel = "redisson_sc:{" + stem + ".sem}";
+    const std::string latch_channel = "redisson_countdownlatch__channel__{" + stem + ".latch}";
+    ASSERT_TRUE(eventually([&] {
+        return d.subscribers(d.r.master, sem_channel) == 1 && d.subscribers(d.r.master, latch_channel) == 1;
+    }, 10s)) << "the waiters never subscribed";
+    // No WAIT here: the switch must not come before the replica has the keys.
+    ASSERT_TRUE(eventually([&] {
+        return d.r.replica.text({"GET", stem + ".latch"}) == "1" &&
+               d.r.replica.integer({"ZCARD", "{" + stem + ".permits}:timeout"}) == 1;
+    }, 10s)) << "the replica never got the keys";
+
+    d.fail_over();
+    EXPECT_TRUE(eventually([&] {
+        return d.subscribers(d.r.replica, sem_channel) == 1 && d.subscribers(d.r.replica, latch_channel) == 1;
+    }, 10s)) << "the waiters' subscriptions did not move to the new master";
+    std::this_thread::sleep_for(o.lock_watchdog_timeout + 1s);  // a lease on: renewed there or gone
+    EXPECT_FALSE(p.lost());
+    EXPECT_EQ(told.load(), 0) << "a permit that moved with the failover was reported lost";
+    EXPECT_EQ(pa.acquired_permits(), 1);
+
+    sa.release();
+    EXPECT_EQ(la.count_down(), 0);
+    ASSERT_EQ(sem_waiter.wait_for(30s), std::future_status::ready);
+    EXPECT_TRUE(sem_waiter.get()) << "the semaphore waiter missed the release on the new master";
+    ASSERT_EQ(latch_waiter.wait_for(30s), std::future_status::ready);
+    EXPECT_TRUE(latch_waiter.get()) << "the latch waiter missed the zero message on the new master";
+    p.release();
+    EXPECT_EQ(pa.available_permits(), 1);
+    EXPECT_EQ(told.load(), 0);
+}
+
 // What a client still connected to a demoted master sees: READONLY, reported as
 // connection_failed (the connection is replaced; with Sentinel the new one goes to the new
 // master), carrying Redis's text, with nothing written.
