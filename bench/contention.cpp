@@ -97,7 +97,7 @@ struct turn {
 [[noreturn]] void usage(const char* why) {
     std::fprintf(
         stderr,
-        "contention: %s\nusage: contention [--kind mutex|reentrant|fair|rw-write|semaphore] "
+        "contention: %s\nusage: contention [--kind mutex|reentrant|fair|rw-write|semaphore|permits] "
         "[--workers N] [--permits N] [--hold-ms MS] [--away-ms MS] [--seconds S] "
         "[--uri redis://127.0.0.1:PORT] "
         "[--name LOCK] [--observe] [--detail]\n",
@@ -230,6 +230,15 @@ struct semaphore_permit {
     rlock::semaphore s;
 };
 
+/// rlock::permit_expirable_semaphore as a lock of one watched permit each.
+struct expirable_permit {
+    expirable_permit(rlock::client& c, const std::string& name) : s(c, name) {}
+    void lock() { p = s.acquire(); }
+    void unlock() { p.release(); }
+    rlock::permit_expirable_semaphore s;
+    rlock::permit p;
+};
+
 using worker_fn = int (*)(const options&);
 
 // One row per lock kind.
@@ -239,6 +248,7 @@ constexpr std::pair<std::string_view, worker_fn> kinds[] = {
     {"fair", run_worker<rlock::fair_lock>},
     {"rw-write", run_worker<rlock::read_write_lock>},  // the write side: lock() / unlock()
     {"semaphore", run_worker<semaphore_permit>},      // --permits holders at once
+    {"permits", run_worker<expirable_permit>},        // the same with ids and leases
 };
 
 worker_fn find_kind(std::string_view name) {
@@ -473,13 +483,13 @@ int parent_main(options o) {
     }
     const rlock::client_options co = rlock::client_options::from_uri(o.uri);
     const double load = load_average();
-    if (o.kind == "semaphore") {
+    if (o.kind == "semaphore" || o.kind == "permits") {
         rlock::client setup(co);
-        rlock::semaphore s(setup, o.name);
+        rlock::semaphore s(setup, o.name);  // the count key is the same in both layouts
         (void)s.drain_permits();
         (void)s.add_permits(o.permits);
     } else if (o.permits != 1) {
-        usage("--permits is for --kind semaphore");
+        usage("--permits is for --kind semaphore or permits");
     }
 
     int go[2];
@@ -581,7 +591,7 @@ int parent_main(options o) {
     }
 
     const std::string label =
-        o.kind == "semaphore" ? o.kind + " P=" + std::to_string(o.permits) : o.kind;
+        o.kind == "semaphore" || o.kind == "permits" ? o.kind + " P=" + std::to_string(o.permits) : o.kind;
     std::printf(
         "kind=%s W=%d H=%g A=%g T=%g acq/s=%.1f busy=%.3f wait_ms_p50/p99/max=%.2f/%.2f/%.2f "
         "handoff_ms_p50/p99=%.3f/%.3f violations=%ld load=%.2f\n",
