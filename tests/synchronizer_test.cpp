@@ -617,6 +617,11 @@ TEST(permit_expirable_semaphore, a_permit_found_gone_is_told_to_its_owner) {
     EXPECT_EQ(lost.calls.load(), 1);
     EXPECT_EQ(lost.last_hold_id.load(), p.hold_id());
     EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::lock_lost));
+    {
+        std::lock_guard<std::mutex> g(lost.mu);
+        EXPECT_EQ(lost.last_lock, name());
+        EXPECT_NE(lost.last_message.find("permit gone"), std::string::npos) << lost.last_message;
+    }
     EXPECT_TRUE(p.lost());
     p.release();
     EXPECT_EQ(lost.calls.load(), 1) << "told twice";

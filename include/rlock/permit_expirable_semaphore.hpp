@@ -73,7 +73,9 @@ namespace detail {
 
 /// What the watchdog knows of a permit: its batch renewal.
 struct permit_kind {
-    static inline const kind_info info{"permit", &permit_scripts::renew};
+    static inline const kind_info info{"permit", &permit_scripts::renew, true,
+                                       "the watchdog found the permit gone: its lease ended, or it "
+                                       "was released or reclaimed by another client"};
 };
 
 /// A permit id as Redisson writes one (lowercase hex, even length) to its bytes; false for

@@ -27,6 +27,7 @@ struct kind_info {
     const char* name = nullptr;            // "mutex", "reentrant_lock": for messages
     const script& (*renew)() = nullptr;    // batch renewal; KEYS = lock keys, ARGV = lease, values...
     bool follows_ask = true;               // Redis Cluster: see kind_defaults::follows_ask
+    const char* gone = nullptr;            // why a renewal found a hold gone, when not a lock's
 };
 
 /// A hold id: unique in the process, never 0.

@@ -121,8 +121,10 @@ public:
             const hold& h = *holds[i];
             if (r.gone[i]) {
                 reg.tell_hold(h, error(errc::lock_lost, h.name, ep.name,
-                                   "the watchdog found the hold gone: the key expired, was "
-                                   "deleted or belongs to another holder now"));
+                                   h.kind->gone != nullptr
+                                       ? h.kind->gone
+                                       : "the watchdog found the hold gone: the key expired, was "
+                                         "deleted or belongs to another holder now"));
             } else {
                 reg.tell_hold(h,
                      error(errc::lock_lost, h.name, ep.name,
