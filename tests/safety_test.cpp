@@ -19,7 +19,7 @@
 //      counter == completed sections of untold holders + accepted writes of told holders);
 //   5. lock() of a thread that holds nothing never reports a lost hold;
 // plus what the scenario is about (the switch at the end of the test).
-// Each test prints one summary line. The 43 tests take about 2 minutes on 2 cores. The
+// Each test prints one summary line. The 43 lock tests take about 2 minutes on 2 cores. The
 // semaphores have a checker of their own (permits_checker, below): at most N holders.
 #include <signal.h>
 

@@ -775,6 +775,24 @@ TEST(permit_expirable_semaphore, bad_input_and_foreign_keys_are_refused_with_red
     }
 }
 
+// A leased permit released after its lease ended: lost() said so before release and still
+// says so after; nobody is told (a lease that ends is how a leased permit ends), and nothing
+// is freed twice.
+TEST(permit_expirable_semaphore, a_leased_permit_ends_with_its_lease_and_stays_lost) {
+    rlock_test::lost_log lost;
+    rlock::client c(quick_watchdog(server(), &lost));
+    rlock::permit_expirable_semaphore s(c, name());
+    ASSERT_TRUE(s.try_set_permits(1));
+    rlock::permit p = s.acquire(200ms);
+    EXPECT_FALSE(p.lost());
+    std::this_thread::sleep_for(400ms);
+    EXPECT_TRUE(p.lost());
+    p.release();
+    EXPECT_TRUE(p.lost()) << "release took back the verdict";
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+    EXPECT_EQ(s.available_permits(), 1);
+}
+
 TEST(permit_expirable_semaphore, update_lease_time_moves_a_permits_end) {
     rlock::client c(server().options());
     rlock::permit_expirable_semaphore s(c, name());

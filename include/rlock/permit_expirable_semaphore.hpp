@@ -19,8 +19,8 @@
 // other's waiters, and either can release a permit by the id the other gave out.
 //
 // A permit's lease is judged by the server's clock (TIME), one clock for every rlock client.
-// A permit whose lease has ended is free again: the next script that looks (an acquire, a
-// release) puts it back into the count. So the permits of a holder that died come back when
+// A permit whose lease has ended is free again: the next acquire puts it back into the count
+// (as Redisson's does), and available_permits() counts it as free already. So the permits of a holder that died come back when
 // their lease ends, and a waiter wakes when the earliest lease ends, with no message.
 //
 // Beyond Redisson:
@@ -32,9 +32,9 @@
 //     client released or reclaimed it — is told to its owner: on_lock_lost (client_options),
 //     once, and `lost()` on the permit.
 //   - Releasing several ids is all or nothing: one unknown id and nothing is released
-//     (Redisson releases the others, #6343).
-//   - available_permits() counts permits whose lease has ended as free (Redisson's counted
-//     them as taken until a write put them back, #659).
+//     (Redisson released the others until its fix of #6343, after 3.35.0).
+//   - available_permits() counts permits whose lease has ended as free, and writes nothing
+//     (Redisson counted them as taken until a write put them back, #659; it now writes).
 //   - A waiter for n permits is served once n are free, and never left waiting for a lease
 //     that ended without a message.
 //
@@ -158,22 +158,18 @@ public:
         const detail::registry::hold_ptr h = std::move(hold_);
         detail::registry& reg = core_->reg;
         reg.remove(h);  // no renewal of it reaches Redis after this
+        lost_at_release_ = reg.is_lost(*h);  // a lease that ended before release stays lost
         const auto packed = static_cast<long long>(ids_.size());
+        ids_.clear();
         long long kept = 0;
         try {
             core_->throw_if_destroyed(keys_.name, "the client these permits came from has been destroyed");
-            kept = core_->pool.run(keys_.name, detail::on_break::retry, [&](const detail::connection& c) {
-                return detail::eval_integer(c, detail::permit_scripts::release_packed(),
-                                            {keys_.name, keys_.timeouts}, {keys_.channel, h->value},
-                                            keys_.name, core_->ep.name);
-            });
+            kept = send_release(h->value);
         } catch (const error& e) {
             lost_at_release_ = true;
             reg.report(*h, e);
-            ids_.clear();
             return;
         }
-        ids_.clear();
         if (kept < packed && !reg.ended_by_lease(*h)) {
             lost_at_release_ = true;  // before the owner is told: a handler that asks sees it
             reg.report(*h, error(errc::lock_lost, keys_.name, core_->ep.name,
@@ -198,6 +194,37 @@ private:
     permit(std::shared_ptr<detail::client_core> core, detail::permit_keys keys,
            std::vector<std::string> ids, detail::registry::hold_ptr hold)
         : core_(std::move(core)), keys_(std::move(keys)), ids_(std::move(ids)), hold_(std::move(hold)) {}
+
+    // Runs the release script: how many of the packed ids were still held. A broken
+    // connection gets one more try on a new one; if that finds none held while the first try
+    // most likely ran (it reached the same server process, as basic_lock::release judges by
+    // run_id), the first try released them: all count as held.
+    long long send_release(const std::string& packed) {
+        bool first_ran = true;
+        std::uint64_t first_server = 0;
+        for (int round = 0;; ++round) {
+            std::uint64_t server_id = 0;
+            try {
+                const long long kept = core_->pool.run(keys_.name, detail::on_break::fail,
+                                                       [&](const detail::connection& c) {
+                    server_id = c.server_id;
+                    return detail::eval_integer(c, detail::permit_scripts::release_packed(),
+                                                {keys_.name, keys_.timeouts}, {keys_.channel, packed},
+                                                keys_.name, core_->ep.name);
+                });
+                if (round > 0 && kept == 0 && first_ran &&
+                    (first_server == 0 || server_id == 0 || first_server == server_id)) {
+                    return static_cast<long long>(packed.size() / 16);
+                }
+                return kept;
+            } catch (const error& e) {
+                const bool io = e.value() == errc::connection_failed || e.value() == errc::timeout;
+                if (!io || round > 0) throw;
+                first_ran = !detail::error_access::origin(e).readonly;
+                first_server = server_id;
+            }
+        }
+    }
 
     void reset() noexcept {
         if (!hold_) return;
@@ -300,8 +327,9 @@ public:
     bool try_release(const std::string& id) { return release_ids({id}) == 0; }
 
     /// Sets the lease of the permit `id` to end `lease` from now; false when it is not taken
-    /// with its lease running (nothing written). A watched permit's next renewal sets its
-    /// lease back to lock_watchdog_timeout.
+    /// with its lease running (nothing written). For ids no handle of this client owns (a
+    /// detached permit, Redisson's): a handle keeps judging lost() by the lease it was taken
+    /// with, and a watched permit's next renewal sets its lease back to lock_watchdog_timeout.
     template <class Rep, class Period>
     bool update_lease_time(const std::string& id, const std::chrono::duration<Rep, Period>& lease) {
         const std::string ms = std::to_string(checked(lease).count());
@@ -325,7 +353,7 @@ public:
 
     /// Adds `permits` to the free ones (negative: removes them; the count may go below 0, as
     /// in Redisson) and wakes the waiters; returns the new free count (as stored: permits
-    /// whose lease ended are put back by the next acquire or release).
+    /// whose lease ended are put back by the next acquire).
     long long add_permits(long long permits) {
         const std::string n = std::to_string(permits);
         return run(detail::on_break::fail, [&](const detail::connection& c) {
@@ -447,11 +475,15 @@ private:
         std::string packed(static_cast<std::size_t>(permits) * 16, '\0');
         detail::random_bytes(reinterpret_cast<unsigned char*>(packed.data()), packed.size());
         const std::string n = std::to_string(permits), ms = std::to_string(term.count());
-        clock::time_point sent;
+        // When the ids may have been taken: the start of the first attempt since the last one
+        // answered "not taken" (an attempt that failed may have run, and a later one then
+        // finds its ids taken: the lease began with the one that ran).
+        clock::time_point sent{};
         const bool got = wait_until(deadline, [&]() -> detail::attempt_result {
             clock::time_point again = clock::time_point::max();
-            sent = clock::now();
+            if (sent == clock::time_point{}) sent = clock::now();
             if (take(n, ms, packed, again)) return true;
+            sent = {};
             return {false, again};
         });
         if (!got) return {};
