@@ -51,6 +51,10 @@ const char* const minimal_acl =
     "~redisson_lock_timeout:{app:* "
     "&rlock_lock__channel:{app:* &redisson_lock__channel:{app:* &redisson_rwlock:{app:*";
 
+/// What README.md adds to minimal_acl for the synchronizers, word for word.
+const char* const synchronizer_acl =
+    "+incrby +decrby +type +zcount &redisson_sc:{app:* &redisson_countdownlatch__channel__{app:*";
+
 std::vector<std::string> words(const std::string& text) {
     std::vector<std::string> out;
     for (std::size_t at = 0; at < text.size();) {
@@ -159,6 +163,52 @@ TEST(acl, the_documented_minimal_acl_runs_every_lock_kind) {
     EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::lock_lost)) << lost.last_message;
     // Fencing counters never expire, by design; nothing else may be left.
     EXPECT_EQ(keys_left(s, "redisson_lock_token:"), "") << "keys left in Redis";
+}
+
+// The synchronizers as a user with exactly the rules README.md documents for them: a semaphore
+// waiter woken by a release, a latch waiter by the last count down, watched permits renewed
+// and a permit waiter woken — no NOPERM anywhere.
+TEST(acl, the_documented_synchronizer_rules_run_semaphores_latches_and_permits) {
+    redis_server s;
+    rlock_test::lost_log lost;
+    std::vector<std::string> rules = words(minimal_acl);
+    for (const std::string& w : words(synchronizer_acl)) rules.push_back(w);
+    rlock::client_options o = as_locker(s, rules, lost);
+    o.lock_watchdog_timeout = 600ms;
+    rlock::client a(o), b(o);
+
+    rlock::semaphore sa(a, "app:sem"), sb(b, "app:sem");
+    ASSERT_TRUE(sa.try_set_permits(1));
+    sa.acquire();
+    auto sem_waiter = std::async(std::launch::async, [&] { return sb.try_acquire_for(10s); });
+    std::this_thread::sleep_for(200ms);
+    sa.release();
+    EXPECT_TRUE(sem_waiter.get());
+    sb.release();
+    EXPECT_EQ(sa.add_permits(1), 2);
+    EXPECT_EQ(sa.drain_permits(), 2);
+
+    rlock::count_down_latch la(a, "app:latch"), lb(b, "app:latch");
+    ASSERT_TRUE(la.try_set_count(1));
+    auto latch_waiter = std::async(std::launch::async, [&] { return lb.wait_for(10s); });
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(la.count_down(), 0);
+    EXPECT_TRUE(latch_waiter.get());
+
+    rlock::permit_expirable_semaphore pa(a, "app:permits"), pb(b, "app:permits");
+    ASSERT_TRUE(pa.try_set_permits(1));
+    rlock::permit p = pa.acquire();
+    auto permit_waiter = std::async(std::launch::async, [&] { return pb.try_acquire_for(10s, 5s); });
+    std::this_thread::sleep_for(900ms);  // renewed more than once
+    EXPECT_FALSE(p.lost());
+    EXPECT_EQ(pa.acquired_permits(), 1);
+    p.release();
+    rlock::permit q = permit_waiter.get();
+    EXPECT_TRUE(q);
+    EXPECT_TRUE(pb.update_lease_time(q.id(), 10s));
+    q.release();
+    EXPECT_EQ(pb.available_permits(), 1);
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_lock << ": " << lost.last_message;
 }
 
 TEST(acl, a_release_the_acl_forbids_is_reported_as_that_error_not_as_a_lost_lock) {
