@@ -205,8 +205,9 @@ TEST(acl, the_documented_synchronizer_rules_run_semaphores_latches_and_permits) 
     p.release();
     rlock::permit q = permit_waiter.get();
     EXPECT_TRUE(q);
-    EXPECT_TRUE(pb.update_lease_time(q.id(), 10s));
-    q.release();
+    const std::vector<std::string> ids = q.detach();
+    EXPECT_TRUE(pb.update_lease_time(ids.front(), 10s));
+    pb.release(ids.front());
     EXPECT_EQ(pb.available_permits(), 1);
     EXPECT_EQ(lost.calls.load(), 0) << lost.last_lock << ": " << lost.last_message;
 }

@@ -798,9 +798,15 @@ TEST(permit_expirable_semaphore, update_lease_time_moves_a_permits_end) {
     rlock::permit_expirable_semaphore s(c, name());
     ASSERT_TRUE(s.try_set_permits(1));
     rlock::permit p = s.acquire(400ms);
-    EXPECT_TRUE(s.update_lease_time(p.id(), 60s));
+    // A handle judges lost() by the lease it took: a lease changed behind it is refused.
+    EXPECT_THROW((void)s.update_lease_time(p.id(), 100ms), rlock::error);
+    const std::vector<std::string> ids = p.detach();
+    EXPECT_TRUE(s.update_lease_time(ids.front(), 60s));
     std::this_thread::sleep_for(700ms);
     EXPECT_FALSE(s.try_acquire()) << "the permit ended with its first lease";
+    EXPECT_TRUE(s.update_lease_time(ids.front(), 100ms));
+    std::this_thread::sleep_for(300ms);
+    EXPECT_TRUE(s.try_acquire()) << "the shortened lease did not end";
     EXPECT_FALSE(s.update_lease_time("0123456789abcdef0123456789abcdef", 1s));
 }
 

@@ -110,7 +110,7 @@ public:
 
 private:
     bool wait_until_steady(clock::time_point deadline) const {
-        return synchronizer::wait_until(deadline, [&] { return count() <= 0; });
+        return synchronizer::wait_until(deadline, detail::repeat::safe, [&] { return count() <= 0; });
     }
 };
 

@@ -14,7 +14,8 @@
 // In Redis: key `name` is a string holding the number of free permits (missing: 0); the sorted
 // set `{name}:timeout` (`name:timeout` when the name has a '{') holds each taken permit: the
 // id's 16 bytes as the member, the Unix millisecond at which its lease ends as the score.
-// Whatever frees permits publishes on `redisson_sc:{name}`. The same layout and messages as
+// (Redisson before 3.17 stored the id's hex text: its ids and rlock's do not mix.) Whatever
+// frees permits publishes on `redisson_sc:{name}`. The same layout and messages as
 // Redisson's RPermitExpirableSemaphore, so rlock and Redisson share one semaphore, wake each
 // other's waiters, and either can release a permit by the id the other gave out.
 //
@@ -38,8 +39,10 @@
 //   - A waiter for n permits is served once n are free, and never left waiting for a lease
 //     that ended without a message.
 //
-// Failures: an acquire whose connection broke or timed out is sent once more with the same
-// ids: if the first ran, the second finds them taken and returns them, so nothing leaks. A
+// Failures: an acquire whose connection broke or timed out is sent again with the same ids
+// (every 25 ms while the failures last less than command_timeout): if an earlier one ran, the
+// next finds them taken and returns them. If the call throws in the end, it first releases
+// those ids (best effort: unreachable, they come back with their lease). A
 // release by a handle is retried like an unlock (it frees only its own ids); a release by id
 // is not. Bad counts and leases throw invalid_argument with nothing sent; keys of another type
 // throw wrong_type with Redis unchanged.
@@ -328,12 +331,18 @@ public:
 
     /// Sets the lease of the permit `id` to end `lease` from now; false when it is not taken
     /// with its lease running (nothing written). For ids no handle of this client owns (a
-    /// detached permit, Redisson's): a handle keeps judging lost() by the lease it was taken
-    /// with, and a watched permit's next renewal sets its lease back to lock_watchdog_timeout.
+    /// detached permit, another client's, Redisson's): throws invalid_argument for an id a
+    /// handle of this client owns, which judges lost() by the lease it was taken with (a
+    /// shorter lease in Redis would let another holder in while the handle says it holds).
     template <class Rep, class Period>
     bool update_lease_time(const std::string& id, const std::chrono::duration<Rep, Period>& lease) {
         const std::string ms = std::to_string(checked(lease).count());
         const std::string raw = id_bytes(id);
+        if (owned_by_a_handle(raw)) {
+            throw error(errc::invalid_argument, name_, server(),
+                        "permit " + id + " is owned by a permit handle of this client, which "
+                        "judges lost() by its own lease: detach() it first");
+        }
         return run(detail::on_break::retry, [&](const detail::connection& c) {
             return detail::eval_integer(c, detail::permit_scripts::update_lease(), {name_, timeouts_},
                                         {raw, ms}, name_, server()) == 1;
@@ -392,6 +401,17 @@ private:
                         "\"" + id.substr(0, 40) + "\" is not a permit id (lowercase hex, even length)");
         }
         return raw;
+    }
+
+    // True when a permit handle of this client owns the permit whose bytes are `raw`.
+    bool owned_by_a_handle(const std::string& raw) const {
+        return core_->reg.any_hold([&](const detail::hold& h) {
+            if (h.kind != &detail::permit_kind::info || h.name != name_) return false;
+            for (std::size_t at = 0; at + raw.size() <= h.value.size(); at += 16) {
+                if (h.value.compare(at, raw.size(), raw) == 0) return true;
+            }
+            return false;
+        });
     }
 
     std::pair<long long, long long> counts() const {
@@ -479,13 +499,32 @@ private:
         // answered "not taken" (an attempt that failed may have run, and a later one then
         // finds its ids taken: the lease began with the one that ran).
         clock::time_point sent{};
-        const bool got = wait_until(deadline, [&]() -> detail::attempt_result {
-            clock::time_point again = clock::time_point::max();
-            if (sent == clock::time_point{}) sent = clock::now();
-            if (take(n, ms, packed, again)) return true;
-            sent = {};
-            return {false, again};
-        });
+        bool got = false;
+        try {
+            got = wait_until(deadline, detail::repeat::safe, [&]() -> detail::attempt_result {
+                clock::time_point again = clock::time_point::max();
+                if (sent == clock::time_point{}) sent = clock::now();
+                if (take(n, ms, packed, again)) return true;
+                sent = {};
+                return {false, again};
+            });
+        } catch (const error& e) {
+            // An attempt since the last "not taken" may have run: its permits would stay taken
+            // for their whole lease with no handle to release them. Released here, best effort:
+            // the script frees only these ids, so it is safe whatever happened.
+            const bool io = e.value() == errc::connection_failed || e.value() == errc::timeout;
+            if (io && sent != clock::time_point{}) {
+                try {
+                    (void)run(detail::on_break::retry, [&](const detail::connection& c) {
+                        return detail::eval_integer(c, detail::permit_scripts::release_packed(),
+                                                    {name_, timeouts_}, {channel_, packed}, name_,
+                                                    server());
+                    });
+                } catch (const error&) {  // unreachable still: the lease ends them
+                }
+            }
+            throw;
+        }
         if (!got) return {};
         std::vector<std::string> ids;
         static constexpr char digits[] = "0123456789abcdef";

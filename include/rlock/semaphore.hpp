@@ -24,10 +24,11 @@
 // it also try again after 10 ms, doubling to 1 s.
 //
 // Failures: a command whose connection broke or timed out may or may not have run. An acquire
-// attempt is then made again on a new connection (a waiter keeps trying while the failures
-// last less than command_timeout, as a lock's waiter does), so that a waiter outlives a restart
-// or killed connections; if an attempt had run on a server that kept its data, its permits stay
-// taken — fewer holders than permits, never more. A release (and
+// attempt is then made once more on a new connection (as a lock's is), so that a waiter
+// outlives a restart or a killed connection, and then throws; if the first had run on a server
+// that kept its data, its permits stay taken for good (there are no leases) — fewer holders
+// than permits, never more. So it is not repeated further: a permit-expirable semaphore, whose
+// repeats find their own ids, rides out longer failures. A release (and
 // add_permits, drain_permits, try_set_permits) is not repeated, since a repeated release could
 // free a permit nobody took: the call throws `error` (connection_failed / timeout). Bad counts
 // throw invalid_argument with nothing sent; a key of another type, or a string that is not a
@@ -160,7 +161,9 @@ private:
     bool acquire_until(clock::time_point deadline, long long permits) {
         check_positive(permits, "acquire");
         const std::string n = std::to_string(permits);
-        return synchronizer::wait_until(deadline, [&] { return take(n); });
+        // Not repeated past take()'s own one repeat: each ambiguous attempt may take permits that
+        // never come back (a plain semaphore has no leases).
+        return synchronizer::wait_until(deadline, detail::repeat::unsafe, [&] { return take(n); });
     }
 };
 

@@ -146,6 +146,14 @@ public:
         return it == holds_.end() ? nullptr : it->second;
     }
 
+    /// True when `pred(hold)` is true for a hold in the registry (a scan, under its lock: for
+    /// rare questions, such as whether a handle of this client owns a permit id).
+    template <class P>
+    bool any_hold(P pred) const {
+        std::lock_guard<std::mutex> g(mu_);
+        return std::any_of(holds_.begin(), holds_.end(), [&](const auto& kv) { return pred(*kv.second); });
+    }
+
     void add(hold_ptr h) {
         std::lock_guard<std::mutex> g(mu_);
         std::string k = key_of(*h);

@@ -36,15 +36,18 @@ struct attempt_result {
 /// message can be counted on: then it also tries after 10 ms, doubling to 1 s — and at the
 /// `again` an attempt asked for. `attempt` returns an attempt_result (or a bool).
 ///
-/// An attempt that fails with connection_failed or timeout is made again after 25 ms, while
-/// the failures have lasted less than command_timeout and the deadline is ahead: a waiter rides
-/// out killed connections and a restart, as a lock's waiter does. (So `attempt` must be safe to
-/// repeat after a failure that may have run.) Then it throws that error; it throws any other
-/// error of `attempt` at once, and connection_failed (naming `name`) once the client is
-/// destroyed.
+/// With `repeatable` (an attempt that may have run is safe to make again: it reads, or it
+/// finds its own earlier work), an attempt that fails with connection_failed or timeout is made
+/// again after 25 ms, while the failures have lasted less than command_timeout and the
+/// deadline is ahead: a waiter rides out killed connections and a restart, as a lock's waiter
+/// does; then it throws that error. Without, such a failure is thrown at once (the attempt
+/// made its own one repeat). Any other error of `attempt` is thrown at once, and
+/// connection_failed (naming `name`) once the client is destroyed.
+enum class repeat { safe, unsafe };
+
 template <class F>
 bool wait_on_channel(client_core& core, const std::string& channel, std::string_view name,
-                     std::chrono::steady_clock::time_point deadline, F&& attempt) {
+                     std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt) {
     using clock = std::chrono::steady_clock;
     clock::time_point failing_since{};  // epoch: the last attempt reached the server
     auto try_once = [&]() -> attempt_result {
@@ -54,6 +57,7 @@ bool wait_on_channel(client_core& core, const std::string& channel, std::string_
             return r;
         } catch (const error& e) {
             if (e.value() != errc::connection_failed && e.value() != errc::timeout) throw;
+            if (repeatable == repeat::unsafe) throw;
             core.throw_if_destroyed(name, "the client was destroyed while this thread waited");
             const auto now = clock::now();
             if (failing_since == clock::time_point{}) failing_since = now;
@@ -125,8 +129,8 @@ protected:
 
     /// wait_on_channel on this object's channel.
     template <class F>
-    bool wait_until(std::chrono::steady_clock::time_point deadline, F&& attempt) const {
-        return wait_on_channel(*core_, channel_, name_, deadline, std::forward<F>(attempt));
+    bool wait_until(std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt) const {
+        return wait_on_channel(*core_, channel_, name_, deadline, repeatable, std::forward<F>(attempt));
     }
 
     std::shared_ptr<client_core> core_;

@@ -98,14 +98,16 @@ return 1
     }
 
     /// Adds ARGV[1] permits (release, add_permits; may be negative for add_permits) and
-    /// publishes the new count on ARGV[2]. KEYS[1] the semaphore. Returns the new count.
-    /// INCRBY refuses an overflow before it writes.
+    /// publishes the new count on ARGV[2] when it is positive (a count of 0 or less frees
+    /// nobody, and Redisson's waiters take a message as a number of permits to wake, which must
+    /// not be negative). KEYS[1] the semaphore. Returns the new count. INCRBY refuses an
+    /// overflow before it writes.
     static const script& add() {
         static const script s(std::string(lua_count_of) + R"lua(
 local _, bad = count_of(redis.call('get', KEYS[1]))
 if bad then return bad end
 local now = redis.call('incrby', KEYS[1], ARGV[1])
-redis.call('publish', ARGV[2], now)
+if now > 0 then redis.call('publish', ARGV[2], now) end
 return now
 )lua");
         return s;
