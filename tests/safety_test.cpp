@@ -182,6 +182,14 @@ struct fault_record {
     bool target_in_section = false;
 };
 
+std::string describe(const section& s) {
+    std::ostringstream o;
+    o << "worker " << s.worker << " token " << s.token << " [" << s.start << ", " << s.end
+      << "] write=" << (s.write.empty() ? "-" : s.write) << " lost=" << s.lost
+      << " told=" << s.told;
+    return o.str();
+}
+
 class safety_checker : public ::testing::TestWithParam<std::tuple<std::string, scenario>> {
 protected:
     void SetUp() override {
@@ -304,19 +312,44 @@ protected:
         return f;
     }
 
+    /// Every worker's sections, sorted by start. Lines a log should not have go to
+    /// `violations` — except, with `release_errors`, a release that threw ("R"), counted there.
+    /// Only the killed worker may leave a section open: it ended at the kill, and the holder was
+    /// never told anything. Each worker exits 0, the killed one by SIGKILL.
+    std::vector<section> read_sections(const fault_record& f, const std::vector<int>& exits,
+                                       std::vector<std::string>& violations, int& acquire_errors,
+                                       int* release_errors = nullptr) const {
+        std::vector<section> all;
+        for (int w = 0; w < workers; ++w) {
+            worker_log log = read_log(log_path(w), w);
+            for (const std::string& line : log.other) {
+                if (release_errors && line.rfind("R ", 0) == 0) {
+                    ++*release_errors;
+                } else {
+                    violations.push_back("worker " + std::to_string(w) + ": " + line);
+                }
+            }
+            acquire_errors += log.acquire_errors;
+            for (section& s : log.sections) {
+                if (!s.ended) {
+                    EXPECT_TRUE(w == f.target && f.killed != 0) << "open section: " << describe(s);
+                    s.end = f.killed;
+                }
+                all.push_back(s);
+            }
+            const bool killed = w == f.target && f.killed != 0;
+            EXPECT_EQ(exits[w], killed ? 128 + SIGKILL : 0) << "worker " << w << " exit status";
+        }
+        std::sort(all.begin(), all.end(), [](const section& a, const section& b) { return a.start < b.start; });
+        return all;
+    }
+
     redis_server lock_;  // the lock's server: every fault lands here
     redis_server res_;   // the protected resource: never touched by a fault
     rlock::detail::context_ptr res_conn_;
     std::string dir_;
 };
 
-std::string describe(const section& s) {
-    std::ostringstream o;
-    o << "worker " << s.worker << " token " << s.token << " [" << s.start << ", " << s.end
-      << "] write=" << (s.write.empty() ? "-" : s.write) << " lost=" << s.lost
-      << " told=" << s.told;
-    return o.str();
-}
 
 TEST_P(safety_checker, holds) {
     const std::string kind = std::get<0>(GetParam());
@@ -360,29 +393,9 @@ TEST_P(safety_checker, holds) {
     ASSERT_TRUE(ready) << "the workers did not start";
 
     // --- read the logs -------------------------------------------------------------------
-    std::vector<section> all;
     std::vector<std::string> violations;
     int acquire_errors = 0;
-    for (int w = 0; w < workers; ++w) {
-        worker_log log = read_log(log_path(w), w);
-        for (const std::string& line : log.other) {
-            violations.push_back("worker " + std::to_string(w) + ": " + line);
-        }
-        acquire_errors += log.acquire_errors;
-        for (section& s : log.sections) {
-            if (!s.ended) {
-                // Only the killed worker may leave a section open: it ended at the kill, and the
-                // holder was never told anything.
-                EXPECT_TRUE(w == f.target && f.killed != 0) << "open section: " << describe(s);
-                s.end = f.killed;
-            }
-            all.push_back(s);
-        }
-        const bool killed = w == f.target && f.killed != 0;
-        EXPECT_EQ(exits[w], killed ? 128 + SIGKILL : 0) << "worker " << w << " exit status";
-    }
-    std::sort(all.begin(), all.end(),
-              [](const section& a, const section& b) { return a.start < b.start; });
+    std::vector<section> all = read_sections(f, exits, violations, acquire_errors);
 
     // 1. No two sections of untold holders overlap.
     std::vector<const section*> untold;
@@ -611,30 +624,9 @@ TEST_P(permits_checker, at_most_n_holders) {
     for (pid_t p : pids) exits.push_back(wait_exit(p));
     ASSERT_TRUE(ready) << "the workers did not start";
 
-    std::vector<section> all;
     std::vector<std::string> violations;
     int acquire_errors = 0, release_errors = 0;
-    for (int w = 0; w < workers; ++w) {
-        worker_log log = read_log(log_path(w), w);
-        for (const std::string& line : log.other) {
-            if (line.rfind("R ", 0) == 0) {
-                ++release_errors;
-            } else {
-                violations.push_back("worker " + std::to_string(w) + ": " + line);
-            }
-        }
-        acquire_errors += log.acquire_errors;
-        for (section& s : log.sections) {
-            if (!s.ended) {
-                EXPECT_TRUE(w == f.target && f.killed != 0) << "open section: " << describe(s);
-                s.end = f.killed;
-            }
-            all.push_back(s);
-        }
-        const bool killed = w == f.target && f.killed != 0;
-        EXPECT_EQ(exits[w], killed ? 128 + SIGKILL : 0) << "worker " << w << " exit status";
-    }
-    std::sort(all.begin(), all.end(), [](const section& a, const section& b) { return a.start < b.start; });
+    std::vector<section> all = read_sections(f, exits, violations, acquire_errors, &release_errors);
 
     // How many of `list` run at once at most, between `from` and `to` (ns); a start at the
     // very time of an end counts as overlapping it.

@@ -45,6 +45,22 @@ long long calls_of(const redis_server& s, const std::string& cmd) {
 /// How many scripts the server has run (EVAL and EVALSHA).
 long long scripts_run(const redis_server& s) { return calls_of(s, "evalsha") + calls_of(s, "eval"); }
 
+/// `call` must throw rlock::error `code` naming the object `lock` and (when not empty) `server`.
+template <class F>
+void expect_refused(rlock::errc code, const std::string& lock, const std::string& server,
+                    const char* what, F call) {
+    try {
+        call();
+        ADD_FAILURE() << what << " was accepted";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), code) << what << ": " << e.what();
+        EXPECT_EQ(e.lock(), lock) << what;
+        if (!server.empty()) {
+            EXPECT_EQ(e.server(), server) << what;
+        }
+    }
+}
+
 /// What a wait on another thread ends with (errc{} when it returned) when `doomed`, the client
 /// its object was made from, is destroyed 300 ms in: it must stop with an error rather than
 /// wait out its deadline.
@@ -183,14 +199,7 @@ TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
     ASSERT_TRUE(s.try_set_permits(2));
     const auto before = snapshot(server());
     auto expect_invalid = [&](auto call, const char* what) {
-        try {
-            call();
-            ADD_FAILURE() << what << " was accepted";
-        } catch (const rlock::error& e) {
-            EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << what << ": " << e.what();
-            EXPECT_EQ(e.lock(), name()) << what;
-            EXPECT_EQ(e.server(), c.server()) << what;
-        }
+        expect_refused(rlock::errc::invalid_argument, name(), c.server(), what, call);
     };
     expect_invalid([&] { s.acquire(0); }, "acquire(0)");
     expect_invalid([&] { (void)s.try_acquire(-1); }, "try_acquire(-1)");
@@ -217,13 +226,7 @@ TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
         SCOPED_TRACE(setup[0] + " " + setup.back());
         const auto foreign = snapshot(server());
         auto expect_wrong_type = [&](auto call, const char* what) {
-            try {
-                call();
-                ADD_FAILURE() << what << " worked on a foreign key";
-            } catch (const rlock::error& e) {
-                EXPECT_EQ(e.value(), rlock::errc::wrong_type) << what << ": " << e.what();
-                EXPECT_EQ(e.lock(), name()) << what;
-            }
+            expect_refused(rlock::errc::wrong_type, name(), "", what, call);
         };
         expect_wrong_type([&] { (void)s.try_acquire(); }, "try_acquire");
         expect_wrong_type([&] { s.release(); }, "release");
@@ -719,14 +722,7 @@ TEST(permit_expirable_semaphore, bad_input_and_foreign_keys_are_refused_with_red
     rlock::permit held = s.acquire(60s);
     const auto before = snapshot(server());
     auto expect_invalid = [&](auto call, const char* what) {
-        try {
-            call();
-            ADD_FAILURE() << what << " was accepted";
-        } catch (const rlock::error& e) {
-            EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << what << ": " << e.what();
-            EXPECT_EQ(e.lock(), name()) << what;
-            EXPECT_EQ(e.server(), c.server()) << what;
-        }
+        expect_refused(rlock::errc::invalid_argument, name(), c.server(), what, call);
     };
     expect_invalid([&] { (void)s.acquire(0); }, "acquire(0)");
     expect_invalid([&] { (void)s.try_acquire(-1); }, "try_acquire(-1)");
@@ -759,13 +755,7 @@ TEST(permit_expirable_semaphore, bad_input_and_foreign_keys_are_refused_with_red
         SCOPED_TRACE(setup[0] + " " + setup[1]);
         const auto foreign = snapshot(server());
         auto expect_wrong_type = [&](auto call, const char* what) {
-            try {
-                call();
-                ADD_FAILURE() << what << " worked on a foreign key";
-            } catch (const rlock::error& e) {
-                EXPECT_EQ(e.value(), rlock::errc::wrong_type) << what << ": " << e.what();
-                EXPECT_EQ(e.lock(), key) << what;
-            }
+            expect_refused(rlock::errc::wrong_type, key, "", what, call);
         };
         expect_wrong_type([&] { (void)other.try_acquire(); }, "try_acquire");
         expect_wrong_type([&] { (void)other.try_release(held.id()); }, "try_release");

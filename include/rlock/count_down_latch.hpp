@@ -58,12 +58,7 @@ public:
     /// the waiters; true when this call set it. `count` must be at least 1.
     bool try_set_count(long long count) {
         if (count < 1) bad_count(count, "try_set_count: count must be at least 1");
-        const std::string n = std::to_string(count);
-        return run(detail::on_break::fail, [&](const detail::connection& c) {
-            return detail::eval_integer(c, detail::count_scripts::try_set(), {name_},
-                                        {n, channel_, detail::latch_new_count_message}, name_,
-                                        server()) == 1;
-        });
+        return set_count_if_absent(count, detail::latch_new_count_message);
     }
 
     /// Counts down by `n` (at least 1); the step that reaches 0 deletes the key and wakes every

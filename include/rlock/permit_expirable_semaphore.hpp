@@ -353,23 +353,13 @@ public:
     /// absent); true when this call set it. `permits` must not be negative.
     bool try_set_permits(long long permits) {
         if (permits < 0) bad_count(permits, "try_set_permits: permits must not be negative");
-        const std::string n = std::to_string(permits);
-        return run(detail::on_break::fail, [&](const detail::connection& c) {
-            return detail::eval_integer(c, detail::count_scripts::try_set(), {name_},
-                                        {n, channel_, n}, name_, server()) == 1;
-        });
+        return set_count_if_absent(permits, {});
     }
 
     /// Adds `permits` to the free ones (negative: removes them; the count may go below 0, as
     /// in Redisson) and wakes the waiters; returns the new free count (as stored: permits
     /// whose lease ended are put back by the next acquire).
-    long long add_permits(long long permits) {
-        const std::string n = std::to_string(permits);
-        return run(detail::on_break::fail, [&](const detail::connection& c) {
-            return detail::eval_integer(c, detail::semaphore_scripts::add(), {name_}, {n, channel_},
-                                        name_, server());
-        });
-    }
+    long long add_permits(long long permits) { return add_to_count(permits); }
 
     /// The free permits now, counting those whose lease has ended as free. Writes nothing.
     [[nodiscard]] long long available_permits() const { return counts().first; }

@@ -87,18 +87,14 @@ public:
     /// written.
     void release(long long permits = 1) {
         check_positive(permits, "release");
-        (void)change(permits);
+        (void)add_to_count(permits);
     }
 
     /// Sets the number of permits when the semaphore has none set yet (its key is absent);
     /// true when this call set it. `permits` must not be negative.
     bool try_set_permits(long long permits) {
         if (permits < 0) bad_count(permits, "try_set_permits: permits must not be negative");
-        const std::string n = std::to_string(permits);
-        return run(detail::on_break::fail, [&](const detail::connection& c) {
-            return detail::eval_integer(c, detail::count_scripts::try_set(), {name_},
-                                        {n, channel_, n}, name_, server()) == 1;
-        });
+        return set_count_if_absent(permits, {});
     }
 
     /// Adds `permits` (negative: removes them; the count may go below 0, as in Redisson) and
@@ -106,7 +102,7 @@ public:
     /// returns available_permits().
     long long add_permits(long long permits) {
         if (permits == 0) return available_permits();
-        return change(permits);
+        return add_to_count(permits);
     }
 
     /// The number of free permits now (0 when none were ever set; negative after
@@ -129,14 +125,6 @@ public:
 private:
     void check_positive(long long permits, std::string_view op) const {
         if (permits < 1) bad_count(permits, std::string(op) + ": permits must be at least 1");
-    }
-
-    long long change(long long permits) {
-        const std::string n = std::to_string(permits);
-        return run(detail::on_break::fail, [&](const detail::connection& c) {
-            return detail::eval_integer(c, detail::semaphore_scripts::add(), {name_}, {n, channel_},
-                                        name_, server());
-        });
     }
 
     // One attempt. One that failed ambiguously (the connection broke or timed out, so the

@@ -15,6 +15,7 @@
 #include "rlock/detail/client_core.hpp"
 #include "rlock/detail/cluster.hpp"
 #include "rlock/detail/subscriber.hpp"
+#include "rlock/detail/synchronizer_scripts.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {
@@ -125,6 +126,26 @@ protected:
     [[noreturn]] void bad_count(long long count, std::string_view what) const {
         throw error(errc::invalid_argument, name_, server(),
                     std::string(what) + " (was " + std::to_string(count) + ")");
+    }
+
+    /// Sets the count to `count` when the key is absent and publishes `message` on the
+    /// channel (count_scripts::try_set); true when this call set it.
+    bool set_count_if_absent(long long count, std::string_view message) const {
+        const std::string n = std::to_string(count);
+        return run(on_break::fail, [&](const connection& c) {
+            return eval_integer(c, count_scripts::try_set(), {name_},
+                                {n, channel_, message.empty() ? std::string_view(n) : message}, name_,
+                                server()) == 1;
+        });
+    }
+
+    /// Adds `n` to the count (may be negative) and publishes the new count when positive
+    /// (semaphore_scripts::add); returns it. Not repeated after a broken connection.
+    long long add_to_count(long long n) const {
+        const std::string by = std::to_string(n);
+        return run(on_break::fail, [&](const connection& c) {
+            return eval_integer(c, semaphore_scripts::add(), {name_}, {by, channel_}, name_, server());
+        });
     }
 
     /// wait_on_channel on this object's channel.

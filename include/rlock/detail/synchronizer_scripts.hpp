@@ -163,6 +163,9 @@ return 0
 ///   check(sem, set)      the free count, or nil and an error reply when `sem` is not a count
 ///                        (GET refuses a key of another type) or `set` is not a sorted set.
 ///   server_ms()          the server's time in milliseconds.
+///   put_back(sem, set, ids)  returns the taken permits `ids` to the count (the first write:
+///                        INCRBY, which refuses an overflow before it writes) and takes them out
+///                        of the set; the new count, or nil and INCRBY's error reply.
 ///   reclaim(sem, set, channel, have, now)
 ///                        puts the permits whose lease ended back into the count and publishes
 ///                        the new count when positive (Redisson does both lazily too); returns
@@ -185,14 +188,19 @@ local function server_ms()
     local t = redis.call('time')
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local function put_back(sem, set, ids)
+    local count = redis.pcall('incrby', sem, #ids)
+    if type(count) == 'table' then return nil, count end
+    for i = 1, #ids, 1000 do
+        redis.call('zrem', set, unpack(ids, i, math.min(i + 999, #ids)))
+    end
+    return count
+end
 local function reclaim(sem, set, channel, have, now)
     local ended = redis.call('zrangebyscore', set, '-inf', now)
     if #ended == 0 then return have end
-    local count = redis.pcall('incrby', sem, #ended)
-    if type(count) == 'table' then return nil, count end
-    for i = 1, #ended, 1000 do
-        redis.call('zrem', set, unpack(ended, i, math.min(i + 999, #ended)))
-    end
+    local count, bad = put_back(sem, set, ended)
+    if bad then return nil, bad end
     if count > 0 then redis.call('publish', channel, count) end
     return count
 end
@@ -260,9 +268,8 @@ for _, id in ipairs(each_id(ARGV[2])) do
     end
 end
 if #back == 0 then return 0 end
-local count = redis.pcall('incrby', KEYS[1], #back)
-if type(count) == 'table' then return count end
-redis.call('zrem', KEYS[2], unpack(back))
+local _, bad_count = put_back(KEYS[1], KEYS[2], back)
+if bad_count then return bad_count end
 redis.call('publish', ARGV[1], #back)
 return kept
 )lua"));
@@ -280,11 +287,8 @@ local now = server_ms()
 for i = 2, #ARGV do
     if not live(KEYS[2], ARGV[i], now) then return i - 1 end
 end
-local count = redis.pcall('incrby', KEYS[1], #ARGV - 1)
-if type(count) == 'table' then return count end
-for i = 2, #ARGV, 1000 do
-    redis.call('zrem', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
-end
+local _, bad_count = put_back(KEYS[1], KEYS[2], {unpack(ARGV, 2)})
+if bad_count then return bad_count end
 redis.call('publish', ARGV[1], #ARGV - 1)
 return 0
 )lua"));
