@@ -783,6 +783,23 @@ TEST(permit_expirable_semaphore, a_leased_permit_ends_with_its_lease_and_stays_l
     EXPECT_EQ(s.available_permits(), 1);
 }
 
+// Redisson #2444: the timeout set outlived a semaphore whose key expired. An acquire gives
+// the set the semaphore's TTL, so the two go together.
+TEST(permit_expirable_semaphore, the_timeout_set_expires_with_the_semaphore) {
+    rlock::client c(server().options());
+    rlock::permit_expirable_semaphore s(c, name());
+    ASSERT_TRUE(s.try_set_permits(2));
+    server().cmd({"PEXPIRE", name(), "600"});
+    rlock::permit p = s.acquire(60s);
+    const long long ttl = server().integer({"PTTL", timeouts_of(name())});
+    EXPECT_GT(ttl, 0) << "the timeout set has no TTL while the semaphore has one";
+    EXPECT_LE(ttl, 600);
+    (void)p.detach();
+    ASSERT_TRUE(eventually([&] { return server().integer({"EXISTS", name()}) == 0; }));
+    EXPECT_TRUE(eventually([&] { return server().integer({"EXISTS", timeouts_of(name())}) == 0; }, 1000ms))
+        << "the timeout set outlived the semaphore";
+}
+
 TEST(permit_expirable_semaphore, update_lease_time_moves_a_permits_end) {
     rlock::client c(server().options());
     rlock::permit_expirable_semaphore s(c, name());
