@@ -327,7 +327,19 @@ TEST(count_down_latch, no_waiter_passes_before_the_count_reaches_zero) {
 // pass after it, woken again by the zero message over their new subscriber connection.
 TEST(count_down_latch, no_waiter_passes_early_while_its_connections_are_killed) {
     redis_server own;
-    rlock::client a(own.options()), b(own.options());
+    // The waiters log in as "waiter", whose connections the kills aim at; the counters as
+    // "counter", whose connections they spare (a count down whose connection broke is not
+    // repeated: it may have run, so it would throw). A connection being opened is the default
+    // user's until its AUTH, so the kills never cut a login short.
+    auto as_user = [&](const std::string& user) {
+        rlock_test::set_acl_user(own, {user, "on", ">pw", "~*", "&*", "+@all"});
+        rlock::client_options o = own.options();
+        o.username = user;
+        o.password = "pw";
+        return o;
+    };
+    const rlock::client_options as_waiter = as_user("waiter"), as_counter = as_user("counter");
+    rlock::client a(as_waiter), b(as_waiter);
     rlock::count_down_latch la(a, name()), lb(b, name());
     ASSERT_TRUE(la.try_set_count(3));
     std::atomic<bool> last_started{false};
@@ -347,17 +359,11 @@ TEST(count_down_latch, no_waiter_passes_early_while_its_connections_are_killed) 
             }
         });
     }
-    // The counters log in as another user, whose connections the kills spare: a count down
-    // whose connection broke is not repeated (it may have run), so it would throw.
-    rlock_test::set_acl_user(own, {"counter", "on", ">pw", "~*", "&*", "+@all"});
-    rlock::client_options as_counter = own.options();
-    as_counter.username = "counter";
-    as_counter.password = "pw";
     std::atomic<bool> stop{false};
     std::thread killer([&] {
-        for (int i = 0; i < 400 && !stop.load(); ++i) {
-            own.cmd({"CLIENT", "KILL", "USER", "default", "SKIPME", "yes"});
-            std::this_thread::sleep_for(25ms);
+        for (int i = 0; i < 1000 && !stop.load(); ++i) {
+            own.cmd({"CLIENT", "KILL", "USER", "waiter"});
+            std::this_thread::sleep_for(10ms);
         }
     });
     // Each count down from a client of its own, as another process's would be.
