@@ -186,6 +186,12 @@ struct error_access {
     }
 };
 
+/// True for the errors after which a command may or may not have run: the connection broke
+/// (connection_failed) or the reply did not come in time (timeout).
+inline bool is_ambiguous(const error& e) noexcept {
+    return e.value() == errc::connection_failed || e.value() == errc::timeout;
+}
+
 }  // namespace detail
 
 }  // namespace rlock

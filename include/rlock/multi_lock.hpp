@@ -446,7 +446,7 @@ private:
         } catch (const error& e) {
             // A connection that broke or timed out may have run the script: undo it, as
             // basic_lock's attempt does, so nothing of ours outlives the failure.
-            if (e.value() == errc::connection_failed || e.value() == errc::timeout) {
+            if (detail::is_ambiguous(e)) {
                 try {
                     detail::script_call undo = release_call(values);
                     (void)core.pool.run(name, detail::on_break::retry, [&](const detail::connection& c) {

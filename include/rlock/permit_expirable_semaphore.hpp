@@ -203,30 +203,13 @@ private:
     // most likely ran (it reached the same server process, as basic_lock::release judges by
     // run_id), the first try released them: all count as held.
     long long send_release(const std::string& packed) {
-        bool first_ran = true;
-        std::uint64_t first_server = 0;
-        for (int round = 0;; ++round) {
-            std::uint64_t server_id = 0;
-            try {
-                const long long kept = core_->pool.run(keys_.name, detail::on_break::fail,
-                                                       [&](const detail::connection& c) {
-                    server_id = c.server_id;
-                    return detail::eval_integer(c, detail::permit_scripts::release_packed(),
-                                                {keys_.name, keys_.timeouts}, {keys_.channel, packed},
-                                                keys_.name, core_->ep.name);
-                });
-                if (round > 0 && kept == 0 && first_ran &&
-                    (first_server == 0 || server_id == 0 || first_server == server_id)) {
-                    return static_cast<long long>(packed.size() / 16);
-                }
-                return kept;
-            } catch (const error& e) {
-                const bool io = e.value() == errc::connection_failed || e.value() == errc::timeout;
-                if (!io || round > 0) throw;
-                first_ran = !detail::error_access::origin(e).readonly;
-                first_server = server_id;
-            }
-        }
+        const auto [kept, first_did_it] = detail::run_release(core_->pool, keys_.name, detail::on_break::retry,
+                                                              [&](const detail::connection& c) {
+            return detail::eval_integer(c, detail::permit_scripts::release_packed(),
+                                        {keys_.name, keys_.timeouts}, {keys_.channel, packed},
+                                        keys_.name, core_->ep.name);
+        });
+        return kept == 0 && first_did_it ? static_cast<long long>(packed.size() / 16) : kept;
     }
 
     void reset() noexcept {
@@ -404,15 +387,19 @@ private:
         });
     }
 
+    // The two integers a script answered ({taken, wait} or {free, taken}).
+    std::pair<long long, long long> two_integers(const redisReply* r) const {
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+            r->element[1]->type != REDIS_REPLY_INTEGER) {
+            throw error(errc::server_error, name_, server(), "unexpected reply from a permit script");
+        }
+        return {r->element[0]->integer, r->element[1]->integer};
+    }
+
     std::pair<long long, long long> counts() const {
         return run(detail::on_break::retry, [&](const detail::connection& c) {
             detail::script_call call(detail::permit_scripts::counts(), {name_, timeouts_}, {});
-            const detail::reply_ptr r = detail::run_script(c, call, name_, server());
-            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-                r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
-                throw error(errc::server_error, name_, server(), "unexpected reply to a count of permits");
-            }
-            return std::make_pair(r->element[0]->integer, r->element[1]->integer);
+            return two_integers(detail::run_script(c, call, name_, server()).get());
         });
     }
 
@@ -444,37 +431,22 @@ private:
     // finds them taken and says so.
     bool take(const std::string& permits, const std::string& lease, const std::string& packed,
               clock::time_point& again) {
-        for (int round = 0;; ++round) {
-            try {
-                return run(detail::on_break::fail, [&](const detail::connection& c) {
-                    detail::script_call call;
-                    call.start(detail::permit_scripts::acquire(), 2);
-                    call.push(name_);
-                    call.push(timeouts_);
-                    call.push(permits);
-                    call.push(lease);
-                    call.push(channel_);
-                    for (std::size_t at = 0; at < packed.size(); at += 16) {
-                        call.push(std::string_view(packed).substr(at, 16));
-                    }
-                    const detail::reply_ptr r = detail::run_script(c, call, name_, server());
-                    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-                        r->element[0]->type != REDIS_REPLY_INTEGER ||
-                        r->element[1]->type != REDIS_REPLY_INTEGER) {
-                        throw error(errc::server_error, name_, server(), "unexpected reply to acquire");
-                    }
-                    const long long wait_ms = r->element[1]->integer;
-                    if (r->element[0]->integer == 1) return true;
-                    again = wait_ms < 0 ? clock::time_point::max()
-                                        : clock::now() + std::chrono::milliseconds(wait_ms + 1);
-                    return false;
-                });
-            } catch (const error& e) {
-                const bool ambiguous =
-                    e.value() == errc::connection_failed || e.value() == errc::timeout;
-                if (!ambiguous || round > 0) throw;
+        return run(detail::on_break::retry, [&](const detail::connection& c) {
+            detail::script_call call;
+            call.start(detail::permit_scripts::acquire(), 2);
+            call.push(name_);
+            call.push(timeouts_);
+            call.push(permits);
+            call.push(lease);
+            call.push(channel_);
+            for (std::size_t at = 0; at < packed.size(); at += 16) {
+                call.push(std::string_view(packed).substr(at, 16));
             }
-        }
+            const auto [taken, wait_ms] = two_integers(detail::run_script(c, call, name_, server()).get());
+            if (taken == 1) return true;
+            again = wait_ms < 0 ? clock::time_point::max() : clock::now() + std::chrono::milliseconds(wait_ms + 1);
+            return false;
+        });
     }
 
     // lease 0: watched.
@@ -502,8 +474,7 @@ private:
             // An attempt since the last "not taken" may have run: its permits would stay taken
             // for their whole lease with no handle to release them. Released here, best effort:
             // the script frees only these ids, so it is safe whatever happened.
-            const bool io = e.value() == errc::connection_failed || e.value() == errc::timeout;
-            if (io && sent != clock::time_point{}) {
+            if (detail::is_ambiguous(e) && sent != clock::time_point{}) {
                 try {
                     (void)run(detail::on_break::retry, [&](const detail::connection& c) {
                         return detail::eval_integer(c, detail::permit_scripts::release_packed(),
@@ -517,15 +488,8 @@ private:
         }
         if (!got) return {};
         std::vector<std::string> ids;
-        static constexpr char digits[] = "0123456789abcdef";
         for (std::size_t at = 0; at < packed.size(); at += 16) {
-            std::string hex;
-            for (std::size_t i = at; i < at + 16; ++i) {
-                const auto b = static_cast<unsigned char>(packed[i]);
-                hex += digits[b >> 4];
-                hex += digits[b & 0xF];
-            }
-            ids.push_back(std::move(hex));
+            ids.push_back(detail::hex(std::string_view(packed).substr(at, 16)));
         }
         detail::registry::hold_ptr hold = core_->add_handle_hold(
             detail::permit_kind::info, name_, timeouts_, packed,

@@ -132,18 +132,10 @@ private:
     // waiter outlives a restart or a killed connection. If the first had run on a server that
     // kept its data, its permits stay taken: fewer holders than permits, never more.
     bool take(const std::string& permits) {
-        for (int round = 0;; ++round) {
-            try {
-                return run(detail::on_break::fail, [&](const detail::connection& c) {
-                    return detail::eval_integer(c, detail::semaphore_scripts::acquire(), {name_},
-                                                {permits}, name_, server()) == 1;
-                });
-            } catch (const error& e) {
-                const bool ambiguous =
-                    e.value() == errc::connection_failed || e.value() == errc::timeout;
-                if (!ambiguous || round > 0) throw;
-            }
-        }
+        return run(detail::on_break::retry, [&](const detail::connection& c) {
+            return detail::eval_integer(c, detail::semaphore_scripts::acquire(), {name_}, {permits},
+                                        name_, server()) == 1;
+        });
     }
 
     bool acquire_until(clock::time_point deadline, long long permits) {

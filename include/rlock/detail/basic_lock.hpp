@@ -347,9 +347,7 @@ private:
                 core_->scripts_allowed.store(true, std::memory_order_relaxed);
                 return r;
             } catch (const error& e) {
-                const bool ambiguous =
-                    e.value() == errc::connection_failed || e.value() == errc::timeout;
-                if (!ambiguous || kind == try_kind::reentry) throw;
+                if (!is_ambiguous(e) || kind == try_kind::reentry) throw;
                 give_up(value);  // fair_lock: the attempt may have queued
                 try {
                     release(value, on_break::retry);
@@ -398,40 +396,19 @@ private:
     }
 
     // Runs the release script: the count left (0: released), or -1 when `value` does not hold
-    // the lock. With on_break::retry a broken connection gets one more try, on a new one. A
-    // "not held" answer to that retry counts as released when the first try most likely did
-    // it: it reached the same server process (the run_id each connection read when it was
-    // opened; when either is unknown, an ACL without +info, it is assumed). It is the truth
-    // when the first try went to a server that has since been replaced (a restart, a failover:
-    // the run_id changed, so what that server did is gone with it) or was refused by a replica
-    // (READONLY: it did not run). A connection the server had closed before the first try is
-    // never used for it (pool: closed_while_idle), so a restart between the hold and its unlock
-    // does not even need the retry to be noticed.
+    // the lock. With on_break::retry a broken connection gets one more try (run_release): a
+    // "not held" answer to it counts as released when the first try most likely did it. A
+    // connection the server had closed before the first try is never used for it (pool:
+    // closed_while_idle), so a restart between the hold and its unlock does not even need the
+    // retry to be noticed.
     long long release(const std::string& value, on_break broken_then) {
-        bool first_ran = true;  // as far as anyone can tell
-        std::uint64_t first_server = 0;  // server_identity behind the first try's connection
-        for (int round = 0;; ++round) {
-            std::uint64_t server_id = 0;
-            try {
-                const long long left = core_->pool.run(name(), on_break::fail, [&](const connection& c) {
-                    server_id = c.server_id;
-                    const long long l = Kind::release(c, keys_, value, server());
-                    // Replica sync: a shortfall is not an error here (see client_options).
-                    if (l >= 0 && core_->ep.options.sync_replicas > 0) core_->wait_for_replicas(c, name());
-                    return l;
-                }, Kind::follows_ask);
-                if (round > 0 && left < 0 && first_ran &&
-                    (first_server == 0 || server_id == 0 || first_server == server_id)) {
-                    return 0;
-                }
-                return left;
-            } catch (const error& e) {
-                const bool io = e.value() == errc::connection_failed || e.value() == errc::timeout;
-                if (!io || broken_then != on_break::retry || round > 0) throw;
-                first_ran = !error_access::origin(e).readonly;
-                first_server = server_id;
-            }
-        }
+        const auto [left, first_did_it] = run_release(core_->pool, name(), broken_then, [&](const connection& c) {
+            const long long l = Kind::release(c, keys_, value, server());
+            // Replica sync: a shortfall is not an error here (see client_options).
+            if (l >= 0 && core_->ep.options.sync_replicas > 0) core_->wait_for_replicas(c, name());
+            return l;
+        }, Kind::follows_ask);
+        return left < 0 && first_did_it ? 0 : left;
     }
 
     // The threads whose final unlock of this lock found their hold lost, until they lock it

@@ -116,7 +116,7 @@ public:
         } catch (const error& e) {
             // An error reply (unknown subcommand, an ACL's NOPERM): classic. No answer at all
             // is the client's failure to start, as for the PING before.
-            if (e.value() == errc::connection_failed || e.value() == errc::timeout) throw;
+            if (is_ambiguous(e)) throw;
         }
     }
 

@@ -211,7 +211,7 @@ private:
             } catch (const error& e) {
                 // Nothing was sent. A master that cannot be reached may have failed over: a
                 // fresh map names its successor once the cluster has promoted one.
-                if (e.value() != errc::connection_failed && e.value() != errc::timeout) throw;
+                if (!is_ambiguous(e)) throw;
                 ep_.slots->mark_stale();
                 to.reset();
                 ask = false;
@@ -373,5 +373,36 @@ private:
     node_pool single_;    // the connections without Redis Cluster
     std::vector<std::unique_ptr<node_pool>> nodes_;  // Redis Cluster: one per master, kept
 };
+
+/// Runs a release `f(connection)`: a script that frees only what its holder holds, so running
+/// it twice frees nothing twice. With on_break::retry a broken connection gets one more try,
+/// on a new one. Returns f's answer, and whether that answer came from the repeat while the
+/// first try most likely ran: it reached the same server process (the run_id each connection
+/// read when it was opened; when either is unknown, an ACL without +info, it is assumed) and
+/// no replica refused it (READONLY: it did not run). Then a "not held" answer is the first
+/// try's own work. When the first try went to a server since replaced (a restart, a failover:
+/// the run_id changed, so what that server did is gone with it), the answer is the truth.
+template <class F>
+auto run_release(pool& p, std::string_view lock, on_break broken_then, F&& f, bool follow_ask = true)
+    -> std::pair<decltype(f(std::declval<const connection&>())), bool> {
+    bool first_ran = true;           // as far as anyone can tell
+    std::uint64_t first_server = 0;  // server_identity behind the first try's connection
+    for (int round = 0;; ++round) {
+        std::uint64_t server_id = 0;
+        try {
+            auto answer = p.run(lock, on_break::fail, [&](const connection& c) {
+                server_id = c.server_id;
+                return f(c);
+            }, follow_ask);
+            const bool repeat_of_one_that_ran =
+                round > 0 && first_ran && (first_server == 0 || server_id == 0 || first_server == server_id);
+            return {std::move(answer), repeat_of_one_that_ran};
+        } catch (const error& e) {
+            if (!is_ambiguous(e) || broken_then != on_break::retry || round > 0) throw;
+            first_ran = !error_access::origin(e).readonly;
+            first_server = server_id;
+        }
+    }
+}
 
 }  // namespace rlock::detail

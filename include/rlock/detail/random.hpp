@@ -84,18 +84,29 @@ inline long long random_between(long long lo, long long hi) {
 /// token of theirs starts with it.
 inline constexpr std::string_view token_prefix = "rlock:";
 
+/// Writes the `n` bytes at `b` as 2n lowercase hex digits at `out`.
+inline void write_hex(const unsigned char* b, std::size_t n, char* out) noexcept {
+    static constexpr char digits[] = "0123456789abcdef";
+    for (std::size_t i = 0; i < n; ++i) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 0xF];
+    }
+}
+
+/// `bytes` as lowercase hex digits (a permit id as Redisson writes one).
+inline std::string hex(std::string_view bytes) {
+    std::string out(2 * bytes.size(), '0');
+    write_hex(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), out.data());
+    return out;
+}
+
 /// A mutex token: token_prefix, then 128 random bits as 32 lowercase hex digits.
 inline std::string random_token() {
     unsigned char b[16];
     random_bytes(b, sizeof b);
-    static constexpr char digits[] = "0123456789abcdef";
     std::string out(token_prefix);
     out.resize(token_prefix.size() + 32, '0');
-    char* hex = &out[token_prefix.size()];
-    for (std::size_t i = 0; i < sizeof b; ++i) {
-        hex[2 * i] = digits[b[i] >> 4];
-        hex[2 * i + 1] = digits[b[i] & 0xF];
-    }
+    write_hex(b, sizeof b, &out[token_prefix.size()]);
     return out;
 }
 
@@ -111,13 +122,13 @@ inline std::string random_uuid() {
     random_bytes(b, sizeof b);
     b[6] = static_cast<unsigned char>((b[6] & 0x0F) | 0x40);
     b[8] = static_cast<unsigned char>((b[8] & 0x3F) | 0x80);
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string out;
-    out.reserve(36);
-    for (std::size_t i = 0; i < sizeof b; ++i) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
-        out += digits[b[i] >> 4];
-        out += digits[b[i] & 0xF];
+    std::string out(36, '-');
+    char* at = out.data();
+    const unsigned char* from = b;
+    for (const std::size_t group : {4, 2, 2, 2, 6}) {  // 8-4-4-4-12 digits
+        write_hex(from, group, at);
+        at += 2 * group + 1;
+        from += group;
     }
     return out;
 }

@@ -30,6 +30,10 @@ struct attempt_result {
     clock::time_point again = clock::time_point::max();
 };
 
+/// Whether a wait's attempt is safe to make again after a failure that may have run
+/// (wait_on_channel).
+enum class repeat { safe, unsafe };
+
 /// Calls `attempt()` until it is done (then true) or `deadline` has passed (then false).
 /// After a first refusal it subscribes to `channel` through the client's subscriber and makes
 /// each next attempt when a message arrives there or the subscriber reconnects (a message may
@@ -44,8 +48,6 @@ struct attempt_result {
 /// does; then it throws that error. Without, such a failure is thrown at once (the attempt
 /// made its own one repeat). Any other error of `attempt` is thrown at once, and
 /// connection_failed (naming `name`) once the client is destroyed.
-enum class repeat { safe, unsafe };
-
 template <class F>
 bool wait_on_channel(client_core& core, const std::string& channel, std::string_view name,
                      std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt) {
@@ -57,8 +59,7 @@ bool wait_on_channel(client_core& core, const std::string& channel, std::string_
             failing_since = {};
             return r;
         } catch (const error& e) {
-            if (e.value() != errc::connection_failed && e.value() != errc::timeout) throw;
-            if (repeatable == repeat::unsafe) throw;
+            if (!is_ambiguous(e) || repeatable == repeat::unsafe) throw;
             core.throw_if_destroyed(name, "the client was destroyed while this thread waited");
             const auto now = clock::now();
             if (failing_since == clock::time_point{}) failing_since = now;

@@ -245,7 +245,7 @@ private:
             error e = make_error(c, why, holds[from]->name, ep.name);
             // A replica's READONLY (a failover) and a cluster's redirection are about where
             // the renewal went, not about the hold: the caller retries elsewhere.
-            if (e.value() == errc::connection_failed || e.value() == errc::timeout ||
+            if (is_ambiguous(e) ||
                 error_access::origin(e).to.kind != redirect::none) {
                 throw make_error(c, why, holds[from]->name, ep.name);
             }
@@ -283,7 +283,7 @@ private:
         }
         std::vector<batch*> redirected;
         auto on_error = [&](const error& e) {
-            if (!r.failure || e.value() == errc::connection_failed || e.value() == errc::timeout) r.failure = e;
+            if (!r.failure || is_ambiguous(e)) r.failure = e;
             if (error_access::origin(e).to.kind == redirect::try_again) r.retry_soon = true;
         };
         for (auto& node : per_node) {
