@@ -747,6 +747,24 @@ TEST(permit_expirable_semaphore, bad_input_and_foreign_keys_are_refused_with_red
     rlock::permit empty;
     EXPECT_THROW(empty.release(), rlock::error);
 
+    // At the overflow every script that would write refuses at INCRBY, its first write, and
+    // leaves every key as it was: an acquire that would put an ended lease back, a release by
+    // id and a handle's release.
+    {
+        rlock::permit_expirable_semaphore full(c, name() + "-full");
+        const std::string key = full.name(), set = timeouts_of(full.name());
+        ASSERT_TRUE(full.try_set_permits(1));
+        rlock::permit mine = full.acquire(60s);
+        server().cmd({"SET", key, "9223372036854775807"});
+        server().cmd({"ZADD", set, "1", id_bytes("00000000000000000000000000000001")});  // ended
+        const auto at_max = snapshot(server());
+        EXPECT_THROW((void)full.try_acquire(), rlock::error);
+        EXPECT_THROW(full.release(mine.id()), rlock::error);
+        mine.release();  // told through on_lock_lost, never thrown
+        expect_unchanged(at_max, snapshot(server()));
+        server().cmd({"DEL", key, set});
+    }
+
     // A count key of another kind, or a timeout key that is not a sorted set.
     rlock::permit_expirable_semaphore other(c, name() + "-foreign");
     const std::string key = other.name(), set = timeouts_of(other.name());
