@@ -33,6 +33,7 @@ enum class errc {
     lock_lost,             ///< a hold expired, was deleted or taken over (see on_lock_lost)
     quorum_not_reached,    ///< a multi-node lock could not win a majority
     replica_sync_failed,   ///< fewer replicas acknowledged a write than were asked for
+    operation_aborted,     ///< an asynchronous operation was cancelled before it completed
 };
 
 namespace detail {
@@ -54,6 +55,7 @@ public:
             case errc::lock_lost: return "lock lost";
             case errc::quorum_not_reached: return "quorum not reached";
             case errc::replica_sync_failed: return "replica sync failed";
+            case errc::operation_aborted: return "operation aborted";
         }
         return "unknown rlock error";
     }

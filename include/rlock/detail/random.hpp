@@ -133,11 +133,17 @@ inline std::string random_uuid() {
     return out;
 }
 
+/// Threads and rlock::owner objects are numbered from one counter, so that an owner never
+/// shares a number (a registry key, a Redisson holder id "<client id>:<number>") with a thread.
+inline std::uint64_t next_owner_number() noexcept {
+    static std::atomic<std::uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 /// A number unique to the calling thread within this process, never reused: the threadId part
 /// of a holder id. A thread that ends cannot pass its holds on to a thread that starts later.
 inline std::uint64_t current_thread_number() noexcept {
-    static std::atomic<std::uint64_t> next{1};
-    thread_local const std::uint64_t mine = next.fetch_add(1, std::memory_order_relaxed);
+    thread_local const std::uint64_t mine = next_owner_number();
     return mine;
 }
 

@@ -51,7 +51,17 @@ class subscriber {
         std::uint64_t generation = 0;
         bool active = false;  // the server confirmed SUBSCRIBE, with no UNSUBSCRIBE in flight
         std::condition_variable cv;
+        // The asynchronous waiters' subscriptions (subscription::on_change), called at each
+        // bump under mu_.
+        std::vector<const std::function<void()>*> listeners;
     };
+
+    // A message or a reconnect: the channel's waiters retry.
+    static void bump_locked(channel_state& ch) {
+        ++ch.generation;
+        ch.cv.notify_all();
+        for (const std::function<void()>* f : ch.listeners) (*f)();
+    }
 
 public:
     /// `on_reconnect` is called on the subscriber's thread each time its connection is made,
@@ -90,11 +100,17 @@ public:
     /// Interest in one channel, held by a waiter for as long as it waits.
     class subscription {
     public:
-        subscription(subscriber& s, std::string channel) : s_(s), channel_(std::move(channel)) {
+        subscription(subscriber& s, std::string channel) : subscription(s, std::move(channel), {}) {}
+        /// An asynchronous waiter's: `on_change` is called (on the subscriber's thread, under
+        /// its lock, so it must only hand the news on) each time the generation changes, until
+        /// the subscription is destroyed.
+        subscription(subscriber& s, std::string channel, std::function<void()> on_change)
+            : s_(s), channel_(std::move(channel)), on_change_(std::move(on_change)) {
             std::lock_guard<std::mutex> g(s_.mu_);
             auto& slot = s_.channels_[channel_];
             if (!slot) slot = std::make_unique<channel_state>();
             ch_ = slot.get();
+            if (on_change_) ch_->listeners.push_back(&on_change_);
             if (ch_->waiters++ == 0) {
                 ch_->active = false;
                 s_.pending_.push_back(channel_);
@@ -105,6 +121,10 @@ public:
         subscription& operator=(const subscription&) = delete;
         ~subscription() {
             std::lock_guard<std::mutex> g(s_.mu_);
+            if (on_change_) {
+                auto& l = ch_->listeners;
+                l.erase(std::find(l.begin(), l.end(), &on_change_));
+            }
             if (--ch_->waiters == 0) {
                 ch_->active = false;
                 s_.pending_.push_back(channel_);
@@ -137,6 +157,7 @@ public:
     private:
         subscriber& s_;
         std::string channel_;
+        std::function<void()> on_change_;
         channel_state* ch_;
     };
 
@@ -148,8 +169,7 @@ private:
     void wake_all_locked() {
         for (auto& [name, ch] : channels_) {
             ch->active = false;
-            ++ch->generation;
-            ch->cv.notify_all();
+            bump_locked(*ch);
         }
     }
 
@@ -230,8 +250,7 @@ private:
         auto it = channels_.find(name);
         if (it != channels_.end() && it->second->waiters > 0) {
             it->second->active = true;
-            ++it->second->generation;
-            it->second->cv.notify_all();
+            bump_locked(*it->second);
         }
     }
 
@@ -247,10 +266,7 @@ private:
         } else if (kind == "message") {
             std::lock_guard<std::mutex> g(mu_);
             auto it = channels_.find(name);
-            if (it != channels_.end()) {
-                ++it->second->generation;
-                it->second->cv.notify_all();
-            }
+            if (it != channels_.end()) bump_locked(*it->second);
         }
     }
 
@@ -302,8 +318,7 @@ private:
             auto it = channels_.find(name);
             if (it == channels_.end()) continue;
             it->second->active = false;
-            ++it->second->generation;
-            it->second->cv.notify_all();
+            bump_locked(*it->second);
             if (it->second->waiters > 0) pending_.push_back(name);
         }
     }
@@ -422,10 +437,7 @@ private:
         } else if (kind == "smessage") {
             std::lock_guard<std::mutex> g(mu_);
             auto it = channels_.find(name);
-            if (it != channels_.end()) {
-                ++it->second->generation;
-                it->second->cv.notify_all();
-            }
+            if (it != channels_.end()) bump_locked(*it->second);
         }
     }
 
