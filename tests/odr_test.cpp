@@ -1,6 +1,9 @@
 // Includes the umbrella header in a second translation unit: a header function that is not
 // inline (or a template) is defined twice and the test binary fails to link.
 #include "rlock/rlock.hpp"
+#if __has_include(<asio.hpp>)
+#include "rlock/asio.hpp"  // also in async_test.cpp
+#endif
 
 #include <gtest/gtest.h>
 

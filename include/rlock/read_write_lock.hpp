@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "rlock/client.hpp"
 #include "rlock/detail/basic_lock.hpp"
@@ -43,7 +44,8 @@
 
 namespace rlock {
 
-class read_write_lock : public detail::timed_lockable<read_write_lock> {
+class read_write_lock : public detail::timed_lockable<read_write_lock>,
+                        public detail::async_lockable<read_write_lock> {
 public:
     using write_side = detail::basic_lock<detail::rw_write_kind>;
     using read_side = detail::basic_lock<detail::rw_read_kind>;
@@ -100,6 +102,25 @@ public:
                                              const std::chrono::duration<Rep, Period>& lease) {
         return read_.try_lock_until(t, lease);
     }
+    /// The read side's asynchronous forms: async_lock's (async_lock.hpp, docs/api.md), each
+    /// completing with a hold of one read level.
+    template <class... Args>
+    auto async_lock_shared(Args&&... args) {
+        return read_.async_lock(std::forward<Args>(args)...);
+    }
+    template <class... Args>
+    auto async_try_lock_shared(Args&&... args) {
+        return read_.async_try_lock(std::forward<Args>(args)...);
+    }
+    template <class... Args>
+    auto async_try_lock_shared_for(Args&&... args) {
+        return read_.async_try_lock_for(std::forward<Args>(args)...);
+    }
+    template <class... Args>
+    auto async_try_lock_shared_until(Args&&... args) {
+        return read_.async_try_lock_until(std::forward<Args>(args)...);
+    }
+
     /// Leaves one read level (and deletes that level's key); the last reader out deletes the
     /// lock and publishes `0`. One round trip; before it returns the level is out of the
     /// watchdog. Throws not_owner only to a thread without a read hold; a lost hold or an
@@ -137,8 +158,14 @@ public:
 
 private:
     friend class detail::timed_lockable<read_write_lock>;
+    friend class detail::async_lockable<read_write_lock>;
     bool acquire(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds lease) {
         return write_.acquire(deadline, lease);
+    }
+    template <class Token>
+    auto start_async(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds lease,
+                     std::uint64_t owner, Token&& token) {
+        return write_.start_async(deadline, lease, owner, std::forward<Token>(token));
     }
     std::string_view server() const noexcept { return write_.server(); }
 

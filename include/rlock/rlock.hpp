@@ -5,6 +5,7 @@
 #include "rlock/count_down_latch.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/fair_lock.hpp"
+#include "rlock/hold.hpp"
 #include "rlock/multi_lock.hpp"
 #include "rlock/mutex.hpp"
 #include "rlock/options.hpp"

@@ -20,12 +20,15 @@
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/script.hpp"
 #include "rlock/detail/kind.hpp"
+#include "rlock/detail/lock_site.hpp"
+#include "rlock/detail/async_lock.hpp"
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
 #include "rlock/detail/subscriber.hpp"
 #include "rlock/detail/timed_lockable.hpp"
 #include "rlock/detail/wait_pacing.hpp"
 #include "rlock/errors.hpp"
+#include "rlock/hold.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock {
@@ -40,32 +43,18 @@ namespace rlock::detail {
 /// lock_lost (re-entry of a reentrant hold that was lost), connection_failed (the client was
 /// destroyed), timeout, wrong_type, ... naming the lock and the server.
 template <class Kind>
-class basic_lock : public timed_lockable<basic_lock<Kind>> {
+class basic_lock : public timed_lockable<basic_lock<Kind>>,
+                   public async_lockable<basic_lock<Kind>>,
+                   protected lock_site<Kind> {
+    using site = lock_site<Kind>;
+
 public:
     using clock = std::chrono::steady_clock;
 
     /// Names a lock on `c`; sends nothing. Throws `error` (invalid_argument) for an empty name.
     basic_lock(client& c, std::string name, lock_options options = {})
-        : core_(client_access::core(c).shared_from_this()), options_(options) {
+        : site(client_access::core(c), std::move(name), options) {
         static_assert(check_kind<Kind>());
-        if (name.empty()) {
-            throw error(errc::invalid_argument, "", core_->ep.name, "lock name is empty");
-        }
-        if (options_.fair_lock_wait_timeout.count() <= 0) {
-            throw error(errc::invalid_argument, name, core_->ep.name,
-                        "lock_options::fair_lock_wait_timeout must be positive");
-        }
-        keys_.channel = prefixed_key(Kind::channel_prefix, name);
-        keys_.fencing = prefixed_key("redisson_lock_token", name);
-        keys_.queue = prefixed_key("redisson_lock_queue", name);
-        keys_.timeouts = prefixed_key("redisson_lock_timeout", name);
-        if (core_->ep.slots && key_slot(name) != key_slot(keys_.channel)) {
-            // "a{b" or "a{}b": no hash tag, so `prefix:name` hashes apart from `name`.
-            throw error(errc::invalid_argument, name, core_->ep.name,
-                        "in a cluster a lock name with '{' needs a hash tag ({tag} with a non-empty "
-                        "tag), or its keys land in different slots");
-        }
-        keys_.name = std::move(name);
     }
     basic_lock(const basic_lock&) = delete;
     basic_lock& operator=(const basic_lock&) = delete;
@@ -79,39 +68,12 @@ public:
     /// on_lock_lost (once per hold) and the key is left to expire. So unlock in a guard's
     /// destructor never throws.
     void unlock() {
-        registry& reg = core_->reg;
-        registry::hold_ptr h = reg.find(&Kind::info, name(), current_thread_number());
+        registry::hold_ptr h = core_->reg.find(&Kind::info, name(), current_thread_number());
         if (!h) {
             throw error(errc::not_owner, name(), server(),
                         "unlock by a thread that does not hold the lock");
         }
-        const bool last = h->count == 1;
-        if (last) reg.remove(h);
-        long long left = 0;
-        try {
-            left = release(h->value, last ? on_break::retry : on_break::fail);
-            // Redis still counts levels after this thread's last one: a re-entry whose reply was
-            // lost (the connection broke after the script ran) added a level this thread never
-            // counted. It is this thread's, so the final unlock drains it; left alone, the lock
-            // would outlive the unlock until its lease ran out, and the thread's next lock()
-            // would re-enter the leftover hash with a count its unlocks never bring to zero.
-            for (int extra = 0; last && left > 0 && extra < 64; ++extra) {
-                left = release(h->value, on_break::retry);
-            }
-        } catch (const error& e) {
-            if (!last) --h->count;
-            if (last) mark_lost_at_unlock(h->thread);
-            reg.report(*h, e);  // unreachable: the hold is lost to its owner either way
-            return;
-        }
-        if (!last) --h->count;
-        if (left < 0 && !reg.ended_by_lease(*h)) {
-            // Not ours any more. Marked first: an on_lock_lost handler that asks lost() sees it.
-            if (last) mark_lost_at_unlock(h->thread);
-            reg.report(*h, error(errc::lock_lost, name(), server(),
-                                 "at unlock the lock was no longer held by this thread (expired, "
-                                 "deleted or taken over)"));
-        }
+        site::unlock_hold(h, [&] { mark_lost_at_unlock(h->thread); });
     }
 
     /// True when anyone holds the lock (EXISTS). Throws on connection errors.
@@ -186,15 +148,16 @@ public:
         return h->id;
     }
 
-    const std::string& name() const noexcept { return keys_.name; }
+    using site::name;
     const lock_options& options() const noexcept { return options_; }
 
 protected:
-    const std::string& server() const noexcept { return core_->ep.name; }
+    using site::server;
 
 private:
     friend class rlock::multi_lock;  // takes several locks of one node in one script
     friend class timed_lockable<basic_lock>;
+    friend class async_lockable<basic_lock>;
     friend class rlock::read_write_lock;  // its two sides
 
     // timed_lockable's entry point. deadline: time_point::max() waits for ever. lease == 0:
@@ -277,139 +240,26 @@ private:
         return true;
     }
 
-    bool reenter(hold& h, std::chrono::milliseconds lease) {
-        registry& reg = core_->reg;
-        if constexpr (!Kind::reentrant) {
-            (void)lease;
-            (void)h;
-            throw error(errc::would_deadlock, name(), server(),
-                        "this thread already holds the lock, and a mutex is not reentrant");
-        } else {
-            if (reg.is_lost(h)) {
-                throw error(errc::lock_lost, name(), server(),
-                            "this thread's hold was lost; unlock it before locking again");
-            }
-            // A re-entry keeps the hold watched if it was, or makes it watched if asked to;
-            // otherwise the new lease applies from now.
-            const bool watched = reg.with([&] { return h.watched; }) || lease.count() == 0;
-            if (watched) lease = core_->ep.options.lock_watchdog_timeout;
-            const auto sent = clock::now();
-            acquire_result r = attempt(h.value, lease, try_kind::reentry);
-            if (!r.acquired) {
-                reg.report(h, error(errc::lock_lost, name(), server(),
-                                    "found the hold gone on re-entry"));
-                throw error(errc::lock_lost, name(), server(),
-                            "this thread's hold was lost; unlock it before locking again");
-            }
-            reg.with([&] {
-                h.count = static_cast<std::size_t>(r.count);
-                h.watched = watched;
-                h.lease = lease;
-                h.expires = sent + lease;
-                if (options_.fencing) h.fencing = r.fencing;
-            });
-            return true;
-        }
+    // async_lockable's entry point (async_lock.hpp).
+    template <class Token>
+    auto start_async(clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+                     Token&& token) {
+        core_->throw_if_destroyed(name(), "the client this lock was made from has been destroyed");
+        std::call_once(async_once_, [&] { async_site_ = std::make_shared<const site>(static_cast<const site&>(*this)); });
+        return initiate(std::forward<Token>(token),
+                        [s = async_site_, deadline, lease, owner](completion done) {
+                            return start_acquire<Kind>(s, deadline, lease, owner, std::move(done));
+                        });
     }
 
-    /// Which attempt at the lock this is.
-    enum class try_kind : unsigned char {
-        only,     // try_lock(), or a deadline already past: nothing waits after it
-        first,    // the first try of a wait: may join a queue (fair_lock)
-        waiting,  // a try inside the wait: may queue, and reports the holder's TTL
-        reentry,  // this thread holds the lock already
-    };
+    using site::core_;
+    using site::keys_;
+    using site::options_;
+    using site::attempt;
+    using site::give_up;
+    using site::reenter;
+    using typename site::try_kind;
 
-    // One acquire attempt. When an acquisition that is not a re-entry fails ambiguously (the
-    // connection broke or timed out, so the command may have run), a release with the same
-    // value undoes it and the attempt is made once more on a new connection: nothing of ours
-    // outlives a failure.
-    acquire_result attempt(const std::string& value, std::chrono::milliseconds lease,
-                           try_kind kind) {
-        const std::string lease_text = std::to_string(lease.count());
-        const std::string wait_text = std::to_string(options_.fair_lock_wait_timeout.count());
-        attempt_spec spec;
-        spec.value = value;
-        spec.lease = lease_text;
-        spec.fencing = options_.fencing;
-        spec.want_ttl = kind == try_kind::waiting;
-        spec.reentry = kind == try_kind::reentry;
-        spec.may_queue = kind == try_kind::first || kind == try_kind::waiting;
-        spec.scripts_allowed = core_->scripts_allowed.load(std::memory_order_relaxed);
-        spec.wait_timeout = wait_text;
-        for (int round = 0;; ++round) {
-            try {
-                acquire_result r = core_->pool.run(name(), on_break::fail, [&](const connection& c) {
-                    acquire_result got = Kind::acquire(c, keys_, spec, server());
-                    if (got.acquired) sync_or_undo(c, value);
-                    return got;
-                }, Kind::follows_ask);
-                core_->scripts_allowed.store(true, std::memory_order_relaxed);
-                return r;
-            } catch (const error& e) {
-                if (!is_ambiguous(e) || kind == try_kind::reentry) throw;
-                give_up(value);  // fair_lock: the attempt may have queued
-                try {
-                    release(value, on_break::retry);
-                } catch (const error&) {
-                    throw e;
-                }
-                if (round > 0) throw;
-            }
-        }
-    }
-
-    /// Replica sync after an acquire on `c`: too few acknowledgements undo it (one level, so a
-    /// re-entry keeps the levels it had) and throw replica_sync_failed.
-    void sync_or_undo(const connection& c, const std::string& value) {
-        const int wanted = core_->ep.options.sync_replicas;
-        if (wanted <= 0) return;
-        const long long acked = core_->wait_for_replicas(c, name());
-        if (acked >= wanted) return;
-        try {
-            Kind::release(c, keys_, value, server());
-        } catch (const error& e) {
-            // Not a redirection for the pool to follow: that would run the acquire again.
-            throw error_access::unredirected(e);
-        }
-        throw error(errc::replica_sync_failed, name(), server(),
-                    std::to_string(acked) + " of the " + std::to_string(wanted) +
-                        " replicas asked for acknowledged the acquire within " +
-                        std::to_string(core_->ep.options.sync_timeout.count()) +
-                        " ms; it was undone");
-    }
-
-    // A waiter that gives up leaves nothing behind (fair_lock: its queue entry). Best effort:
-    // what it cannot reach is evicted after fair_lock_wait_timeout.
-    void give_up(const std::string& value) noexcept {
-        if constexpr (Kind::abandons) {
-            try {
-                core_->pool.run(name(), on_break::retry, [&](const connection& c) {
-                    Kind::abandon(c, keys_, value, server());
-                    return 0;
-                }, Kind::follows_ask);
-            } catch (...) {
-            }
-        } else {
-            (void)value;
-        }
-    }
-
-    // Runs the release script: the count left (0: released), or -1 when `value` does not hold
-    // the lock. With on_break::retry a broken connection gets one more try (run_release): a
-    // "not held" answer to it counts as released when the first try most likely did it. A
-    // connection the server had closed before the first try is never used for it (pool:
-    // closed_while_idle), so a restart between the hold and its unlock does not even need the
-    // retry to be noticed.
-    long long release(const std::string& value, on_break broken_then) {
-        const auto [left, first_did_it] = run_release(core_->pool, name(), broken_then, [&](const connection& c) {
-            const long long l = Kind::release(c, keys_, value, server());
-            // Replica sync: a shortfall is not an error here (see client_options).
-            if (l >= 0 && core_->ep.options.sync_replicas > 0) core_->wait_for_replicas(c, name());
-            return l;
-        }, Kind::follows_ask);
-        return left < 0 && first_did_it ? 0 : left;
-    }
 
     // The threads whose final unlock of this lock found their hold lost, until they lock it
     // again: lost() stays true for them. `lost_at_unlock_any_` spares the common path the mutex.
@@ -436,12 +286,9 @@ private:
     mutable std::vector<std::uint64_t> lost_at_unlock_;
     mutable std::atomic<bool> lost_at_unlock_any_{false};
 
-    // Shared, not borrowed: a thread blocked in lock() when the client is destroyed still
-    // reaches the subscriber and the pool to learn that and throw (the core is stopped but
-    // alive until the last lock object made from it is gone).
-    std::shared_ptr<client_core> core_;
-    lock_keys keys_;
-    lock_options options_;
+    // This lock as its asynchronous acquires and their holds share it (made on the first).
+    std::once_flag async_once_;
+    std::shared_ptr<const site> async_site_;
 };
 
 }  // namespace rlock::detail

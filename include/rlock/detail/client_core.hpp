@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "rlock/detail/connect.hpp"
+#include "rlock/detail/engine.hpp"
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/pool.hpp"
 #include "rlock/detail/random.hpp"
@@ -125,6 +126,9 @@ public:
     /// Stops the threads: the watchdog is asked first, so that its last tick ends while the
     /// sentinel watch stops; the subscriber, which calls into the watchdog, goes last.
     void stop() {
+        // First: its pending operations complete (with an error) while everything they use
+        // still runs.
+        eng.stop();
         watchdog_.request_stop();
         if (sentinel) sentinel->stop();
         watchdog_.stop();
@@ -210,6 +214,13 @@ private:
 public:
     std::unique_ptr<subscriber> sub;
     std::unique_ptr<sentinel_watch> sentinel;  // with client_options::sentinels only
+
+    /// The asynchronous operations' thread, started by the first (engine.hpp), and their state
+    /// (async_waits in async_lock.hpp, made with it). After the subscriber: they are destroyed
+    /// first, and stop() stops them first.
+    engine eng;
+    std::once_flag async_once;
+    std::shared_ptr<void> async_state;
 };
 
 /// Tells the clients a thread took watched holds on when that thread exits (client_core::

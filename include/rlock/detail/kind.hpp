@@ -125,6 +125,9 @@ struct kind_defaults {
     /// Waiters that race for a released lock yield to older ones (race_pacing, wait_pacing.hpp);
     /// false for a kind whose waiters are queued in Redis (fair_lock), which orders them itself.
     static constexpr bool races = true;
+    /// Holders share the lock (read_write_lock's read side): when one asynchronous waiter of a
+    /// client gets it, the next may too (async_lock.hpp).
+    static constexpr bool shared = false;
     /// Longest single wait: a queued fair waiter must refresh its place (0: no limit).
     static std::chrono::milliseconds heartbeat(const lock_options&) {
         return std::chrono::milliseconds(0);

@@ -157,6 +157,7 @@ return 1
 };
 
 struct rw_read_kind : rw_kind_base<rw_read_kind> {
+    static constexpr bool shared = true;
 
     /// Take or re-enter a read hold.
     /// KEYS[1] lock hash, KEYS[2] redisson_lock_token:{name} (with fencing only);

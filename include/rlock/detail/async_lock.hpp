@@ -1,0 +1,575 @@
+// Asynchronous acquisition for every lock on one key (async_lock, async_try_lock,
+// async_try_lock_for, async_try_lock_until: async_lockable), driven by the client's engine
+// thread (engine.hpp).
+//
+// - An acquire is a task on the engine: a first attempt (one round trip through the pool), then,
+//   when refused and allowed to wait, a place at the end of the wait group of its kind and
+//   channel (one per client; a fair_lock waiter's channel is its own).
+// - A wait group holds one subscription and a FIFO of waiters. A message on the channel, a
+//   subscriber reconnect or the group's timer (the holder's TTL, a silent holder's next look, a
+//   fair waiter's heartbeat: what bounds a blocking waiter's sleep) makes its head attempt. After
+//   a success the next waiter attempts only in a shared group (the read side); otherwise it
+//   waits for the next message. So 10 000 waiters behind one unlock cost one attempt, not 10 000.
+// - A try form's deadline is a timer; it and a cancellation each take the waiter out of its
+//   group and undo what it left in Redis (fair_lock's queue entry) before completing it.
+// - A completion runs on the engine thread after the state it reports is in place (the hold is
+//   registered with the watchdog), exactly once, never inside the initiating call. When the
+//   client is destroyed, every pending one completes with connection_failed before its
+//   destructor returns.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <future>
+#include <list>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "rlock/detail/client_core.hpp"
+#include "rlock/detail/engine.hpp"
+#include "rlock/detail/kind.hpp"
+#include "rlock/detail/lock_site.hpp"
+#include "rlock/detail/registry.hpp"
+#include "rlock/detail/subscriber.hpp"
+#include "rlock/detail/timed_lockable.hpp"
+#include "rlock/detail/wait_pacing.hpp"
+#include "rlock/errors.hpp"
+#include "rlock/hold.hpp"
+
+namespace rlock::detail {
+
+/// A completion handler as the engine keeps it.
+using completion = unique_callback<std::exception_ptr, rlock::hold>;
+
+/// How an asynchronous call completes for a token that is neither a callback nor
+/// rlock::use_future: rlock/asio.hpp defines it for Asio's completion tokens.
+template <class Token, class = void>
+struct token_adapter {
+    static constexpr bool defined = false;
+};
+
+/// Starts an asynchronous operation for `token`: `start(completion)` posts it and returns its
+/// rlock::pending. A callback gets the pending handle back; rlock::use_future a std::future; an
+/// Asio token what Asio makes of it.
+template <class Token, class Start>
+auto initiate(Token&& token, Start&& start) {
+    using T = std::decay_t<Token>;
+    if constexpr (std::is_same_v<T, use_future_t>) {
+        std::promise<rlock::hold> promise;
+        std::future<rlock::hold> f = promise.get_future();
+        (void)start(completion([p = std::move(promise)](std::exception_ptr e, rlock::hold h) mutable {
+            if (e) {
+                p.set_exception(std::move(e));
+            } else {
+                p.set_value(std::move(h));
+            }
+        }));
+        return f;
+    } else if constexpr (token_adapter<T>::defined) {
+        return token_adapter<T>::initiate(std::forward<Token>(token), std::forward<Start>(start));
+    } else {
+        static_assert(std::is_invocable_v<T&, std::exception_ptr, rlock::hold>,
+                      "an rlock async call takes a callback (std::exception_ptr, rlock::hold), "
+                      "rlock::use_future, or, with <rlock/asio.hpp> included, an Asio completion "
+                      "token");
+        return start(completion(std::forward<Token>(token)));
+    }
+}
+
+/// How a wait group's head fared at one attempt.
+enum class attempt_outcome : unsigned char { acquired, refused, failed };
+
+/// What a refused attempt (or a winner's lease) says about when the head should try again.
+struct wait_hint {
+    long long ttl = -2;  // the holder's remaining ms, -1 no expiry, -2 freed meanwhile
+    bool holder_publishes = true;
+    std::string holder;
+};
+
+class async_waits;
+struct wait_group;
+
+/// One pending asynchronous acquire; its state is the engine thread's.
+class async_waiter : public cancellable, public std::enable_shared_from_this<async_waiter> {
+public:
+    using clock = std::chrono::steady_clock;
+
+    explicit async_waiter(async_waits& waits, clock::time_point deadline) noexcept
+        : waits(waits), deadline(deadline) {}
+
+    /// One attempt as the head of its group. On `acquired` the hold is registered and `hint`
+    /// carries its lease; on `failed` the waiter has given up and is settled with the error.
+    virtual attempt_outcome attempt_waiting(wait_hint& hint) = 0;
+    /// Undoes what a refused attempt left behind (fair_lock's queue entry). Best effort.
+    virtual void give_up() noexcept = 0;
+    /// The lock's name and server, for errors.
+    virtual const std::string& lock_name() const noexcept = 0;
+    virtual const std::string& server() const noexcept = 0;
+    /// Settles the operation (once): `e`, or, with none, "the wait ran out" (an empty hold).
+    void settle(std::exception_ptr e) noexcept {
+        if (settled) return;
+        settled = true;
+        failure = std::move(e);
+    }
+    /// Calls the handler with what was settled (once). What the handler throws is dropped.
+    void deliver() noexcept {
+        try {
+            done(failure, std::move(result));
+        } catch (...) {
+        }
+    }
+    void cancel() noexcept override;
+
+    async_waits& waits;
+    const clock::time_point deadline;
+    engine::timer_id deadline_timer = 0;
+    wait_group* group = nullptr;
+    std::list<std::shared_ptr<async_waiter>>::iterator place;
+    bool settled = false;
+    std::exception_ptr failure;
+    rlock::hold result;
+    completion done;
+};
+
+/// The waiters of one kind on one channel of a client, in arrival order.
+struct wait_group {
+    std::string key;  // kind and channel
+    std::uint64_t serial = 0;
+    bool shared = false;  // a success lets the next waiter try too (read side)
+    std::chrono::milliseconds heartbeat{0};
+    std::list<std::shared_ptr<async_waiter>> queue;
+    std::unique_ptr<subscriber::subscription> sub;
+    engine::timer_id retry = 0;
+    std::atomic<bool> posted{false};  // a pump is queued on the engine (set by the subscriber)
+    std::chrono::milliseconds fallback{10};
+    silent_holder_looks looks;
+};
+
+/// A client's wait groups (one per client, made with its engine: waits_of).
+class async_waits {
+    using clock = std::chrono::steady_clock;
+
+public:
+    explicit async_waits(client_core& core) : core(core) {}
+    async_waits(const async_waits&) = delete;
+    async_waits& operator=(const async_waits&) = delete;
+
+    /// The group for `key`, or null.
+    wait_group* find(const std::string& key) {
+        auto it = groups_.find(key);
+        return it == groups_.end() ? nullptr : it->second.get();
+    }
+
+    /// Puts `w` at the end of the group for `key` (made, with its subscription to `channel`,
+    /// when there is none), and arms its deadline. `hint`: from its own refused attempt, which
+    /// then sets the group's timer; null when it joined behind others without trying.
+    void join(const std::shared_ptr<async_waiter>& w, const std::string& key, const std::string& channel,
+              bool shared, std::chrono::milliseconds heartbeat, const wait_hint* hint) {
+        std::shared_ptr<wait_group>& slot = groups_[key];
+        if (!slot) {
+            slot = std::make_shared<wait_group>();
+            slot->key = key;
+            slot->serial = ++serial_;
+            slot->shared = shared;
+            slot->heartbeat = heartbeat;
+            wait_group* raw = slot.get();
+            // On the subscriber's thread, under its lock; the group outlives its subscription.
+            slot->sub = std::make_unique<subscriber::subscription>(*core.sub, channel, [this, raw] {
+                if (!raw->posted.exchange(true)) post_pump(raw->key, raw->serial);
+            });
+        }
+        wait_group& g = *slot;
+        w->group = &g;
+        w->place = g.queue.insert(g.queue.end(), w);
+        if (w->deadline != clock::time_point::max()) {
+            std::weak_ptr<async_waiter> weak = w;
+            w->deadline_timer = core.eng.at(w->deadline, [this, weak] {
+                if (std::shared_ptr<async_waiter> p = weak.lock()) end(p, nullptr);
+            });
+        }
+        if (hint) schedule(g, *hint);
+    }
+
+    /// Ends a waiter that is still pending: out of its group, its leftovers undone, settled with
+    /// `e` (none: its wait ran out), its handler called.
+    void end(const std::shared_ptr<async_waiter>& w, std::exception_ptr e) {
+        if (w->settled) return;
+        leave(*w);
+        w->give_up();
+        w->settle(std::move(e));
+        w->deliver();
+    }
+
+    /// The client is being destroyed: every pending waiter completes with connection_failed.
+    void fail_all() noexcept {
+        std::vector<std::shared_ptr<async_waiter>> all;
+        for (auto& [key, g] : groups_) {
+            core.eng.cancel(g->retry);
+            for (auto& w : g->queue) all.push_back(w);
+        }
+        for (auto& w : all) {
+            core.eng.cancel(w->deadline_timer);
+            w->group = nullptr;
+            w->give_up();
+            try {
+                w->settle(std::make_exception_ptr(
+                    error(errc::connection_failed, w->lock_name(), w->server(),
+                          "the client was destroyed while this asynchronous acquire waited")));
+            } catch (...) {
+                w->settle(std::current_exception());
+            }
+        }
+        groups_.clear();
+        for (auto& w : all) w->deliver();
+    }
+
+    client_core& core;
+
+private:
+    void post_pump(const std::string& key, std::uint64_t serial) noexcept {
+        try {
+            (void)core.eng.post([this, key, serial] {
+                auto it = groups_.find(key);
+                if (it != groups_.end() && it->second->serial == serial) pump(it->second);
+            });
+        } catch (...) {  // bad_alloc: the group's timer still bounds its wait
+        }
+    }
+
+    // The group's head attempts (and, in a shared group, the waiters after it while they win).
+    void pump(std::shared_ptr<wait_group> g) {
+        g->posted.store(false);
+        core.eng.cancel(g->retry);
+        g->retry = 0;
+        if (core.eng.stopping()) return;
+        std::vector<std::shared_ptr<async_waiter>> done;
+        while (!g->queue.empty()) {
+            std::shared_ptr<async_waiter> w = g->queue.front();
+            wait_hint hint;
+            const attempt_outcome o = w->attempt_waiting(hint);
+            if (o == attempt_outcome::refused) {
+                schedule(*g, hint);
+                break;
+            }
+            leave(*w);
+            done.push_back(std::move(w));
+            if (o == attempt_outcome::acquired && !g->shared && !g->queue.empty()) {
+                // The rest wait behind this hold: for its unlock message, or its lease.
+                schedule(*g, hint);
+                break;
+            }
+        }
+        for (auto& w : done) w->deliver();
+    }
+
+    // When the group's head tries again without a message: the rules of a blocking waiter's
+    // sleep (basic_lock::acquire).
+    void schedule(wait_group& g, const wait_hint& hint) {
+        const auto now = clock::now();
+        auto until = clock::time_point::max();
+        if (hint.ttl == -2) until = now;  // freed between the attempt's SET and its PTTL
+        if (hint.ttl >= 0) until = std::min(until, now + std::chrono::milliseconds(hint.ttl));
+        if (!g.sub->active() || hint.ttl == -1) {
+            until = std::min(until, now + g.fallback);
+            g.fallback = std::min(g.fallback * 2, std::chrono::milliseconds(1000));
+        }
+        if (!hint.holder_publishes) until = std::min(until, now + g.looks.next(hint.holder));
+        if (g.heartbeat.count() > 0) until = std::min(until, now + g.heartbeat);
+        core.eng.cancel(g.retry);
+        g.retry = core.eng.at(until, [this, key = g.key, serial = g.serial] {
+            auto it = groups_.find(key);
+            if (it != groups_.end() && it->second->serial == serial) pump(it->second);
+        });
+    }
+
+    // Takes `w` out of its group (dropping the group, and its subscription, when it was the
+    // last) and forgets its deadline.
+    void leave(async_waiter& w) {
+        core.eng.cancel(w.deadline_timer);
+        w.deadline_timer = 0;
+        wait_group* g = w.group;
+        if (!g) return;
+        w.group = nullptr;
+        g->queue.erase(w.place);
+        if (!g->queue.empty()) return;
+        core.eng.cancel(g->retry);
+        g->retry = 0;
+        auto it = groups_.find(g->key);
+        if (it != groups_.end() && it->second.get() == g) groups_.erase(it);
+    }
+
+    std::unordered_map<std::string, std::shared_ptr<wait_group>> groups_;
+    std::uint64_t serial_ = 0;
+};
+
+inline void async_waiter::cancel() noexcept {
+    try {
+        std::weak_ptr<async_waiter> weak = weak_from_this();
+        (void)waits.core.eng.post([weak] {
+            std::shared_ptr<async_waiter> w = weak.lock();
+            if (!w) return;
+            w->waits.end(w, std::make_exception_ptr(
+                                error(errc::operation_aborted, w->lock_name(), w->server(),
+                                      "the asynchronous acquire was cancelled")));
+        });
+    } catch (...) {
+    }
+}
+
+/// The client's wait groups, made (with the engine's stop hook) on first use.
+inline async_waits& waits_of(client_core& core) {
+    std::call_once(core.async_once, [&] {
+        auto w = std::make_shared<async_waits>(core);
+        async_waits* raw = w.get();
+        core.eng.set_owner(core.weak_from_this(), [raw] { raw->fail_all(); });
+        core.async_state = std::move(w);
+    });
+    return *static_cast<async_waits*>(core.async_state.get());
+}
+
+/// One asynchronous acquire of a Kind's lock.
+template <class Kind>
+class async_acquire final : public async_waiter {
+    using try_kind = typename lock_site<Kind>::try_kind;
+
+public:
+    async_acquire(std::shared_ptr<const lock_site<Kind>> site, async_waits& waits,
+                  clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+                  completion handler)
+        : async_waiter(waits, deadline), site_(std::move(site)), lease_(lease), owner_(owner) {
+        done = std::move(handler);
+    }
+
+    /// The initiating task, on the engine thread.
+    void start() noexcept {
+        client_core& core = *site_->core_;
+        try {
+            if (core.eng.stopping()) {
+                throw error(errc::connection_failed, site_->name(), site_->server(),
+                            "the client was destroyed before this asynchronous acquire started");
+            }
+            registry& reg = core.reg;
+            if (registry::hold_ptr h = reg.find(&Kind::info, site_->name(), owner_)) {
+                (void)site_->reenter(*h, lease_);  // throws would_deadlock, lock_lost
+                result = rlock::hold(site_, std::move(h));
+                settled = true;
+                deliver();
+                return;
+            }
+            Kind::check_acquire(reg, site_->name(), owner_, site_->server());
+            watched_ = lease_.count() == 0;
+            if (watched_) lease_ = core.ep.options.lock_watchdog_timeout;
+            value_ = Kind::value_for(core, owner_, Kind::reentrant);
+            const bool may_wait = clock::now() < deadline;
+            const std::string channel = Kind::wait_channel(site_->keys_, value_);
+            std::string key(Kind::info.name);
+            key += '\0';
+            key += channel;
+            if (may_wait) {
+                // Behind waiters already queued on this client: their turn comes first, and a
+                // try now would only be refused.
+                wait_group* g = waits.find(key);
+                if (g && !g->queue.empty()) {
+                    waits.join(shared_from_this(), key, channel, Kind::shared,
+                               Kind::heartbeat(site_->options_), nullptr);
+                    return;
+                }
+            }
+            sent_ = clock::now();
+            acquire_result r = site_->attempt(value_, lease_, may_wait ? try_kind::first : try_kind::only);
+            if (r.acquired) {
+                won(r);
+                deliver();
+                return;
+            }
+            if (!may_wait || clock::now() >= deadline) {
+                if (may_wait) site_->give_up(value_);
+                settle(nullptr);
+                deliver();
+                return;
+            }
+            const wait_hint hint{r.ttl, r.holder_publishes, std::move(r.holder)};
+            waits.join(shared_from_this(), key, channel, Kind::shared, Kind::heartbeat(site_->options_),
+                       &hint);
+        } catch (...) {
+            settle(std::current_exception());
+            deliver();
+        }
+    }
+
+    attempt_outcome attempt_waiting(wait_hint& hint) override {
+        try {
+            sent_ = clock::now();
+            acquire_result r = site_->attempt(value_, lease_, try_kind::waiting);
+            if (r.acquired) {
+                won(r);
+                hint.ttl = lease_.count();
+                return attempt_outcome::acquired;
+            }
+            hint.ttl = r.ttl;
+            hint.holder_publishes = r.holder_publishes;
+            hint.holder = std::move(r.holder);
+            return attempt_outcome::refused;
+        } catch (...) {
+            give_up();
+            settle(std::current_exception());
+            return attempt_outcome::failed;
+        }
+    }
+
+    void give_up() noexcept override {
+        if (!value_.empty()) site_->give_up(value_);
+    }
+    const std::string& lock_name() const noexcept override { return site_->name(); }
+    const std::string& server() const noexcept override { return site_->server(); }
+
+private:
+    // The attempt acquired: the hold is recorded (renewed from now when watched) before anyone
+    // hears of it.
+    void won(const acquire_result& r) {
+        client_core& core = *site_->core_;
+        registry::hold_ptr h = make_hold(Kind::info, site_->name(), value_, owner_,
+                                         {lease_, watched_ ? renewal::watched : renewal::leased, sent_});
+        h->fencing = r.fencing;
+        core.reg.add(h);
+        result = rlock::hold(site_, std::move(h));
+        settled = true;
+    }
+
+    std::shared_ptr<const lock_site<Kind>> site_;
+    std::chrono::milliseconds lease_;
+    std::uint64_t owner_;
+    bool watched_ = false;
+    std::string value_;
+    clock::time_point sent_{};
+};
+
+/// The asynchronous forms, written once for every lock type. A lock type derives from
+/// async_lockable<itself> and supplies (as a friend: it may be private)
+///   template <class Token> auto start_async(steady_clock::time_point deadline,
+///                                           std::chrono::milliseconds lease,
+///                                           std::uint64_t owner, Token&& token);
+/// with timed_lockable's meaning of deadline and lease, and owner 0 for "a new owner".
+/// Each form takes a completion token last: a callback `void(std::exception_ptr, rlock::hold)`
+/// (returns an rlock::pending), rlock::use_future (returns std::future<rlock::hold>), or with
+/// <rlock/asio.hpp> any Asio token. Invalid arguments (a lease not positive or over 100
+/// years) and a destroyed client throw `error` from the call itself; everything else
+/// completes the operation.
+template <class Derived>
+class async_lockable {
+    using clock = std::chrono::steady_clock;
+    static constexpr clock::time_point forever = clock::time_point::max();
+    static constexpr std::chrono::milliseconds watched{0};
+
+public:
+    /// Completes with a hold once this (new) owner holds the lock: watched, no time limit.
+    template <class Token>
+    auto async_lock(Token&& token) {
+        return self().start_async(forever, watched, 0, std::forward<Token>(token));
+    }
+    /// As async_lock(token), with a hold that expires after `lease`, never renewed.
+    template <class Rep, class Period, class Token>
+    auto async_lock(const std::chrono::duration<Rep, Period>& lease, Token&& token) {
+        return self().start_async(forever, checked(lease), 0, std::forward<Token>(token));
+    }
+    /// As async_lock(token), for `who`: a reentrant kind re-enters when `who` holds it already.
+    template <class Token>
+    auto async_lock(const owner& who, Token&& token) {
+        return self().start_async(forever, watched, who.number(), std::forward<Token>(token));
+    }
+    template <class Rep, class Period, class Token>
+    auto async_lock(const owner& who, const std::chrono::duration<Rep, Period>& lease, Token&& token) {
+        return self().start_async(forever, checked(lease), who.number(), std::forward<Token>(token));
+    }
+
+    /// One attempt, no wait: completes with a hold, or an empty one when the lock is taken.
+    template <class Token>
+    auto async_try_lock(Token&& token) {
+        return self().start_async(clock::time_point::min(), watched, 0, std::forward<Token>(token));
+    }
+    template <class Token>
+    auto async_try_lock(const owner& who, Token&& token) {
+        return self().start_async(clock::time_point::min(), watched, who.number(),
+                                  std::forward<Token>(token));
+    }
+
+    /// Waits up to `wait` (steady_clock): a hold, or an empty one when the wait ran out (leaving
+    /// nothing behind).
+    template <class Rep, class Period, class Token>
+    auto async_try_lock_for(const std::chrono::duration<Rep, Period>& wait, Token&& token) {
+        return self().start_async(deadline_after(wait), watched, 0, std::forward<Token>(token));
+    }
+    template <class Rep, class Period, class Rep2, class Period2, class Token>
+    auto async_try_lock_for(const std::chrono::duration<Rep, Period>& wait,
+                            const std::chrono::duration<Rep2, Period2>& lease, Token&& token) {
+        const auto l = checked(lease);
+        return self().start_async(deadline_after(wait), l, 0, std::forward<Token>(token));
+    }
+    template <class Rep, class Period, class Token>
+    auto async_try_lock_for(const owner& who, const std::chrono::duration<Rep, Period>& wait, Token&& token) {
+        return self().start_async(deadline_after(wait), watched, who.number(), std::forward<Token>(token));
+    }
+    template <class Rep, class Period, class Rep2, class Period2, class Token>
+    auto async_try_lock_for(const owner& who, const std::chrono::duration<Rep, Period>& wait,
+                            const std::chrono::duration<Rep2, Period2>& lease, Token&& token) {
+        const auto l = checked(lease);
+        return self().start_async(deadline_after(wait), l, who.number(), std::forward<Token>(token));
+    }
+
+    /// Waits until `deadline` (any clock; measured on steady_clock from now).
+    template <class Clock, class Duration, class Token>
+    auto async_try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline, Token&& token) {
+        return self().start_async(to_steady(deadline), watched, 0, std::forward<Token>(token));
+    }
+    template <class Clock, class Duration, class Rep, class Period, class Token>
+    auto async_try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline,
+                              const std::chrono::duration<Rep, Period>& lease, Token&& token) {
+        const auto l = checked(lease);
+        return self().start_async(to_steady(deadline), l, 0, std::forward<Token>(token));
+    }
+    template <class Clock, class Duration, class Token>
+    auto async_try_lock_until(const owner& who, const std::chrono::time_point<Clock, Duration>& deadline,
+                              Token&& token) {
+        return self().start_async(to_steady(deadline), watched, who.number(), std::forward<Token>(token));
+    }
+    template <class Clock, class Duration, class Rep, class Period, class Token>
+    auto async_try_lock_until(const owner& who, const std::chrono::time_point<Clock, Duration>& deadline,
+                              const std::chrono::duration<Rep, Period>& lease, Token&& token) {
+        const auto l = checked(lease);
+        return self().start_async(to_steady(deadline), l, who.number(), std::forward<Token>(token));
+    }
+
+private:
+    Derived& self() { return static_cast<Derived&>(*this); }
+    template <class Rep, class Period>
+    std::chrono::milliseconds checked(const std::chrono::duration<Rep, Period>& lease) {
+        return lease_ms(lease, self().name(), self().server());
+    }
+};
+
+/// Starts an asynchronous acquire of `site`'s lock: posts it to the engine and returns its
+/// cancel handle. Throws `error` (connection_failed) when the client is being destroyed.
+template <class Kind>
+rlock::pending start_acquire(const std::shared_ptr<const lock_site<Kind>>& site,
+                             std::chrono::steady_clock::time_point deadline,
+                             std::chrono::milliseconds lease, std::uint64_t owner, completion done) {
+    client_core& core = *site->core_;
+    async_waits& waits = waits_of(core);
+    auto op = std::make_shared<async_acquire<Kind>>(site, waits, deadline, lease,
+                                                    owner != 0 ? owner : next_owner_number(),
+                                                    std::move(done));
+    if (!core.eng.post([op] { op->start(); })) {
+        throw error(errc::connection_failed, site->name(), site->server(),
+                    "the client this lock was made from has been destroyed");
+    }
+    return rlock::pending(op);
+}
+
+}  // namespace rlock::detail

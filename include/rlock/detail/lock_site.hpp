@@ -1,0 +1,248 @@
+// lock_site<Kind>: what a lock on one Redis key is apart from any thread — its client, keys
+// and options, with one acquire attempt, one release, a re-entry and the undoing of a wait.
+// basic_lock (the blocking front) is one; an asynchronous acquire (async_lock.hpp) shares a
+// copy, and an rlock::hold releases through it (held_site).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "rlock/detail/client_core.hpp"
+#include "rlock/detail/cluster.hpp"
+#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/kind.hpp"
+#include "rlock/detail/registry.hpp"
+#include "rlock/errors.hpp"
+#include "rlock/hold.hpp"
+#include "rlock/options.hpp"
+
+namespace rlock::detail {
+
+/// What a lock is apart from any thread: its client, its keys and its options, with one
+/// acquire attempt, one release and the undoing of a wait. basic_lock is one; an asynchronous
+/// acquire (async_lock.hpp) shares a copy, so that it outlives the lock object that started it.
+/// Immutable once made: every member is const.
+template <class Kind>
+class lock_site : public held_site {
+public:
+    using clock = std::chrono::steady_clock;
+
+    /// Throws `error` (invalid_argument) for an empty name, a bad fair_lock_wait_timeout, or
+    /// (Redis Cluster) a name whose keys land in different slots.
+    lock_site(client_core& core, std::string name, lock_options options)
+        : core_(core.shared_from_this()), options_(options) {
+        static_assert(check_kind<Kind>());
+        if (name.empty()) {
+            throw error(errc::invalid_argument, "", core_->ep.name, "lock name is empty");
+        }
+        if (options_.fair_lock_wait_timeout.count() <= 0) {
+            throw error(errc::invalid_argument, name, core_->ep.name,
+                        "lock_options::fair_lock_wait_timeout must be positive");
+        }
+        keys_.channel = prefixed_key(Kind::channel_prefix, name);
+        keys_.fencing = prefixed_key("redisson_lock_token", name);
+        keys_.queue = prefixed_key("redisson_lock_queue", name);
+        keys_.timeouts = prefixed_key("redisson_lock_timeout", name);
+        if (core_->ep.slots && key_slot(name) != key_slot(keys_.channel)) {
+            // "a{b" or "a{}b": no hash tag, so `prefix:name` hashes apart from `name`.
+            throw error(errc::invalid_argument, name, core_->ep.name,
+                        "in a cluster a lock name with '{' needs a hash tag ({tag} with a non-empty "
+                        "tag), or its keys land in different slots");
+        }
+        keys_.name = std::move(name);
+    }
+
+    const std::string& name() const noexcept { return keys_.name; }
+    const std::string& server() const noexcept { return core_->ep.name; }
+
+    // held_site: what an rlock::hold needs.
+    void unlock_one(const std::shared_ptr<hold>& h, bool& lost_at_last) const override {
+        unlock_hold(h, [&] { lost_at_last = true; });
+    }
+    registry& holds() const override { return core_->reg; }
+    const std::string& lock_name() const override { return keys_.name; }
+    const std::string& server_name() const override { return core_->ep.name; }
+    bool fenced() const override { return options_.fencing; }
+
+    /// Releases one level of `h`, whose owner has just asked (basic_lock::unlock, hold::unlock):
+    /// the last level takes it out of the registry first. A hold found lost, or a Redis that
+    /// cannot be reached, is told to the owner (once) rather than thrown; `lost_last()` is
+    /// called first when that happens at the last level.
+    template <class F>
+    void unlock_hold(const registry::hold_ptr& h, F&& lost_last) const {
+        registry& reg = core_->reg;
+        const bool last = h->count == 1;
+        if (last) reg.remove(h);
+        long long left = 0;
+        try {
+            left = release(h->value, last ? on_break::retry : on_break::fail);
+            // Redis still counts levels after this thread's last one: a re-entry whose reply was
+            // lost (the connection broke after the script ran) added a level this thread never
+            // counted. It is this thread's, so the final unlock drains it; left alone, the lock
+            // would outlive the unlock until its lease ran out, and the thread's next lock()
+            // would re-enter the leftover hash with a count its unlocks never bring to zero.
+            for (int extra = 0; last && left > 0 && extra < 64; ++extra) {
+                left = release(h->value, on_break::retry);
+            }
+        } catch (const error& e) {
+            if (!last) --h->count;
+            if (last) lost_last();
+            reg.report(*h, e);  // unreachable: the hold is lost to its owner either way
+            return;
+        }
+        if (!last) --h->count;
+        if (left < 0 && !reg.ended_by_lease(*h)) {
+            // Not ours any more. Marked first: an on_lock_lost handler that asks lost() sees it.
+            if (last) lost_last();
+            reg.report(*h, error(errc::lock_lost, name(), server(),
+                                 "at unlock the lock was no longer held by this thread (expired, "
+                                 "deleted or taken over)"));
+        }
+    }
+
+    bool reenter(hold& h, std::chrono::milliseconds lease) const {
+        registry& reg = core_->reg;
+        if constexpr (!Kind::reentrant) {
+            (void)lease;
+            (void)h;
+            throw error(errc::would_deadlock, name(), server(),
+                        "this thread already holds the lock, and a mutex is not reentrant");
+        } else {
+            if (reg.is_lost(h)) {
+                throw error(errc::lock_lost, name(), server(),
+                            "this thread's hold was lost; unlock it before locking again");
+            }
+            // A re-entry keeps the hold watched if it was, or makes it watched if asked to;
+            // otherwise the new lease applies from now.
+            const bool watched = reg.with([&] { return h.watched; }) || lease.count() == 0;
+            if (watched) lease = core_->ep.options.lock_watchdog_timeout;
+            const auto sent = clock::now();
+            acquire_result r = attempt(h.value, lease, try_kind::reentry);
+            if (!r.acquired) {
+                reg.report(h, error(errc::lock_lost, name(), server(),
+                                    "found the hold gone on re-entry"));
+                throw error(errc::lock_lost, name(), server(),
+                            "this thread's hold was lost; unlock it before locking again");
+            }
+            reg.with([&] {
+                h.count = static_cast<std::size_t>(r.count);
+                h.watched = watched;
+                h.lease = lease;
+                h.expires = sent + lease;
+                if (options_.fencing) h.fencing = r.fencing;
+            });
+            return true;
+        }
+    }
+
+    /// Which attempt at the lock this is.
+    enum class try_kind : unsigned char {
+        only,     // try_lock(), or a deadline already past: nothing waits after it
+        first,    // the first try of a wait: may join a queue (fair_lock)
+        waiting,  // a try inside the wait: may queue, and reports the holder's TTL
+        reentry,  // this thread holds the lock already
+    };
+
+    // One acquire attempt. When an acquisition that is not a re-entry fails ambiguously (the
+    // connection broke or timed out, so the command may have run), a release with the same
+    // value undoes it and the attempt is made once more on a new connection: nothing of ours
+    // outlives a failure.
+    acquire_result attempt(const std::string& value, std::chrono::milliseconds lease,
+                           try_kind kind) const {
+        const std::string lease_text = std::to_string(lease.count());
+        const std::string wait_text = std::to_string(options_.fair_lock_wait_timeout.count());
+        attempt_spec spec;
+        spec.value = value;
+        spec.lease = lease_text;
+        spec.fencing = options_.fencing;
+        spec.want_ttl = kind == try_kind::waiting;
+        spec.reentry = kind == try_kind::reentry;
+        spec.may_queue = kind == try_kind::first || kind == try_kind::waiting;
+        spec.scripts_allowed = core_->scripts_allowed.load(std::memory_order_relaxed);
+        spec.wait_timeout = wait_text;
+        for (int round = 0;; ++round) {
+            try {
+                acquire_result r = core_->pool.run(name(), on_break::fail, [&](const connection& c) {
+                    acquire_result got = Kind::acquire(c, keys_, spec, server());
+                    if (got.acquired) sync_or_undo(c, value);
+                    return got;
+                }, Kind::follows_ask);
+                core_->scripts_allowed.store(true, std::memory_order_relaxed);
+                return r;
+            } catch (const error& e) {
+                if (!is_ambiguous(e) || kind == try_kind::reentry) throw;
+                give_up(value);  // fair_lock: the attempt may have queued
+                try {
+                    release(value, on_break::retry);
+                } catch (const error&) {
+                    throw e;
+                }
+                if (round > 0) throw;
+            }
+        }
+    }
+
+    /// Replica sync after an acquire on `c`: too few acknowledgements undo it (one level, so a
+    /// re-entry keeps the levels it had) and throw replica_sync_failed.
+    void sync_or_undo(const connection& c, const std::string& value) const {
+        const int wanted = core_->ep.options.sync_replicas;
+        if (wanted <= 0) return;
+        const long long acked = core_->wait_for_replicas(c, name());
+        if (acked >= wanted) return;
+        try {
+            Kind::release(c, keys_, value, server());
+        } catch (const error& e) {
+            // Not a redirection for the pool to follow: that would run the acquire again.
+            throw error_access::unredirected(e);
+        }
+        throw error(errc::replica_sync_failed, name(), server(),
+                    std::to_string(acked) + " of the " + std::to_string(wanted) +
+                        " replicas asked for acknowledged the acquire within " +
+                        std::to_string(core_->ep.options.sync_timeout.count()) +
+                        " ms; it was undone");
+    }
+
+    // A waiter that gives up leaves nothing behind (fair_lock: its queue entry). Best effort:
+    // what it cannot reach is evicted after fair_lock_wait_timeout.
+    void give_up(const std::string& value) const noexcept {
+        if constexpr (Kind::abandons) {
+            try {
+                core_->pool.run(name(), on_break::retry, [&](const connection& c) {
+                    Kind::abandon(c, keys_, value, server());
+                    return 0;
+                }, Kind::follows_ask);
+            } catch (...) {
+            }
+        } else {
+            (void)value;
+        }
+    }
+
+    // Runs the release script: the count left (0: released), or -1 when `value` does not hold
+    // the lock. With on_break::retry a broken connection gets one more try (run_release): a
+    // "not held" answer to it counts as released when the first try most likely did it. A
+    // connection the server had closed before the first try is never used for it (pool:
+    // closed_while_idle), so a restart between the hold and its unlock does not even need the
+    // retry to be noticed.
+    long long release(const std::string& value, on_break broken_then) const {
+        const auto [left, first_did_it] = run_release(core_->pool, name(), broken_then, [&](const connection& c) {
+            const long long l = Kind::release(c, keys_, value, server());
+            // Replica sync: a shortfall is not an error here (see client_options).
+            if (l >= 0 && core_->ep.options.sync_replicas > 0) core_->wait_for_replicas(c, name());
+            return l;
+        }, Kind::follows_ask);
+        return left < 0 && first_did_it ? 0 : left;
+    }
+
+    // Shared, not borrowed: a thread blocked in lock() when the client is destroyed still
+    // reaches the subscriber and the pool to learn that and throw (the core is stopped but
+    // alive until the last lock object made from it is gone).
+    std::shared_ptr<client_core> core_;
+    lock_keys keys_;
+    lock_options options_;
+};
+
+}  // namespace rlock::detail

@@ -1,0 +1,408 @@
+// The asynchronous forms (async_lock, async_try_lock_for, ...; rlock::hold, rlock::owner,
+// rlock::pending, rlock::use_future) on every lock kind, against a real redis-server: a hold
+// that excludes and is released like a guard, waiters woken by the unlock message, deadlines
+// and cancellation that leave nothing behind, handlers called once and never inside the call,
+// the client destroyed with operations pending, re-entry by owner, losses told through the hold.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rlock/rlock.hpp"
+#if __has_include(<asio.hpp>)
+#include "rlock/asio.hpp"
+#if ASIO_VERSION < 102400
+#include <asio/experimental/deferred.hpp>
+#endif
+#endif
+#include "support/helpers.hpp"
+#include "support/kinds.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using rlock_test::eventually;
+using rlock_test::redis_server;
+
+namespace {
+
+template <class Lock>
+class async_test : public rlock_test::kind_fixture<async_test<Lock>> {
+protected:
+    /// The server's keys, sorted and space-separated.
+    std::string keys() {
+        std::istringstream in(rlock_test::keys_left(this->server()));
+        std::vector<std::string> all;
+        for (std::string k; in >> k;) all.push_back(k);
+        std::sort(all.begin(), all.end());
+        std::string out;
+        for (const std::string& k : all) out += (out.empty() ? "" : " ") + k;
+        return out;
+    }
+    /// How many channels anyone is subscribed to.
+    long long channels() {
+        rlock::detail::reply_ptr r = this->server().cmd({"PUBSUB", "CHANNELS", "*"});
+        return static_cast<long long>(r->elements);
+    }
+};
+
+TYPED_TEST_SUITE(async_test, rlock_test::lock_kinds, rlock_test::kind_names);
+
+/// What a callback was completed with, waited for by the test.
+struct outcome {
+    std::promise<void> called;
+    std::atomic<int> calls{0};
+    std::exception_ptr error;
+    rlock::hold hold;
+    std::thread::id thread;
+
+    auto handler() {
+        return [this](std::exception_ptr e, rlock::hold h) {
+            error = std::move(e);
+            hold = std::move(h);
+            thread = std::this_thread::get_id();
+            if (calls++ == 0) called.set_value();
+        };
+    }
+    bool wait(std::chrono::milliseconds limit = 10s) {
+        return called.get_future().wait_for(limit) == std::future_status::ready;
+    }
+    rlock::errc code() const {
+        try {
+            if (error) std::rethrow_exception(error);
+        } catch (const rlock::error& e) {
+            return e.value();
+        }
+        return rlock::errc{};
+    }
+};
+
+TYPED_TEST(async_test, a_hold_excludes_other_clients_and_releases_when_destroyed) {
+    rlock::client mine(this->options()), other(this->options());
+    TypeParam a(mine, this->name()), b(other, this->name());
+    {
+        rlock::hold h = a.async_lock(rlock::use_future).get();
+        ASSERT_TRUE(h);
+        EXPECT_EQ(h.name(), this->name());
+        EXPECT_FALSE(h.lost());
+        EXPECT_FALSE(b.try_lock());
+        rlock::hold moved = std::move(h);
+        EXPECT_FALSE(h);  // NOLINT(bugprone-use-after-move): a moved-from hold is empty
+        EXPECT_TRUE(moved);
+        EXPECT_FALSE(b.try_lock());
+    }
+    EXPECT_TRUE(b.try_lock());
+    b.unlock();
+    EXPECT_EQ(this->keys(), "");
+}
+
+TYPED_TEST(async_test, a_hold_is_unlocked_from_another_thread) {
+    rlock::client c(this->options());
+    TypeParam l(c, this->name());
+    rlock::hold h = l.async_lock(rlock::use_future).get();
+    std::thread([h = std::move(h)]() mutable { h.unlock(); }).join();
+    EXPECT_FALSE(l.is_locked());
+    EXPECT_THROW(rlock::hold().unlock(), rlock::error);
+}
+
+TYPED_TEST(async_test, no_handler_runs_inside_the_initiating_call) {
+    rlock::client c(this->options());
+    TypeParam l(c, this->name());
+    outcome got;
+    (void)l.async_try_lock(got.handler());
+    ASSERT_TRUE(got.wait());
+    EXPECT_NE(got.thread, std::this_thread::get_id());
+    EXPECT_TRUE(got.hold);
+}
+
+TYPED_TEST(async_test, a_waiter_is_woken_by_the_unlock_message_not_the_holders_ttl) {
+    rlock::client holder(this->options()), waiter(this->options());
+    TypeParam mine(holder, this->name()), theirs(waiter, this->name());
+    mine.lock();  // watched: a 30 s lease, renewed
+    std::future<rlock::hold> f = theirs.async_try_lock_for(20s, rlock::use_future);
+    ASSERT_EQ(f.wait_for(300ms), std::future_status::timeout);
+    mine.unlock();
+    ASSERT_EQ(f.wait_for(15s), std::future_status::ready) << "woken only by the holder's TTL";
+    rlock::hold h = f.get();
+    EXPECT_TRUE(h);
+    EXPECT_FALSE(mine.try_lock());
+}
+
+TYPED_TEST(async_test, a_wait_that_runs_out_completes_empty_and_leaves_nothing_behind) {
+    rlock::client holder(this->options()), waiter(this->options());
+    TypeParam mine(holder, this->name()), theirs(waiter, this->name());
+    mine.lock();
+    const std::string before = this->keys();
+    outcome got;
+    (void)theirs.async_try_lock_for(300ms, got.handler());
+    ASSERT_TRUE(got.wait());
+    EXPECT_FALSE(got.error);
+    EXPECT_FALSE(got.hold);
+    EXPECT_TRUE(eventually([&] { return this->channels() == 0; })) << "the subscription was kept";
+    EXPECT_EQ(this->keys(), before);  // fair_lock: no queue entry left
+    mine.unlock();
+    EXPECT_EQ(got.calls, 1);
+}
+
+TYPED_TEST(async_test, a_cancelled_acquire_completes_once_with_operation_aborted_and_leaves_nothing) {
+    rlock::client holder(this->options()), waiter(this->options());
+    TypeParam mine(holder, this->name()), theirs(waiter, this->name());
+    mine.lock();
+    const std::string before = this->keys();
+    outcome got;
+    rlock::pending p = theirs.async_lock(got.handler());
+    ASSERT_TRUE(eventually([&] { return this->channels() == 1; }));
+    p.cancel();
+    ASSERT_TRUE(got.wait());
+    EXPECT_EQ(got.code(), rlock::errc::operation_aborted);
+    EXPECT_FALSE(got.hold);
+    EXPECT_TRUE(eventually([&] { return this->channels() == 0; })) << "the subscription was kept";
+    EXPECT_EQ(this->keys(), before);
+    p.cancel();  // after completion: nothing
+    mine.unlock();
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(got.calls, 1);
+    EXPECT_TRUE(mine.try_lock()) << "the cancelled waiter took the lock after all";
+    mine.unlock();
+}
+
+TYPED_TEST(async_test, destroying_the_client_completes_every_pending_acquire_before_it_returns) {
+    rlock::client holder(this->options());
+    TypeParam mine(holder, this->name());
+    mine.lock();
+    auto waiter = std::make_unique<rlock::client>(this->options());
+    TypeParam theirs(*waiter, this->name());
+    std::vector<std::unique_ptr<outcome>> got;
+    for (int i = 0; i < 20; ++i) {
+        got.push_back(std::make_unique<outcome>());
+        (void)theirs.async_lock(got.back()->handler());
+    }
+    std::this_thread::sleep_for(100ms);
+    waiter.reset();
+    for (auto& o : got) {
+        EXPECT_EQ(o->calls, 1);
+        EXPECT_EQ(o->code(), rlock::errc::connection_failed);
+    }
+    EXPECT_THROW((void)theirs.async_lock(rlock::use_future), rlock::error);
+    mine.unlock();
+}
+
+TYPED_TEST(async_test, a_lost_hold_is_told_through_the_hold_and_on_lock_lost) {
+    rlock::client c(this->options(300ms));
+    TypeParam l(c, this->name());
+    rlock::hold h = l.async_lock(rlock::use_future).get();
+    ASSERT_TRUE(h);
+    this->server().cmd({"DEL", this->name()});
+    EXPECT_TRUE(eventually([&] { return h.lost(); }));
+    EXPECT_TRUE(eventually([&] { return this->lost.calls.load() == 1; }));
+    h.unlock();  // told already: not again
+    EXPECT_EQ(this->lost.calls.load(), 1);
+    EXPECT_TRUE(h.lost());
+}
+
+TYPED_TEST(async_test, a_hold_carries_its_fencing_token) {
+    rlock::lock_options o;
+    o.fencing = true;
+    rlock::client c(this->options());
+    TypeParam l(c, this->name(), o);
+    rlock::hold first = l.async_lock(rlock::use_future).get();
+    const std::uint64_t t1 = first.fencing_token();
+    first.unlock();
+    rlock::hold second = l.async_lock(rlock::use_future).get();
+    EXPECT_GT(second.fencing_token(), t1);
+}
+
+TYPED_TEST(async_test, a_lease_given_ends_the_hold_without_renewal) {
+    rlock::client c(this->options());
+    TypeParam l(c, this->name());
+    rlock::hold h = l.async_lock(200ms, rlock::use_future).get();
+    ASSERT_TRUE(h);
+    EXPECT_TRUE(eventually([&] { return !l.is_locked(); }));
+    EXPECT_TRUE(h.lost());
+    EXPECT_THROW((void)l.async_lock(0ms, rlock::use_future), rlock::error);
+}
+
+// ---- one kind each ----
+
+class async_one : public rlock_test::kind_fixture<async_one> {};
+
+TEST_F(async_one, a_hundred_waiters_behind_one_unlock_cost_one_attempt) {
+    rlock::client holder(options()), waiter(options());
+    rlock::mutex mine(holder, name()), theirs(waiter, name());
+    mine.lock();
+    std::vector<std::unique_ptr<outcome>> got;
+    for (int i = 0; i < 100; ++i) {
+        got.push_back(std::make_unique<outcome>());
+        (void)theirs.async_lock(got.back()->handler());
+    }
+    auto scripts = [&] {
+        const std::string info = server().text({"INFO", "commandstats"});
+        long long n = 0;
+        for (const char* cmd : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls=", "cmdstat_set:calls="}) {
+            const auto at = info.find(cmd);
+            if (at != std::string::npos) n += std::stoll(info.substr(at + std::strlen(cmd)));
+        }
+        return n;
+    };
+    std::this_thread::sleep_for(300ms);  // every waiter has started
+    const long long before = scripts();
+    mine.unlock();
+    ASSERT_TRUE(got[0]->wait());
+    std::this_thread::sleep_for(200ms);  // time for any other waiter to try (none should)
+    const long long after = scripts();
+    EXPECT_LE(after - before, 3) << "the unlock (1) and the head's attempt (1); every waiter tried";
+    EXPECT_TRUE(got[0]->hold);
+    for (std::size_t i = 1; i < got.size(); ++i) EXPECT_EQ(got[i]->calls, 0);
+    // Each hold handed on in turn, in arrival order.
+    for (std::size_t i = 0; i + 1 < got.size(); ++i) {
+        got[i]->hold.unlock();
+        ASSERT_TRUE(got[i + 1]->wait()) << i;
+        EXPECT_TRUE(got[i + 1]->hold);
+    }
+}
+
+TEST_F(async_one, an_owner_re_enters_a_reentrant_lock_and_another_owner_waits) {
+    rlock::client c(options());
+    rlock::reentrant_lock l(c, name());
+    rlock::owner me, someone;
+    rlock::hold outer = l.async_lock(me, rlock::use_future).get();
+    rlock::hold inner = l.async_lock(me, rlock::use_future).get();
+    EXPECT_EQ(outer.hold_id(), inner.hold_id());
+    EXPECT_FALSE(l.async_try_lock(someone, rlock::use_future).get());
+    EXPECT_FALSE(l.try_lock()) << "a thread is another owner";
+    inner.unlock();
+    EXPECT_FALSE(l.async_try_lock(someone, rlock::use_future).get());
+    outer.unlock();
+    EXPECT_TRUE(l.async_try_lock(someone, rlock::use_future).get());
+}
+
+TEST_F(async_one, a_mutex_refuses_its_owners_second_acquire) {
+    rlock::client c(options());
+    rlock::mutex m(c, name());
+    rlock::owner me;
+    rlock::hold h = m.async_lock(me, rlock::use_future).get();
+    try {
+        (void)m.async_lock(me, rlock::use_future).get();
+        ADD_FAILURE() << "no would_deadlock";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::would_deadlock) << e.what();
+    }
+}
+
+TEST_F(async_one, readers_queued_behind_a_writer_all_enter_at_its_unlock) {
+    rlock::client writer(options()), readers(options());
+    rlock::read_write_lock w(writer, name()), r(readers, name());
+    w.lock();
+    std::vector<std::future<rlock::hold>> got;
+    for (int i = 0; i < 5; ++i) got.push_back(r.async_lock_shared(rlock::use_future));
+    std::this_thread::sleep_for(200ms);
+    w.unlock();
+    std::vector<rlock::hold> held;
+    for (auto& f : got) {
+        ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+        held.push_back(f.get());
+        EXPECT_TRUE(held.back());
+    }
+    EXPECT_FALSE(w.try_lock());
+    held.clear();
+    EXPECT_TRUE(w.try_lock());
+    w.unlock();
+}
+
+TEST_F(async_one, a_handler_may_destroy_the_client) {
+    auto c = std::make_unique<rlock::client>(options());
+    rlock::mutex m(*c, name());
+    std::promise<void> done;
+    (void)m.async_lock([&](std::exception_ptr, rlock::hold h) {
+        h.unlock();
+        c.reset();  // on the engine's own thread
+        done.set_value();
+    });
+    EXPECT_EQ(done.get_future().wait_for(10s), std::future_status::ready);
+    EXPECT_EQ(rlock_test::keys_left(server()), "");
+}
+
+#if __has_include(<asio.hpp>)
+// ---- Asio completion tokens (rlock/asio.hpp); the C++20 coroutine form is example 11 ----
+
+class asio_tokens : public rlock_test::kind_fixture<asio_tokens> {};
+
+TEST_F(asio_tokens, a_bound_handler_runs_on_its_executor_and_keeps_run_busy_until_then) {
+    rlock::client holder(options()), waiter(options());
+    rlock::mutex mine(holder, name()), theirs(waiter, name());
+    std::promise<void> locked;
+    std::thread unlocker([&] {
+        mine.lock();
+        locked.set_value();
+        std::this_thread::sleep_for(200ms);
+        mine.unlock();
+    });
+    locked.get_future().wait();
+    asio::io_context io;
+    std::thread::id ran_on;
+    rlock::hold got;
+    theirs.async_lock(asio::bind_executor(io, [&](std::exception_ptr e, rlock::hold h) {
+        EXPECT_FALSE(e);
+        ran_on = std::this_thread::get_id();
+        got = std::move(h);
+    }));
+    io.run();  // returns only once the pending acquire has completed here
+    unlocker.join();
+    EXPECT_EQ(ran_on, std::this_thread::get_id());
+    EXPECT_TRUE(got);
+}
+
+TEST_F(asio_tokens, use_future_and_deferred_complete_with_the_hold) {
+    rlock::client c(options());
+    rlock::mutex m(c, name());
+    std::future<rlock::hold> f = m.async_lock(asio::use_future);
+    rlock::hold h = f.get();
+    EXPECT_TRUE(h);
+    h.unlock();
+#if ASIO_VERSION >= 102400
+    auto op = m.async_try_lock_for(1s, asio::deferred);
+#else
+    auto op = m.async_try_lock_for(1s, asio::experimental::deferred);  // moved to asio:: in 1.24
+#endif
+    std::promise<bool> held;
+    std::move(op)([&](std::exception_ptr e, rlock::hold got) { held.set_value(!e && got); });
+    EXPECT_TRUE(held.get_future().get());
+}
+
+TEST_F(asio_tokens, an_emitted_cancellation_completes_with_operation_aborted_and_leaves_nothing) {
+    rlock::client holder(options()), waiter(options());
+    rlock::mutex mine(holder, name()), theirs(waiter, name());
+    mine.lock();
+    asio::io_context io;
+    asio::cancellation_signal stop;
+    std::exception_ptr error;
+    int calls = 0;
+    theirs.async_lock(asio::bind_cancellation_slot(
+        stop.slot(), asio::bind_executor(io, [&](std::exception_ptr e, rlock::hold) {
+            error = std::move(e);
+            ++calls;
+        })));
+    asio::steady_timer t(io, 200ms);
+    t.async_wait([&](std::error_code) { stop.emit(asio::cancellation_type::terminal); });
+    io.run();
+    EXPECT_EQ(calls, 1);
+    try {
+        if (error) std::rethrow_exception(error);
+        ADD_FAILURE() << "not cancelled";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::operation_aborted) << e.what();
+    }
+    EXPECT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", "*"})->elements == 0; }));
+    mine.unlock();
+}
+#endif
+
+}  // namespace
