@@ -18,6 +18,8 @@ ensure_deps() {
     # libfaketime: the clock_jumps test preloads it into the test worker.
     [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || dpkg -s faketime >/dev/null 2>&1 || missing+=(faketime)
     [ -e /usr/include/benchmark/benchmark.h ] || [ -e /usr/local/include/benchmark/benchmark.h ] || missing+=(libbenchmark-dev)
+    # Standalone Asio: the tests of rlock/asio.hpp and the coroutine example (examples/11).
+    [ -e /usr/include/asio.hpp ] || [ -e /usr/local/include/asio.hpp ] || missing+=(libasio-dev)
     if [ ${#missing[@]} -eq 0 ]; then
         return 0
     fi
