@@ -15,6 +15,12 @@
 //                      of the same client (0 or 10,000): the same count and time with both
 //                      shows the hot path does no work per held lock.
 //
+//   async_waiters/N    10,000 pending asynchronous acquires (async_lock with a callback) on one
+//                      client, spread over N names (1 or 1,000) that another client holds: the
+//                      threads the waiting client added (target: <= 1, its engine) and its live
+//                      heap growth per waiter (target: <= 2 KiB). The client is then destroyed,
+//                      which completes every waiter (counted: all 10,000 must be).
+//
 //   build/.../bench/rlock_footprint [google benchmark flags]
 #include <benchmark/benchmark.h>
 #include <hiredis/hiredis.h>
@@ -176,6 +182,48 @@ void bm_hot_path_allocs(benchmark::State& state) {
     }
 }
 
+int thread_count() {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+        if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+    }
+    return 0;
+}
+
+void bm_async_waiters(benchmark::State& state) {
+    constexpr int waiters = 10000;
+    const int names = static_cast<int>(state.range(0));
+    const std::string stem = "bench:async:" + std::to_string(names) + ":";
+    rlock::client holder(server->options());
+    auto held = hold_many<rlock::mutex>(holder, stem, names);
+    for (auto _ : state) {
+        auto c = std::make_unique<rlock::client>(server->options());
+        std::vector<std::unique_ptr<rlock::mutex>> locks;
+        for (int i = 0; i < names; ++i) locks.push_back(std::make_unique<rlock::mutex>(*c, stem + std::to_string(i)));
+        rlock::mutex probe(*c, stem + "probe");
+        (void)probe.try_lock();  // the lock objects' first use, outside the measure
+        probe.unlock();
+        std::atomic<int> completed{0};
+        const int threads0 = thread_count();
+        const long long heap0 = live_bytes.load();
+        for (int i = 0; i < waiters; ++i) {
+            (void)locks[static_cast<std::size_t>(i % names)]->async_lock(
+                [&completed](std::exception_ptr, rlock::hold) { completed.fetch_add(1); });
+        }
+        // Posted after every waiter: when it completes, each has started (and is queued).
+        rlock::hold p = probe.async_try_lock(rlock::use_future).get();
+        const long long heap1 = live_bytes.load();
+        const int threads1 = thread_count();
+        p = rlock::hold();
+        c.reset();
+        state.counters["threads_added"] = threads1 - threads0;
+        state.counters["heap_bytes_per_waiter"] = static_cast<double>(heap1 - heap0) / waiters;
+        state.counters["completed_at_destruction"] = completed.load();
+    }
+    release_all(held);
+}
+
 }  // namespace
 
 // hold_memory first: the client's RSS grows only while the process's heap does.
@@ -189,6 +237,7 @@ BENCHMARK(bm_hot_path_allocs)
     ->Args({1, 0})
     ->Args({1, 10000})
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_async_waiters)->Name("async_waiters")->Arg(1)->Arg(1000)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
     rlock_test::redis_server s;
