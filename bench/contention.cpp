@@ -27,7 +27,7 @@
 // asked less than 0.3 ms before the release (its first attempts still in flight); and the
 // server's commands per acquisition (INFO commandstats, reset after the warm-up).
 //
-//   contention [--kind mutex|reentrant|fair|rw-write] [--workers 4] [--hold-ms 1] [--away-ms 1]
+//   contention [--kind mutex|reentrant|fair|rw-write|async-mutex|...] [--workers 4] [--hold-ms 1] [--away-ms 1]
 //              [--seconds 5] [--uri redis://127.0.0.1:PORT] [--name LOCK] [--observe] [--detail]
 //
 // Without --uri it starts its own redis-server on a free loopback port. Workers are this program
@@ -97,7 +97,7 @@ struct turn {
 [[noreturn]] void usage(const char* why) {
     std::fprintf(
         stderr,
-        "contention: %s\nusage: contention [--kind mutex|reentrant|fair|rw-write|semaphore|permits] "
+        "contention: %s\nusage: contention [--kind mutex|reentrant|fair|rw-write|semaphore|permits|async-mutex|async-reentrant|async-fair|async-rw-write] "
         "[--workers N] [--permits N] [--hold-ms MS] [--away-ms MS] [--seconds S] "
         "[--uri redis://127.0.0.1:PORT] "
         "[--name LOCK] [--observe] [--detail]\n",
@@ -239,6 +239,17 @@ struct expirable_permit {
     rlock::permit p;
 };
 
+/// A lock's asynchronous form (issue 19): lock() = async_lock(rlock::use_future).get(), so each
+/// wait is the engine's (wait group, subscriber listener, completion), measured the same way.
+template <class Lock>
+struct async_form {
+    async_form(rlock::client& c, const std::string& name) : l(c, name) {}
+    void lock() { h = l.async_lock(rlock::use_future).get(); }
+    void unlock() { h.unlock(); }
+    Lock l;
+    rlock::hold h;
+};
+
 using worker_fn = int (*)(const options&);
 
 // One row per lock kind.
@@ -249,6 +260,10 @@ constexpr std::pair<std::string_view, worker_fn> kinds[] = {
     {"rw-write", run_worker<rlock::read_write_lock>},  // the write side: lock() / unlock()
     {"semaphore", run_worker<semaphore_permit>},      // --permits holders at once
     {"permits", run_worker<expirable_permit>},        // the same with ids and leases
+    {"async-mutex", run_worker<async_form<rlock::mutex>>},  // the asynchronous forms
+    {"async-reentrant", run_worker<async_form<rlock::reentrant_lock>>},
+    {"async-fair", run_worker<async_form<rlock::fair_lock>>},
+    {"async-rw-write", run_worker<async_form<rlock::read_write_lock>>},
 };
 
 worker_fn find_kind(std::string_view name) {
