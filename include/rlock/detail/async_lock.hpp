@@ -104,9 +104,13 @@ public:
     explicit async_waiter(async_waits& waits, clock::time_point deadline) noexcept
         : waits(waits), deadline(deadline) {}
 
-    /// One attempt as the head of its group. On `acquired` the hold is registered and `hint`
-    /// carries its lease; on `failed` the waiter has given up and is settled with the error.
-    virtual attempt_outcome attempt_waiting(wait_hint& hint) = 0;
+    /// One attempt as the head of its group; `woken`: an unlock message (not a timer) led to
+    /// it. On `acquired` the hold is registered and `hint` carries its lease; on `failed` the
+    /// waiter has given up and is settled with the error.
+    virtual attempt_outcome attempt_waiting(wait_hint& hint, bool woken) = 0;
+    /// How long to hold back the next attempt (race_pacing, wait_pacing.hpp): waited on a
+    /// timer, never on the engine thread.
+    virtual std::chrono::microseconds pause_before_try() const = 0;
     /// Undoes what a refused attempt left behind (fair_lock's queue entry). Best effort.
     virtual void give_up() noexcept = 0;
     /// The lock's name and server, for errors.
@@ -148,6 +152,8 @@ struct wait_group {
     std::unique_ptr<subscriber::subscription> sub;
     engine::timer_id retry = 0;
     std::atomic<bool> posted{false};  // a pump is queued on the engine (set by the subscriber)
+    bool paused = false;     // the head's race pause has been waited: its pump attempts now
+    bool confirmed = false;  // a pump has followed the subscription's first bump
     std::chrono::milliseconds fallback{10};
     silent_holder_looks looks;
 };
@@ -237,23 +243,40 @@ private:
         try {
             (void)core.eng.post([this, key, serial] {
                 auto it = groups_.find(key);
-                if (it != groups_.end() && it->second->serial == serial) pump(it->second);
+                if (it == groups_.end() || it->second->serial != serial) return;
+                // The first news is the subscription's confirmation, which a blocking waiter
+                // takes before its loop (wait_active): not an unlock message.
+                wait_group& g = *it->second;
+                pump(it->second, std::exchange(g.confirmed, true));
             });
         } catch (...) {  // bad_alloc: the group's timer still bounds its wait
         }
     }
 
-    // The group's head attempts (and, in a shared group, the waiters after it while they win).
-    void pump(std::shared_ptr<wait_group> g) {
+    // The group's head attempts (and, in a shared group, the waiters after it while they win);
+    // `woken`: a message (or a reconnect) rather than a timer asked for it.
+    void pump(std::shared_ptr<wait_group> g, bool woken) {
         g->posted.store(false);
         core.eng.cancel(g->retry);
         g->retry = 0;
         if (core.eng.stopping()) return;
+        if (!g->queue.empty() && !g->paused) {
+            const std::chrono::microseconds pause = g->queue.front()->pause_before_try();
+            if (pause.count() > 0) {
+                g->paused = true;
+                g->retry = core.eng.at(clock::now() + pause, [this, key = g->key, serial = g->serial, woken] {
+                    auto it = groups_.find(key);
+                    if (it != groups_.end() && it->second->serial == serial) pump(it->second, woken);
+                });
+                return;
+            }
+        }
+        g->paused = false;
         std::vector<std::shared_ptr<async_waiter>> done;
         while (!g->queue.empty()) {
             std::shared_ptr<async_waiter> w = g->queue.front();
             wait_hint hint;
-            const attempt_outcome o = w->attempt_waiting(hint);
+            const attempt_outcome o = w->attempt_waiting(hint, woken);
             if (o == attempt_outcome::refused) {
                 schedule(*g, hint);
                 break;
@@ -285,7 +308,7 @@ private:
         core.eng.cancel(g.retry);
         g.retry = core.eng.at(until, [this, key = g.key, serial = g.serial] {
             auto it = groups_.find(key);
-            if (it != groups_.end() && it->second->serial == serial) pump(it->second);
+            if (it != groups_.end() && it->second->serial == serial) pump(it->second, false);
         });
     }
 
@@ -343,7 +366,8 @@ public:
     async_acquire(std::shared_ptr<const lock_site<Kind>> site, async_waits& waits,
                   clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
                   completion handler)
-        : async_waiter(waits, deadline), site_(std::move(site)), lease_(lease), owner_(owner) {
+        : async_waiter(waits, deadline), site_(std::move(site)), lease_(lease), owner_(owner),
+          race_(site_->core_->lost_races(site_->name())) {
         done = std::move(handler);
     }
 
@@ -382,6 +406,37 @@ public:
                     return;
                 }
             }
+            if constexpr (Kind::races) {
+                // While this client loses races for the lock, a newcomer holds its first try
+                // back as a blocking waiter's first loop try is (race_pacing): the engine's hop
+                // already makes it later than a blocking newcomer's, which lands before the
+                // release it would otherwise race.
+                const std::chrono::microseconds pause = race_.pause();
+                if (may_wait && pause.count() > 0) {
+                    // The timer owns the operation until then (nothing else does).
+                    std::shared_ptr<async_waiter> self = shared_from_this();
+                    (void)core.eng.at(clock::now() + pause, [self, key, channel] {
+                        static_cast<async_acquire&>(*self).first_try(key, channel, true);
+                    });
+                    return;
+                }
+            }
+            first_try(key, channel, may_wait);
+        } catch (...) {
+            settle(std::current_exception());
+            deliver();
+        }
+    }
+
+    /// The first attempt, and what follows from it.
+    void first_try(const std::string& key, const std::string& channel, bool may_wait) noexcept {
+        if (settled) return;  // cancelled while its first try was held back
+        try {
+            client_core& core = *site_->core_;
+            if (core.eng.stopping()) {
+                throw error(errc::connection_failed, site_->name(), site_->server(),
+                            "the client was destroyed before this asynchronous acquire started");
+            }
             sent_ = clock::now();
             acquire_result r = site_->attempt(value_, lease_, may_wait ? try_kind::first : try_kind::only);
             if (r.acquired) {
@@ -404,10 +459,11 @@ public:
         }
     }
 
-    attempt_outcome attempt_waiting(wait_hint& hint) override {
+    attempt_outcome attempt_waiting(wait_hint& hint, bool woken) override {
         try {
             sent_ = clock::now();
             acquire_result r = site_->attempt(value_, lease_, try_kind::waiting);
+            if constexpr (Kind::races) race_.after_try(r, woken);
             if (r.acquired) {
                 won(r);
                 hint.ttl = lease_.count();
@@ -426,6 +482,10 @@ public:
 
     void give_up() noexcept override {
         if (!value_.empty()) site_->give_up(value_);
+    }
+    std::chrono::microseconds pause_before_try() const override {
+        if constexpr (Kind::races) return race_.pause();
+        return std::chrono::microseconds(0);
     }
     const std::string& lock_name() const noexcept override { return site_->name(); }
     const std::string& server() const noexcept override { return site_->server(); }
@@ -449,6 +509,7 @@ private:
     bool watched_ = false;
     std::string value_;
     clock::time_point sent_{};
+    race_pacing race_;  // against waiters of other processes racing for the same release
 };
 
 /// The asynchronous forms, written once for every lock type. A lock type derives from

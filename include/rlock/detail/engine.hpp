@@ -114,7 +114,7 @@ public:
     }
 
     /// Stops the thread: the tasks already posted run, then on_stop (which completes what is
-    /// still pending), then the thread ends. Waits for that, except when called on the engine's
+    /// still pending), then the timers still set, then the thread ends. Waits for that, except when called on the engine's
     /// own thread (a handler destroying the client): then it all runs here, now, and the thread
     /// ends when the task that called it returns.
     void stop() {
@@ -156,8 +156,12 @@ private:
         for (task& t : rest) run(t);
         std::function<void()> on_stop = take_on_stop();
         if (on_stop) on_stop();
+        // The timers still set run now, in order: each sees stopping() (an operation waiting to
+        // start completes with its error; the rest find theirs completed).
+        auto timers = std::move(timers_);
         timers_.clear();
         timer_at_.clear();
+        for (auto& [when, t] : timers) run(t);
     }
 
     static void run(task& t) noexcept {

@@ -32,11 +32,19 @@ public:
 
     /// Before each try of the wait loop.
     void before_try() const {
-        if (round_ >= yield_rounds || lost_races_.load(std::memory_order_relaxed) == 0) return;
-        // A fixed pause, and a defensible one: at most 200 µs, before the first two tries of a
-        // wait only, and only while this client is losing races for the lock. It orders woken
-        // waiters; the wait itself still ends on the unlock message or the holder's TTL.
-        std::this_thread::sleep_for(yield_step * (yield_rounds - round_));
+        const std::chrono::microseconds p = pause();
+        if (p.count() > 0) std::this_thread::sleep_for(p);
+    }
+
+    /// The pause before_try() makes: an asynchronous waiter waits it on a timer instead.
+    /// A fixed pause, and a defensible one: at most 200 µs, before the first two tries of a
+    /// wait only, and only while this client is losing races for the lock. It orders woken
+    /// waiters; the wait itself still ends on the unlock message or the holder's TTL.
+    std::chrono::microseconds pause() const {
+        if (round_ >= yield_rounds || lost_races_.load(std::memory_order_relaxed) == 0) {
+            return std::chrono::microseconds(0);
+        }
+        return yield_step * (yield_rounds - round_);
     }
 
     /// After each try: `woken` when the wait before it ended with a message. Keeps lost_races:
