@@ -113,6 +113,27 @@ TYPED_TEST(async_test, a_hold_is_unlocked_from_another_thread) {
     EXPECT_THROW(rlock::hold().unlock(), rlock::error);
 }
 
+TYPED_TEST(async_test, an_async_unlock_completes_once_the_lock_is_released) {
+    rlock::client mine(this->options()), other(this->options());
+    TypeParam a(mine, this->name()), b(other, this->name());
+    rlock::hold h = a.async_lock(rlock::use_future).get();
+    std::future<void> released = h.async_unlock(rlock::use_future);
+    EXPECT_FALSE(h) << "the level passes to the operation";
+    released.get();
+    EXPECT_FALSE(a.is_locked());
+    // The callback form, and a waiter of another client woken by it.
+    rlock::hold again = a.async_lock(rlock::use_future).get();
+    std::future<rlock::hold> theirs = b.async_try_lock_for(10s, rlock::use_future);
+    std::promise<std::thread::id> called;
+    again.async_unlock([&](std::exception_ptr e) {
+        EXPECT_FALSE(e);
+        called.set_value(std::this_thread::get_id());
+    });
+    EXPECT_NE(called.get_future().get(), std::this_thread::get_id());
+    EXPECT_TRUE(theirs.get());
+    EXPECT_THROW(again.async_unlock(rlock::use_future), rlock::error);
+}
+
 TYPED_TEST(async_test, no_handler_runs_inside_the_initiating_call) {
     rlock::client c(this->options());
     TypeParam l(c, this->name());
@@ -375,6 +396,18 @@ TEST_F(asio_tokens, use_future_and_deferred_complete_with_the_hold) {
     std::promise<bool> held;
     std::move(op)([&](std::exception_ptr e, rlock::hold got) { held.set_value(!e && got); });
     EXPECT_TRUE(held.get_future().get());
+}
+
+TEST_F(asio_tokens, an_async_unlock_takes_asio_tokens_too) {
+    rlock::client c(options());
+    rlock::mutex m(c, name());
+    asio::io_context io;
+    bool released = false;
+    rlock::hold h = m.async_lock(asio::use_future).get();
+    h.async_unlock(asio::bind_executor(io, [&](std::exception_ptr e) { released = !e; }));
+    io.run();
+    EXPECT_TRUE(released);
+    EXPECT_FALSE(m.is_locked());
 }
 
 TEST_F(asio_tokens, an_emitted_cancellation_completes_with_operation_aborted_and_leaves_nothing) {

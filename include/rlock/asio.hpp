@@ -12,8 +12,9 @@
 //     }));
 //
 // With this header an async call (async_lock, async_try_lock, async_try_lock_for,
-// async_try_lock_until, and the read side's *_shared forms) accepts any Asio completion token
-// for the signature `void(std::exception_ptr, rlock::hold)`: use_awaitable, use_future,
+// async_try_lock_until, the read side's *_shared forms, and hold::async_unlock) accepts any
+// Asio completion token for its signature, `void(std::exception_ptr, rlock::hold)` (an acquire)
+// or `void(std::exception_ptr)` (an unlock): use_awaitable, use_future,
 // deferred, as_tuple(...), a handler bound to an executor (bind_executor) or to a cancellation
 // slot (bind_cancellation_slot). A plain callable that is not bound to an executor keeps the
 // plain rlock form (it runs on the client's engine thread and the call returns an
@@ -37,6 +38,7 @@
 #pragma once
 
 #include <exception>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -52,41 +54,49 @@ using namespace ::asio;  // NOLINT(google-build-using-namespace): one spelling f
 }  // namespace rlock::detail::asio_ns
 #endif
 
-#include "rlock/detail/async_lock.hpp"
+#include "rlock/detail/completion.hpp"
 #include "rlock/hold.hpp"
 
 namespace rlock::detail {
 
-/// Which tokens go through Asio: everything that is not a plain callback, and callbacks bound
-/// to an executor or a cancellation slot.
-template <class T>
-struct is_asio_token : std::bool_constant<!std::is_invocable_v<T&, std::exception_ptr, rlock::hold> &&
-                                          !std::is_same_v<T, use_future_t>> {};
-template <class T, class Executor>
-struct is_asio_token<asio_ns::executor_binder<T, Executor>> : std::true_type {};
-template <class T, class Slot>
-struct is_asio_token<asio_ns::cancellation_slot_binder<T, Slot>> : std::true_type {};
+/// Which tokens go through Asio: everything that is not a plain callback of the operation's
+/// signature (nor rlock::use_future), and callbacks bound to an executor or a cancellation slot.
+template <class T, class Signature>
+struct is_asio_token : std::bool_constant<!is_handler_for<T, Signature>::value && !std::is_same_v<T, use_future_t>> {};
+template <class T, class Executor, class Signature>
+struct is_asio_token<asio_ns::executor_binder<T, Executor>, Signature> : std::true_type {};
+template <class T, class Slot, class Signature>
+struct is_asio_token<asio_ns::cancellation_slot_binder<T, Slot>, Signature> : std::true_type {};
 
-template <class Token>
-struct token_adapter<Token, std::enable_if_t<is_asio_token<Token>::value>> {
+template <class Token, class... R>
+struct token_adapter<Token, void(std::exception_ptr, R...),
+                     std::enable_if_t<is_asio_token<Token, void(std::exception_ptr, R...)>::value>> {
     static constexpr bool defined = true;
+    using signature = void(std::exception_ptr, R...);
 
     template <class T, class Start>
     static auto initiate(T&& token, Start&& start) {
-        return asio_ns::async_initiate<T, void(std::exception_ptr, rlock::hold)>(
+        return asio_ns::async_initiate<T, signature>(
             [](auto handler, auto begin) {
                 auto slot = asio_ns::get_associated_cancellation_slot(handler);
                 auto work = asio_ns::make_work_guard(asio_ns::get_associated_executor(handler));
-                rlock::pending p = begin(completion(
-                    [h = std::move(handler), w = std::move(work)](std::exception_ptr e, rlock::hold got) mutable {
+                completion_t<signature> done(
+                    [h = std::move(handler), w = std::move(work)](std::exception_ptr e, R... got) mutable {
                         auto ex = asio_ns::get_associated_executor(h);
-                        asio_ns::dispatch(ex, [h = std::move(h), e = std::move(e), got = std::move(got)]() mutable {
-                            std::move(h)(std::move(e), std::move(got));
+                        asio_ns::dispatch(ex, [h = std::move(h), e = std::move(e),
+                                               got = std::make_tuple(std::move(got)...)]() mutable {
+                            std::apply([&](auto&&... g) { std::move(h)(std::move(e), std::move(g)...); },
+                                       std::move(got));
                         });
                         w.reset();
-                    }));
-                if (slot.is_connected()) {
-                    slot.assign([p](asio_ns::cancellation_type) { p.cancel(); });
+                    });
+                if constexpr (std::is_same_v<decltype(begin(std::move(done))), rlock::pending>) {
+                    rlock::pending p = begin(std::move(done));
+                    if (slot.is_connected()) {
+                        slot.assign([p](asio_ns::cancellation_type) { p.cancel(); });
+                    }
+                } else {
+                    begin(std::move(done));
                 }
             },
             token, std::forward<Start>(start));

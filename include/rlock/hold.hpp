@@ -19,6 +19,8 @@
 #include <string>
 #include <utility>
 
+#include "rlock/detail/completion.hpp"
+#include "rlock/detail/engine.hpp"
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
 #include "rlock/errors.hpp"
@@ -38,7 +40,12 @@ public:
     virtual const std::string& lock_name() const = 0;
     virtual const std::string& server_name() const = 0;
     virtual bool fenced() const = 0;
+    /// Runs `task` on the client's engine thread; false once the client is destroyed.
+    virtual bool post(unique_callback<> task) const = 0;
 };
+
+/// An unlock's signature.
+using unlock_signature = void(std::exception_ptr);
 
 /// An operation a pending handle can cancel.
 class cancellable {
@@ -114,6 +121,27 @@ public:
         site_->unlock_one(h_, lost_at_unlock_);
     }
 
+    /// Releases this level on the client's engine thread, without blocking the caller, and
+    /// completes `token` with `void(std::exception_ptr)`: a callback (the call returns nothing),
+    /// rlock::use_future (a std::future<void>), or with <rlock/asio.hpp> an Asio token. The
+    /// level passes to the operation at once: this handle is empty when the call returns (an
+    /// Asio deferred operation that is never launched releases it when destroyed). As unlock(),
+    /// the completion has no error for a lost hold or an unreachable Redis (told through
+    /// on_lock_lost). Throws `error`: not_owner for an empty handle; connection_failed when the
+    /// client is destroyed (the level is then released, blocking, before the throw).
+    template <class Token>
+    auto async_unlock(Token&& token) {
+        if (!owns_lock()) {
+            throw error(errc::not_owner, h_ ? h_->name : "", h_ ? site_->server_name() : "",
+                        "unlock of an rlock::hold that holds nothing");
+        }
+        return detail::initiate<detail::unlock_signature>(
+            std::forward<Token>(token),
+            [held = std::move(*this)](detail::completion_t<detail::unlock_signature> done) mutable {
+                held.post_unlock(std::move(done));
+            });
+    }
+
     /// True when the hold is lost: the watchdog found it gone, or its lease ran out by this
     /// client's clock; after unlock, whether unlock found it lost. False for an empty handle.
     /// Sends nothing.
@@ -148,6 +176,22 @@ public:
     }
 
 private:
+    void post_unlock(detail::completion_t<detail::unlock_signature> done) {
+        if (!owns_lock()) return;
+        unlocked_ = true;  // the task's from here
+        const bool posted = site_->post([site = site_, h = h_, done = std::move(done)]() mutable {
+            bool lost = false;
+            site->unlock_one(h, lost);  // throws only for an empty handle
+            done(nullptr);
+        });
+        if (!posted) {
+            unlocked_ = false;
+            release_quietly();
+            throw error(errc::connection_failed, h_->name, site_->server_name(),
+                        "async_unlock after the client was destroyed (the level was released here)");
+        }
+    }
+
     void check(const char* what) const {
         if (!h_) throw error(errc::not_owner, "", "", std::string(what) + " of an empty rlock::hold");
     }

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "rlock/detail/client_core.hpp"
+#include "rlock/detail/completion.hpp"
 #include "rlock/detail/engine.hpp"
 #include "rlock/detail/kind.hpp"
 #include "rlock/detail/lock_site.hpp"
@@ -45,43 +46,9 @@
 
 namespace rlock::detail {
 
-/// A completion handler as the engine keeps it.
-using completion = unique_callback<std::exception_ptr, rlock::hold>;
-
-/// How an asynchronous call completes for a token that is neither a callback nor
-/// rlock::use_future: rlock/asio.hpp defines it for Asio's completion tokens.
-template <class Token, class = void>
-struct token_adapter {
-    static constexpr bool defined = false;
-};
-
-/// Starts an asynchronous operation for `token`: `start(completion)` posts it and returns its
-/// rlock::pending. A callback gets the pending handle back; rlock::use_future a std::future; an
-/// Asio token what Asio makes of it.
-template <class Token, class Start>
-auto initiate(Token&& token, Start&& start) {
-    using T = std::decay_t<Token>;
-    if constexpr (std::is_same_v<T, use_future_t>) {
-        std::promise<rlock::hold> promise;
-        std::future<rlock::hold> f = promise.get_future();
-        (void)start(completion([p = std::move(promise)](std::exception_ptr e, rlock::hold h) mutable {
-            if (e) {
-                p.set_exception(std::move(e));
-            } else {
-                p.set_value(std::move(h));
-            }
-        }));
-        return f;
-    } else if constexpr (token_adapter<T>::defined) {
-        return token_adapter<T>::initiate(std::forward<Token>(token), std::forward<Start>(start));
-    } else {
-        static_assert(std::is_invocable_v<T&, std::exception_ptr, rlock::hold>,
-                      "an rlock async call takes a callback (std::exception_ptr, rlock::hold), "
-                      "rlock::use_future, or, with <rlock/asio.hpp> included, an Asio completion "
-                      "token");
-        return start(completion(std::forward<Token>(token)));
-    }
-}
+/// An acquire's signature and completion handler.
+using acquire_signature = void(std::exception_ptr, rlock::hold);
+using completion = completion_t<acquire_signature>;
 
 /// How a wait group's head fared at one attempt.
 enum class attempt_outcome : unsigned char { acquired, refused, failed };

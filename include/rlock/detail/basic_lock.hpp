@@ -246,7 +246,7 @@ private:
                      Token&& token) {
         core_->throw_if_destroyed(name(), "the client this lock was made from has been destroyed");
         std::call_once(async_once_, [&] { async_site_ = std::make_shared<const site>(static_cast<const site&>(*this)); });
-        return initiate(std::forward<Token>(token),
+        return initiate<acquire_signature>(std::forward<Token>(token),
                         [s = async_site_, deadline, lease, owner](completion done) {
                             return start_acquire<Kind>(s, deadline, lease, owner, std::move(done));
                         });

@@ -66,6 +66,7 @@ public:
     const std::string& lock_name() const override { return keys_.name; }
     const std::string& server_name() const override { return core_->ep.name; }
     bool fenced() const override { return options_.fencing; }
+    bool post(unique_callback<> task) const override { return core_->eng.post(std::move(task)); }
 
     /// Releases one level of `h`, whose owner has just asked (basic_lock::unlock, hold::unlock):
     /// the last level takes it out of the registry first. A hold found lost, or a Redis that
