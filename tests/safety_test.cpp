@@ -587,6 +587,16 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::ValuesIn(all_scenarios)),
     param_name);
 
+// The asynchronous forms of the same kinds (worker.cpp, `asynchronous`): each section's levels
+// are rlock::holds of one rlock::owner, taken by async_lock and waited on through a future.
+INSTANTIATE_TEST_SUITE_P(
+    safety_async, safety_checker,
+    ::testing::Combine(::testing::Values(std::string("async_mutex"), std::string("async_reentrant_lock"),
+                                         std::string("async_fair_lock"),
+                                         std::string("async_read_write_lock")),
+                       ::testing::ValuesIn(all_scenarios)),
+    param_name);
+
 // The permits checker: the same three workers and faults, on a semaphore of 2 permits. Each
 // section is a permit held (tests/worker.cpp, permits_loop). What it proves:
 //   1. at no moment were more than 2 sections of holders never told "lost" running;

@@ -21,8 +21,9 @@
 //                     <watchdog ms> [<port,port,...>]
 //       The safety checker's worker (tests/safety_test.cpp): see safety_run below. Kinds:
 //       mutex, reentrant_lock, fair_lock, read_write_lock, multi_lock (a mutex and a reentrant
-//       lock on one client), red_lock (over <port> and the list); and for the permits checker
-//       semaphore and permit_expirable_semaphore (see permits_loop).
+//       lock on one client), red_lock (over <port> and the list); async_mutex,
+//       async_reentrant_lock, async_fair_lock, async_read_write_lock (the asynchronous forms);
+//       and for the permits checker semaphore and permit_expirable_semaphore (see permits_loop).
 #include <hiredis/hiredis.h>
 #include <unistd.h>
 
@@ -313,6 +314,29 @@ struct exclusive {
     bool lost() const { return l.lost(); }
 };
 
+// The asynchronous forms (issue 19): each level is an rlock::hold taken by async_lock for one
+// rlock::owner (what a thread is to lock()), waited on through a future; the last level is
+// released by async_unlock, the others by hold::unlock.
+template <class Lock>
+struct asynchronous {
+    Lock& l;
+    rlock::owner who{};
+    std::vector<rlock::hold> levels{};
+    void lock() { levels.push_back(l.async_lock(who, rlock::use_future).get()); }
+    void unlock() {
+        if (levels.empty()) throw rlock::error(rlock::errc::not_owner, "no level held by this owner");
+        rlock::hold h = std::move(levels.back());
+        levels.pop_back();
+        if (levels.empty()) {
+            h.async_unlock(rlock::use_future).get();
+        } else {
+            h.unlock();
+        }
+    }
+    std::uint64_t token() const { return levels.front().fencing_token(); }
+    bool lost() const { return levels.front().lost(); }
+};
+
 // red_lock has no fencing token of its own (each node would count separately), nor has a
 // multi_lock whose parts run unfenced in one script: as docs/guarantees.md advises, the token
 // comes from one counter outside it, here the resource's `fence:issued`, INCRed right after each
@@ -525,6 +549,16 @@ int safety_run(int port, const std::string& name, const std::string& kind, const
         exclusive<Lock> l{m};
         return safety_loop(l, reenter, id, resource_port, log_path, run_ms, max_holds, told);
     };
+    auto async_single = [&](auto tag, bool reenter) {
+        using Lock = typename decltype(tag)::type;
+        Lock m(c, name, lo);
+        asynchronous<Lock> l{m};
+        return safety_loop(l, reenter, id, resource_port, log_path, run_ms, max_holds, told);
+    };
+    if (kind == "async_mutex") return async_single(type_tag<rlock::mutex>{}, false);
+    if (kind == "async_reentrant_lock") return async_single(type_tag<rlock::reentrant_lock>{}, true);
+    if (kind == "async_fair_lock") return async_single(type_tag<rlock::fair_lock>{}, true);
+    if (kind == "async_read_write_lock") return async_single(type_tag<rlock::read_write_lock>{}, true);
     if (kind == "mutex") return single(type_tag<rlock::mutex>{}, false);
     if (kind == "reentrant_lock") return single(type_tag<rlock::reentrant_lock>{}, true);
     if (kind == "fair_lock") return single(type_tag<rlock::fair_lock>{}, true);
