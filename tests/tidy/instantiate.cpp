@@ -5,6 +5,9 @@
 #include <vector>
 
 #include "rlock/rlock.hpp"
+#if __has_include(<asio.hpp>)
+#include "rlock/asio.hpp"
+#endif
 
 using namespace std::chrono_literals;
 
@@ -41,4 +44,28 @@ long long use_every_synchronizer(rlock::client& c) {
            static_cast<long long>(s.try_acquire_until(std::chrono::system_clock::now())) +
            static_cast<long long>(b.lost()) + static_cast<long long>(d.detach().size()) + p.permits() +
            static_cast<long long>(l.wait_until(std::chrono::system_clock::now()));
+}
+
+// The asynchronous forms: the engine, the wait groups, each kind's async_acquire, the hold,
+// and (when Asio is here) the Asio adapter; never run.
+void use_every_async_form(rlock::client& c) {
+    rlock::mutex m(c, "m");
+    rlock::reentrant_lock r(c, "r");
+    rlock::fair_lock f(c, "f");
+    rlock::read_write_lock rw(c, "rw");
+    rlock::owner who;
+    rlock::pending p = m.async_lock([](const std::exception_ptr&, rlock::hold) {});
+    p.cancel();
+    (void)r.async_try_lock_for(who, 1s, 2s, [](const std::exception_ptr&, rlock::hold) {});
+    (void)f.async_try_lock_until(std::chrono::system_clock::now(), 1s, [](const std::exception_ptr&, rlock::hold) {});
+    (void)rw.async_lock_shared(rlock::use_future);
+    rlock::hold h = rw.async_lock(who, 3s, rlock::use_future).get();
+    h.async_unlock([](const std::exception_ptr&) {});
+    rlock::hold g = m.async_try_lock(rlock::use_future).get();
+    g.async_unlock(rlock::use_future).get();
+#if __has_include(<asio.hpp>)
+    asio::io_context io;
+    (void)m.async_lock(asio::use_future);
+    m.async_lock(asio::bind_executor(io, [](const std::exception_ptr&, rlock::hold) {}));
+#endif
 }

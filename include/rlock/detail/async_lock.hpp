@@ -222,7 +222,8 @@ private:
 
     // The group's head attempts (and, in a shared group, the waiters after it while they win);
     // `woken`: a message (or a reconnect) rather than a timer asked for it.
-    void pump(std::shared_ptr<wait_group> g, bool woken) {
+    // `g` by value: leave() may erase the map's reference to it while this runs.
+    void pump(std::shared_ptr<wait_group> g, bool woken) {  // NOLINT(performance-unnecessary-value-param)
         g->posted.store(false);
         core.eng.cancel(g->retry);
         g->retry = 0;
