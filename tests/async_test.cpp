@@ -351,6 +351,65 @@ TEST_F(async_one, a_handler_may_destroy_the_client) {
     EXPECT_EQ(rlock_test::keys_left(server()), "");
 }
 
+// ---- the synchronizers' asynchronous waits ----
+
+class async_synchronizers : public rlock_test::kind_fixture<async_synchronizers> {};
+
+TEST_F(async_synchronizers, semaphore_waiters_are_served_by_release_messages_in_arrival_order) {
+    rlock::client c(options()), other(options());
+    rlock::semaphore s(c, name()), t(other, name());
+    ASSERT_TRUE(s.try_set_permits(2));
+    EXPECT_TRUE(s.async_acquire(2, rlock::use_future).get());
+    std::vector<std::future<bool>> waiting;
+    for (int i = 0; i < 3; ++i) waiting.push_back(s.async_acquire(rlock::use_future));
+    std::this_thread::sleep_for(200ms);
+    for (auto& f : waiting) EXPECT_EQ(f.wait_for(0ms), std::future_status::timeout);
+    t.release(2);  // another client's release: its message wakes them
+    EXPECT_TRUE(waiting[0].get());
+    EXPECT_TRUE(waiting[1].get());
+    EXPECT_EQ(waiting[2].wait_for(200ms), std::future_status::timeout);
+    t.release();
+    EXPECT_TRUE(waiting[2].get());
+    EXPECT_EQ(s.available_permits(), 0);
+}
+
+TEST_F(async_synchronizers, a_semaphore_wait_that_runs_out_or_is_cancelled_takes_nothing) {
+    rlock::client c(options());
+    rlock::semaphore s(c, name());
+    ASSERT_TRUE(s.try_set_permits(1));
+    EXPECT_FALSE(s.async_try_acquire_for(200ms, 2, rlock::use_future).get());
+    std::promise<std::exception_ptr> got;
+    rlock::pending p = s.async_acquire(2, [&](std::exception_ptr e, bool) { got.set_value(e); });
+    ASSERT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", "*"})->elements == 1; }));
+    p.cancel();
+    std::exception_ptr e = got.get_future().get();
+    try {
+        if (e) std::rethrow_exception(e);
+        ADD_FAILURE() << "not cancelled";
+    } catch (const rlock::error& x) {
+        EXPECT_EQ(x.value(), rlock::errc::operation_aborted) << x.what();
+    }
+    EXPECT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", "*"})->elements == 0; }));
+    EXPECT_EQ(s.available_permits(), 1);
+    EXPECT_THROW((void)s.async_acquire(0, rlock::use_future), rlock::error);
+}
+
+TEST_F(async_synchronizers, latch_waiters_all_pass_when_the_count_reaches_zero_and_not_before) {
+    rlock::client c(options()), other(options());
+    rlock::count_down_latch l(c, name()), m(other, name());
+    ASSERT_TRUE(l.try_set_count(2));
+    std::vector<std::future<bool>> waiting;
+    for (int i = 0; i < 5; ++i) waiting.push_back(l.async_wait(rlock::use_future));
+    std::future<bool> short_wait = l.async_wait_for(200ms, rlock::use_future);
+    EXPECT_FALSE(short_wait.get());
+    m.count_down();
+    std::this_thread::sleep_for(200ms);
+    for (auto& f : waiting) EXPECT_EQ(f.wait_for(0ms), std::future_status::timeout);
+    m.count_down();
+    for (auto& f : waiting) EXPECT_TRUE(f.get());
+    EXPECT_TRUE(l.async_wait_until(std::chrono::system_clock::now(), rlock::use_future).get());
+}
+
 #if __has_include(<asio.hpp>)
 // ---- Asio completion tokens (rlock/asio.hpp); the C++20 coroutine form is example 11 ----
 

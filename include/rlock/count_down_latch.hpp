@@ -103,7 +103,41 @@ public:
         wait();
     }
 
+    // --- asynchronous forms (docs/api.md, "Asynchronous acquisition") ---------------------
+    // Each completes `void(std::exception_ptr, bool)` — true when the count reached 0, false
+    // when the wait ran out — for a callback (the call returns an rlock::pending), rlock::
+    // use_future (std::future<bool>) or, with <rlock/asio.hpp>, an Asio token. Woken by the
+    // count-down message, as wait() is; never inside the call; cancellable.
+
+    /// Completes once the count is 0.
+    template <class Token>
+    auto async_wait(Token&& token) const {
+        return async_wait_steady(clock::time_point::max(), std::forward<Token>(token));
+    }
+    /// Completes once the count is 0 (true) or after `wait` (false).
+    template <class Rep, class Period, class Token>
+    auto async_wait_for(const std::chrono::duration<Rep, Period>& wait, Token&& token) const {
+        return async_wait_steady(detail::deadline_after(wait), std::forward<Token>(token));
+    }
+    /// Completes once the count is 0 (true) or at `deadline` (false).
+    template <class Clock, class Duration, class Token>
+    auto async_wait_until(const std::chrono::time_point<Clock, Duration>& deadline, Token&& token) const {
+        return async_wait_steady(detail::to_steady(deadline), std::forward<Token>(token));
+    }
+
 private:
+    template <class Token>
+    auto async_wait_steady(clock::time_point deadline, Token&& token) const {
+        return synchronizer::async_wait_until(
+            deadline, detail::repeat::safe,
+            [core = core_, name = name_]() -> detail::attempt_result {
+                return core->pool.run(name, detail::on_break::retry, [&](const detail::connection& c) {
+                    return detail::read_count(c, name, core->ep.name) <= 0;
+                });
+            },
+            std::forward<Token>(token));
+    }
+
     bool wait_until_steady(clock::time_point deadline) const {
         return synchronizer::wait_until(deadline, detail::repeat::safe, [&] { return count() <= 0; });
     }

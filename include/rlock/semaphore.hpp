@@ -122,7 +122,59 @@ public:
         });
     }
 
+    // --- asynchronous forms (docs/api.md, "Asynchronous acquisition") ---------------------
+    // Each completes `void(std::exception_ptr, bool)` — true when the permits were taken, false
+    // when the wait ran out (nothing taken) — for a callback (the call returns an
+    // rlock::pending), rlock::use_future (std::future<bool>) or, with <rlock/asio.hpp>, an Asio
+    // token. Woken by release messages, as acquire() is; never inside the call; cancellable
+    // (then nothing is taken). Throws `error` (invalid_argument) for permits below 1.
+
+    /// Completes once `permits` (default 1) are taken.
+    template <class Token>
+    auto async_acquire(Token&& token) {
+        return async_acquire_steady(clock::time_point::max(), 1, std::forward<Token>(token));
+    }
+    template <class Token>
+    auto async_acquire(long long permits, Token&& token) {
+        return async_acquire_steady(clock::time_point::max(), permits, std::forward<Token>(token));
+    }
+    /// Completes once the permits are taken (true) or after `wait` (false).
+    template <class Rep, class Period, class Token>
+    auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& wait, Token&& token) {
+        return async_acquire_steady(detail::deadline_after(wait), 1, std::forward<Token>(token));
+    }
+    template <class Rep, class Period, class Token>
+    auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& wait, long long permits,
+                               Token&& token) {
+        return async_acquire_steady(detail::deadline_after(wait), permits, std::forward<Token>(token));
+    }
+    /// Completes once the permits are taken (true) or at `deadline` (false).
+    template <class Clock, class Duration, class Token>
+    auto async_try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline, Token&& token) {
+        return async_acquire_steady(detail::to_steady(deadline), 1, std::forward<Token>(token));
+    }
+    template <class Clock, class Duration, class Token>
+    auto async_try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline, long long permits,
+                                 Token&& token) {
+        return async_acquire_steady(detail::to_steady(deadline), permits, std::forward<Token>(token));
+    }
+
 private:
+    template <class Token>
+    auto async_acquire_steady(clock::time_point deadline, long long permits, Token&& token) {
+        check_positive(permits, "acquire");
+        // As take(): one repeat after an ambiguous failure (pool::run), never more.
+        return synchronizer::async_wait_until(
+            deadline, detail::repeat::unsafe,
+            [core = core_, name = name_, n = std::to_string(permits)]() -> detail::attempt_result {
+                return core->pool.run(name, detail::on_break::retry, [&](const detail::connection& c) {
+                    return detail::eval_integer(c, detail::semaphore_scripts::acquire(), {name}, {n}, name,
+                                                core->ep.name) == 1;
+                });
+            },
+            std::forward<Token>(token));
+    }
+
     void check_positive(long long permits, std::string_view op) const {
         if (permits < 1) bad_count(permits, std::string(op) + ": permits must be at least 1");
     }

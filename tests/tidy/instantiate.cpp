@@ -63,8 +63,14 @@ void use_every_async_form(rlock::client& c) {
     h.async_unlock([](const std::exception_ptr&) {});
     rlock::hold g = m.async_try_lock(rlock::use_future).get();
     g.async_unlock(rlock::use_future).get();
+    rlock::semaphore s(c, "s");
+    rlock::count_down_latch l(c, "l");
+    (void)s.async_try_acquire_for(1s, 2, rlock::use_future);
+    (void)s.async_try_acquire_until(std::chrono::system_clock::now(), [](const std::exception_ptr&, bool) {});
+    (void)l.async_wait_for(1s, rlock::use_future);
 #if __has_include(<asio.hpp>)
     asio::io_context io;
+    (void)l.async_wait(asio::use_future);
     (void)m.async_lock(asio::use_future);
     m.async_lock(asio::bind_executor(io, [](const std::exception_ptr&, rlock::hold) {}));
 #endif

@@ -55,7 +55,8 @@ enum class attempt_outcome : unsigned char { acquired, refused, failed };
 
 /// What a refused attempt (or a winner's lease) says about when the head should try again.
 struct wait_hint {
-    long long ttl = -2;  // the holder's remaining ms, -1 no expiry, -2 freed meanwhile
+    long long ttl = -2;  // the holder's remaining ms, -1 no expiry, -2 freed meanwhile, -3 no
+                         // holder (a synchronizer: messages only, and the fallback)
     bool holder_publishes = true;
     std::string holder;
 };
@@ -90,12 +91,7 @@ public:
         failure = std::move(e);
     }
     /// Calls the handler with what was settled (once). What the handler throws is dropped.
-    void deliver() noexcept {
-        try {
-            done(failure, std::move(result));
-        } catch (...) {
-        }
-    }
+    virtual void deliver() noexcept = 0;
     void cancel() noexcept override;
 
     async_waits& waits;
@@ -105,8 +101,6 @@ public:
     std::list<std::shared_ptr<async_waiter>>::iterator place;
     bool settled = false;
     std::exception_ptr failure;
-    rlock::hold result;
-    completion done;
 };
 
 /// The waiters of one kind on one channel of a client, in arrival order.
@@ -206,15 +200,21 @@ public:
     client_core& core;
 
 private:
+    // The group for `key` if it is still the one numbered `serial` (a task or timer may
+    // outlive the group it was set for), else null.
+    std::shared_ptr<wait_group> current(const std::string& key, std::uint64_t serial) const {
+        auto it = groups_.find(key);
+        return it != groups_.end() && it->second->serial == serial ? it->second : nullptr;
+    }
+
     void post_pump(const std::string& key, std::uint64_t serial) noexcept {
         try {
             (void)core.eng.post([this, key, serial] {
-                auto it = groups_.find(key);
-                if (it == groups_.end() || it->second->serial != serial) return;
                 // The first news is the subscription's confirmation, which a blocking waiter
                 // takes before its loop (wait_active): not an unlock message.
-                wait_group& g = *it->second;
-                pump(it->second, std::exchange(g.confirmed, true));
+                if (std::shared_ptr<wait_group> g = current(key, serial)) {
+                    pump(g, std::exchange(g->confirmed, true));
+                }
             });
         } catch (...) {  // bad_alloc: the group's timer still bounds its wait
         }
@@ -233,8 +233,7 @@ private:
             if (pause.count() > 0) {
                 g->paused = true;
                 g->retry = core.eng.at(clock::now() + pause, [this, key = g->key, serial = g->serial, woken] {
-                    auto it = groups_.find(key);
-                    if (it != groups_.end() && it->second->serial == serial) pump(it->second, woken);
+                    if (std::shared_ptr<wait_group> now = current(key, serial)) pump(now, woken);
                 });
                 return;
             }
@@ -274,9 +273,10 @@ private:
         if (!hint.holder_publishes) until = std::min(until, now + g.looks.next(hint.holder));
         if (g.heartbeat.count() > 0) until = std::min(until, now + g.heartbeat);
         core.eng.cancel(g.retry);
+        g.retry = 0;
+        if (until == clock::time_point::max()) return;  // a synchronizer: messages only
         g.retry = core.eng.at(until, [this, key = g.key, serial = g.serial] {
-            auto it = groups_.find(key);
-            if (it != groups_.end() && it->second->serial == serial) pump(it->second, false);
+            if (std::shared_ptr<wait_group> now = current(key, serial)) pump(now, false);
         });
     }
 
@@ -471,6 +471,17 @@ private:
         settled = true;
     }
 
+public:
+    void deliver() noexcept override {
+        try {
+            done(failure, std::move(result));
+        } catch (...) {
+        }
+    }
+
+private:
+    rlock::hold result;
+    completion done;
     std::shared_ptr<const lock_site<Kind>> site_;
     std::chrono::milliseconds lease_;
     std::uint64_t owner_;

@@ -12,7 +12,9 @@
 #include <string_view>
 #include <utility>
 
+#include "rlock/detail/async_lock.hpp"
 #include "rlock/detail/client_core.hpp"
+#include "rlock/detail/completion.hpp"
 #include "rlock/detail/cluster.hpp"
 #include "rlock/detail/subscriber.hpp"
 #include "rlock/detail/synchronizer_scripts.hpp"
@@ -89,6 +91,109 @@ bool wait_on_channel(client_core& core, const std::string& channel, std::string_
     }
 }
 
+/// What an asynchronous synchronizer wait completes with: true when done, false when its wait
+/// ran out (leaving nothing behind).
+using wait_signature = void(std::exception_ptr, bool);
+
+/// wait_on_channel on the engine (async_lock.hpp): `attempt()` is made on the engine thread
+/// first, then by the client's waiters on `channel`, in arrival order, each time a message
+/// arrives (all of them while they succeed: a release of several permits, a latch at 0), at the
+/// `again` an attempt asked for, and as wait_on_channel retries a `repeat::safe` attempt.
+template <class Attempt>
+class async_channel_wait final : public async_waiter {
+public:
+    async_channel_wait(async_waits& waits, clock::time_point deadline, std::string name, std::string channel,
+                       repeat repeatable, Attempt attempt, completion_t<wait_signature> done)
+        : async_waiter(waits, deadline), name_(std::move(name)), channel_(std::move(channel)),
+          repeat_(repeatable), attempt_(std::move(attempt)), done_(std::move(done)) {}
+
+    /// The initiating task, on the engine thread.
+    void start() noexcept {
+        try {
+            if (waits.core.eng.stopping()) {
+                throw error(errc::connection_failed, name_, server(),
+                            "the client was destroyed before this asynchronous wait started");
+            }
+            const attempt_result r = try_once();
+            if (r.done || clock::now() >= deadline) {
+                ok_ = r.done;
+                settled = true;
+                deliver();
+                return;
+            }
+            const wait_hint hint = hint_of(r);
+            std::string key("synchronizer");
+            key += '\0';
+            key += channel_;
+            waits.join(shared_from_this(), key, channel_, true, std::chrono::milliseconds(0), &hint);
+        } catch (...) {
+            settle(std::current_exception());
+            deliver();
+        }
+    }
+
+    attempt_outcome attempt_waiting(wait_hint& hint, bool /*woken*/) override {
+        try {
+            const attempt_result r = try_once();
+            if (r.done) {
+                ok_ = true;
+                settled = true;
+                hint.ttl = -3;
+                return attempt_outcome::acquired;
+            }
+            hint = hint_of(r);
+            return attempt_outcome::refused;
+        } catch (...) {
+            settle(std::current_exception());
+            return attempt_outcome::failed;
+        }
+    }
+    std::chrono::microseconds pause_before_try() const override { return std::chrono::microseconds(0); }
+    void give_up() noexcept override {}
+    const std::string& lock_name() const noexcept override { return name_; }
+    const std::string& server() const noexcept override { return waits.core.ep.name; }
+    void deliver() noexcept override {
+        try {
+            done_(failure, ok_);
+        } catch (...) {
+        }
+    }
+
+private:
+    // wait_on_channel's try_once: a repeat::safe attempt that failed ambiguously is made again
+    // after 25 ms while the failures last less than command_timeout.
+    attempt_result try_once() {
+        try {
+            attempt_result r = attempt_();
+            failing_since_ = {};
+            return r;
+        } catch (const error& e) {
+            if (!is_ambiguous(e) || repeat_ == repeat::unsafe) throw;
+            const auto now = clock::now();
+            if (failing_since_ == clock::time_point{}) failing_since_ = now;
+            if (now >= deadline || now - failing_since_ >= waits.core.ep.options.command_timeout) throw;
+            return {false, now + std::chrono::milliseconds(25)};
+        }
+    }
+    static wait_hint hint_of(const attempt_result& r) {
+        wait_hint h;
+        h.ttl = -3;
+        if (r.again != clock::time_point::max()) {
+            h.ttl = std::max<long long>(
+                0, std::chrono::ceil<std::chrono::milliseconds>(r.again - clock::now()).count());
+        }
+        return h;
+    }
+
+    std::string name_;
+    std::string channel_;
+    repeat repeat_;
+    Attempt attempt_;
+    completion_t<wait_signature> done_;
+    bool ok_ = false;
+    clock::time_point failing_since_{};
+};
+
 /// The base of a synchronizer: the client it was made from, its key (`name`) and its channel.
 class synchronizer {
 public:
@@ -147,6 +252,28 @@ protected:
         return run(on_break::fail, [&](const connection& c) {
             return eval_integer(c, semaphore_scripts::add(), {name_}, {by, channel_}, name_, server());
         });
+    }
+
+    /// async_channel_wait on this object's channel, for `token` (a callback, rlock::use_future,
+    /// an Asio token): `attempt` must own what it uses (the object may be destroyed first).
+    /// Throws `error` (connection_failed) once the client is destroyed.
+    template <class Token, class F>
+    auto async_wait_until(std::chrono::steady_clock::time_point deadline, repeat repeatable, F attempt,
+                          Token&& token) const {
+        core_->throw_if_destroyed(name_, "the client this object was made from has been destroyed");
+        return initiate<wait_signature>(
+            std::forward<Token>(token),
+            [core = core_, deadline, repeatable, name = name_, channel = channel_,
+             attempt = std::move(attempt)](completion_t<wait_signature> done) mutable {
+                async_waits& waits = waits_of(*core);
+                auto op = std::make_shared<async_channel_wait<F>>(waits, deadline, name, channel, repeatable,
+                                                                  std::move(attempt), std::move(done));
+                if (!core->eng.post([op] { op->start(); })) {
+                    throw error(errc::connection_failed, name, core->ep.name,
+                                "the client this object was made from has been destroyed");
+                }
+                return rlock::pending(op);
+            });
     }
 
     /// wait_on_channel on this object's channel.
