@@ -128,14 +128,14 @@ public:
 private:
     template <class Token>
     auto async_wait_steady(clock::time_point deadline, Token&& token) const {
-        return synchronizer::async_wait_until(
-            deadline, detail::repeat::safe,
-            [core = core_, name = name_]() -> detail::attempt_result {
-                return core->pool.run(name, detail::on_break::retry, [&](const detail::connection& c) {
-                    return detail::read_count(c, name, core->ep.name) <= 0;
-                });
-            },
-            std::forward<Token>(token));
+        auto read = [core = core_, name = name_]() -> detail::attempt_result {
+            return core->pool.run(name, detail::on_break::retry, [&](const detail::connection& c) {
+                return detail::read_count(c, name, core->ep.name) <= 0;
+            });
+        };
+        return synchronizer::async_wait_until<bool>(deadline, detail::repeat::safe,
+                                                    detail::bool_op<decltype(read)>{std::move(read)},
+                                                    std::forward<Token>(token));
     }
 
     bool wait_until_steady(clock::time_point deadline) const {

@@ -290,6 +290,51 @@ public:
         return take_until(detail::to_steady(deadline), l, permits);
     }
 
+    // --- asynchronous forms (docs/api.md, "Asynchronous acquisition") ---------------------
+    // Each completes `void(std::exception_ptr, rlock::permit)` — the permits, or an empty
+    // permit when the wait ran out — for a callback (the call returns an rlock::pending),
+    // rlock::use_future (std::future<rlock::permit>) or, with <rlock/asio.hpp>, an Asio token.
+    // They wait as acquire() does (release messages, the earliest lease's end), never inside
+    // the call; a cancelled one (operation_aborted) or one that ran out takes nothing (an
+    // attempt that may have run is released by its ids). Throws `error` (invalid_argument) for
+    // bad permits or lease, from the call.
+
+    /// Completes with `permits` (default 1) watched permits.
+    template <class Token>
+    auto async_acquire(Token&& token) {
+        return async_take(clock::time_point::max(), std::chrono::milliseconds(0), 1, std::forward<Token>(token));
+    }
+    template <class Token>
+    auto async_acquire(long long permits, Token&& token) {
+        return async_take(clock::time_point::max(), std::chrono::milliseconds(0), permits,
+                          std::forward<Token>(token));
+    }
+    /// Completes with `permits` leased for `lease`.
+    template <class Rep, class Period, class Token>
+    auto async_acquire(const std::chrono::duration<Rep, Period>& lease, long long permits, Token&& token) {
+        return async_take(clock::time_point::max(), checked(lease), permits, std::forward<Token>(token));
+    }
+    /// Waits up to `wait` for `permits` watched permits; an empty permit when not taken in time.
+    template <class Rep, class Period, class Token>
+    auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& wait, long long permits, Token&& token) {
+        return async_take(detail::deadline_after(wait), std::chrono::milliseconds(0), permits,
+                          std::forward<Token>(token));
+    }
+    /// As async_try_acquire_for(wait, permits, token), leased for `lease`.
+    template <class Rep, class Period, class Rep2, class Period2, class Token>
+    auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& wait,
+                               const std::chrono::duration<Rep2, Period2>& lease, long long permits, Token&& token) {
+        const auto l = checked(lease);
+        return async_take(detail::deadline_after(wait), l, permits, std::forward<Token>(token));
+    }
+    /// Waits until `deadline` for `permits` watched permits.
+    template <class Clock, class Duration, class Token>
+    auto async_try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline, long long permits,
+                                 Token&& token) {
+        return async_take(detail::to_steady(deadline), std::chrono::milliseconds(0), permits,
+                          std::forward<Token>(token));
+    }
+
     /// Releases the permit `id` (taken by any client, rlock or Redisson). Throws `error`
     /// (not_owner) when it is not taken with its lease running — released already, never
     /// taken, or its lease ended — with nothing written; invalid_argument for an id that is
@@ -388,10 +433,11 @@ private:
     }
 
     // The two integers a script answered ({taken, wait} or {free, taken}).
-    std::pair<long long, long long> two_integers(const redisReply* r) const {
+    static std::pair<long long, long long> two_integers(const redisReply* r, std::string_view name,
+                                                        std::string_view server) {
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
             r->element[1]->type != REDIS_REPLY_INTEGER) {
-            throw error(errc::server_error, name_, server(), "unexpected reply from a permit script");
+            throw error(errc::server_error, name, server, "unexpected reply from a permit script");
         }
         return {r->element[0]->integer, r->element[1]->integer};
     }
@@ -399,7 +445,7 @@ private:
     std::pair<long long, long long> counts() const {
         return run(detail::on_break::retry, [&](const detail::connection& c) {
             detail::script_call call(detail::permit_scripts::counts(), {name_, timeouts_}, {});
-            return two_integers(detail::run_script(c, call, name_, server()).get());
+            return two_integers(detail::run_script(c, call, name_, server()).get(), name_, server());
         });
     }
 
@@ -425,76 +471,106 @@ private:
         });
     }
 
-    // One attempt for `permits` with the ids packed in `packed`; `again` is set to when the
-    // earliest lease ends when not taken. An attempt that failed ambiguously (the connection
-    // broke or timed out) is sent once more with the same ids: if the first ran, the second
-    // finds them taken and says so.
-    bool take(const std::string& permits, const std::string& lease, const std::string& packed,
-              clock::time_point& again) {
-        return run(detail::on_break::retry, [&](const detail::connection& c) {
-            detail::script_call call;
-            call.start(detail::permit_scripts::acquire(), 2);
-            call.push(name_);
-            call.push(timeouts_);
-            call.push(permits);
-            call.push(lease);
-            call.push(channel_);
+    // One acquisition of `permits` under fresh ids: its attempts, the permit it makes, and its
+    // undo. Owns what it uses, so an asynchronous acquire can outlive the semaphore object.
+    struct taking {
+        std::shared_ptr<detail::client_core> core;
+        detail::permit_keys keys;
+        std::string n, ms, packed;
+        std::chrono::milliseconds term;
+        bool watched;
+        // When the ids may have been taken: the start of the first attempt since the last one
+        // answered "not taken" (an attempt that failed may have run, and a later one then
+        // finds its ids taken: the lease began with the one that ran).
+        clock::time_point sent{};
+
+        const std::string& server() const { return core->ep.name; }
+
+        // One attempt; `again` is when the earliest lease ends when not taken. An attempt that
+        // failed ambiguously (the connection broke or timed out) is sent once more with the same
+        // ids: if the first ran, the second finds them taken and says so.
+        detail::attempt_result attempt() {
+            if (sent == clock::time_point{}) sent = clock::now();
+            clock::time_point again = clock::time_point::max();
+            const bool taken = core->pool.run(keys.name, detail::on_break::retry, [&](const detail::connection& c) {
+                detail::script_call call;
+                call.start(detail::permit_scripts::acquire(), 2);
+                call.push(keys.name);
+                call.push(keys.timeouts);
+                call.push(n);
+                call.push(ms);
+                call.push(keys.channel);
+                for (std::size_t at = 0; at < packed.size(); at += 16) {
+                    call.push(std::string_view(packed).substr(at, 16));
+                }
+                const auto [got, wait_ms] =
+                    two_integers(detail::run_script(c, call, keys.name, server()).get(), keys.name, server());
+                if (got == 1) return true;
+                again = wait_ms < 0 ? clock::time_point::max() : clock::now() + std::chrono::milliseconds(wait_ms + 1);
+                return false;
+            });
+            if (taken) return true;
+            sent = {};
+            return {false, again};
+        }
+
+        // The permit of an acquisition that is done: its hold recorded (renewed when watched).
+        permit finish() {
+            std::vector<std::string> ids;
             for (std::size_t at = 0; at < packed.size(); at += 16) {
-                call.push(std::string_view(packed).substr(at, 16));
+                ids.push_back(detail::hex(std::string_view(packed).substr(at, 16)));
             }
-            const auto [taken, wait_ms] = two_integers(detail::run_script(c, call, name_, server()).get());
-            if (taken == 1) return true;
-            again = wait_ms < 0 ? clock::time_point::max() : clock::now() + std::chrono::milliseconds(wait_ms + 1);
-            return false;
-        });
-    }
+            detail::registry::hold_ptr hold = core->add_handle_hold(
+                detail::permit_kind::info, keys.name, keys.timeouts, packed,
+                detail::hold_terms{term, watched ? detail::renewal::watched : detail::renewal::leased, sent});
+            return permit(core, keys, std::move(ids), std::move(hold));
+        }
+
+        // Giving up after an attempt that may have run: its permits would stay taken for their
+        // whole lease with no handle to release them. Released here, best effort: the script
+        // frees only these ids, so it is safe whatever happened.
+        void undo() noexcept {
+            if (sent == clock::time_point{}) return;
+            try {
+                (void)core->pool.run(keys.name, detail::on_break::retry, [&](const detail::connection& c) {
+                    return detail::eval_integer(c, detail::permit_scripts::release_packed(),
+                                                {keys.name, keys.timeouts}, {keys.channel, packed}, keys.name,
+                                                server());
+                });
+            } catch (...) {  // unreachable still: the lease ends them
+            }
+        }
+    };
 
     // lease 0: watched.
-    permit take_until(clock::time_point deadline, std::chrono::milliseconds lease, long long permits) {
+    taking prepare(std::chrono::milliseconds lease, long long permits) const {
         check_permits(permits, "acquire");
         const bool watched = lease.count() == 0;
         const std::chrono::milliseconds term = watched ? core_->ep.options.lock_watchdog_timeout : lease;
         std::string packed(static_cast<std::size_t>(permits) * 16, '\0');
         detail::random_bytes(reinterpret_cast<unsigned char*>(packed.data()), packed.size());
-        const std::string n = std::to_string(permits), ms = std::to_string(term.count());
-        // When the ids may have been taken: the start of the first attempt since the last one
-        // answered "not taken" (an attempt that failed may have run, and a later one then
-        // finds its ids taken: the lease began with the one that ran).
-        clock::time_point sent{};
+        return taking{core_, detail::permit_keys{name_, timeouts_, channel_}, std::to_string(permits),
+                      std::to_string(term.count()), std::move(packed), term, watched};
+    }
+
+    permit take_until(clock::time_point deadline, std::chrono::milliseconds lease, long long permits) {
+        taking t = prepare(lease, permits);
         bool got = false;
         try {
-            got = wait_until(deadline, detail::repeat::safe, [&]() -> detail::attempt_result {
-                clock::time_point again = clock::time_point::max();
-                if (sent == clock::time_point{}) sent = clock::now();
-                if (take(n, ms, packed, again)) return true;
-                sent = {};
-                return {false, again};
-            });
+            got = wait_until(deadline, detail::repeat::safe, [&] { return t.attempt(); });
         } catch (const error& e) {
-            // An attempt since the last "not taken" may have run: its permits would stay taken
-            // for their whole lease with no handle to release them. Released here, best effort:
-            // the script frees only these ids, so it is safe whatever happened.
-            if (detail::is_ambiguous(e) && sent != clock::time_point{}) {
-                try {
-                    (void)run(detail::on_break::retry, [&](const detail::connection& c) {
-                        return detail::eval_integer(c, detail::permit_scripts::release_packed(),
-                                                    {name_, timeouts_}, {channel_, packed}, name_,
-                                                    server());
-                    });
-                } catch (const error&) {  // unreachable still: the lease ends them
-                }
-            }
+            if (detail::is_ambiguous(e)) t.undo();
             throw;
         }
         if (!got) return {};
-        std::vector<std::string> ids;
-        for (std::size_t at = 0; at < packed.size(); at += 16) {
-            ids.push_back(detail::hex(std::string_view(packed).substr(at, 16)));
-        }
-        detail::registry::hold_ptr hold = core_->add_handle_hold(
-            detail::permit_kind::info, name_, timeouts_, packed,
-            detail::hold_terms{term, watched ? detail::renewal::watched : detail::renewal::leased, sent});
-        return permit(core_, detail::permit_keys{name_, timeouts_, channel_}, std::move(ids), std::move(hold));
+        return t.finish();
+    }
+
+    template <class Token>
+    auto async_take(clock::time_point deadline, std::chrono::milliseconds lease, long long permits,
+                    Token&& token) {
+        return synchronizer::async_wait_until<permit>(deadline, detail::repeat::safe, prepare(lease, permits),
+                                                      std::forward<Token>(token));
     }
 
     std::string timeouts_;

@@ -164,15 +164,15 @@ private:
     auto async_acquire_steady(clock::time_point deadline, long long permits, Token&& token) {
         check_positive(permits, "acquire");
         // As take(): one repeat after an ambiguous failure (pool::run), never more.
-        return synchronizer::async_wait_until(
-            deadline, detail::repeat::unsafe,
-            [core = core_, name = name_, n = std::to_string(permits)]() -> detail::attempt_result {
-                return core->pool.run(name, detail::on_break::retry, [&](const detail::connection& c) {
-                    return detail::eval_integer(c, detail::semaphore_scripts::acquire(), {name}, {n}, name,
-                                                core->ep.name) == 1;
-                });
-            },
-            std::forward<Token>(token));
+        auto take = [core = core_, name = name_, n = std::to_string(permits)]() -> detail::attempt_result {
+            return core->pool.run(name, detail::on_break::retry, [&](const detail::connection& c) {
+                return detail::eval_integer(c, detail::semaphore_scripts::acquire(), {name}, {n}, name,
+                                            core->ep.name) == 1;
+            });
+        };
+        return synchronizer::async_wait_until<bool>(deadline, detail::repeat::unsafe,
+                                                    detail::bool_op<decltype(take)>{std::move(take)},
+                                                    std::forward<Token>(token));
     }
 
     void check_positive(long long permits, std::string_view op) const {

@@ -68,6 +68,10 @@ void use_every_async_form(rlock::client& c) {
     (void)s.async_try_acquire_for(1s, 2, rlock::use_future);
     (void)s.async_try_acquire_until(std::chrono::system_clock::now(), [](const std::exception_ptr&, bool) {});
     (void)l.async_wait_for(1s, rlock::use_future);
+    rlock::permit_expirable_semaphore ps(c, "ps");
+    (void)ps.async_try_acquire_for(1s, 2s, 1, rlock::use_future);
+    (void)ps.async_try_acquire_until(std::chrono::system_clock::now(), 1, [](const std::exception_ptr&, rlock::permit) {});
+    (void)ps.async_acquire(1s, 2, rlock::use_future);
 #if __has_include(<asio.hpp>)
     asio::io_context io;
     (void)l.async_wait(asio::use_future);

@@ -95,17 +95,33 @@ bool wait_on_channel(client_core& core, const std::string& channel, std::string_
 /// ran out (leaving nothing behind).
 using wait_signature = void(std::exception_ptr, bool);
 
-/// wait_on_channel on the engine (async_lock.hpp): `attempt()` is made on the engine thread
-/// first, then by the client's waiters on `channel`, in arrival order, each time a message
-/// arrives (all of them while they succeed: a release of several permits, a latch at 0), at the
-/// `again` an attempt asked for, and as wait_on_channel retries a `repeat::safe` attempt.
-template <class Attempt>
+/// An async_channel_wait's operation when done is all it says: `attempt` returns an
+/// attempt_result (or a bool).
+template <class F>
+struct bool_op {
+    F f;
+    attempt_result attempt() { return f(); }
+    bool finish() { return true; }
+    void undo() noexcept {}
+};
+
+/// wait_on_channel on the engine (async_lock.hpp), completing `void(std::exception_ptr,
+/// Result)`. `op.attempt()` (an attempt_result) is made on the engine thread first, then by the
+/// client's waiters on `channel`, in arrival order, each time a message arrives (all of them
+/// while they succeed: a release of several permits, a latch at 0), at the `again` an attempt
+/// asked for, and as wait_on_channel retries a `repeat::safe` attempt. Once an attempt is done,
+/// `op.finish()` makes the result; a wait that ends otherwise (an error, its deadline, a
+/// cancellation, the client's destruction) calls `op.undo()` first (undo what an attempt that
+/// may have run took) and completes with Result{}.
+template <class Op, class Result>
 class async_channel_wait final : public async_waiter {
 public:
+    using signature = void(std::exception_ptr, Result);
+
     async_channel_wait(async_waits& waits, clock::time_point deadline, std::string name, std::string channel,
-                       repeat repeatable, Attempt attempt, completion_t<wait_signature> done)
+                       repeat repeatable, Op op, completion_t<signature> done)
         : async_waiter(waits, deadline), name_(std::move(name)), channel_(std::move(channel)),
-          repeat_(repeatable), attempt_(std::move(attempt)), done_(std::move(done)) {}
+          repeat_(repeatable), op_(std::move(op)), done_(std::move(done)) {}
 
     /// The initiating task, on the engine thread.
     void start() noexcept {
@@ -115,9 +131,15 @@ public:
                             "the client was destroyed before this asynchronous wait started");
             }
             const attempt_result r = try_once();
-            if (r.done || clock::now() >= deadline) {
-                ok_ = r.done;
+            if (r.done) {
+                result_ = op_.finish();
                 settled = true;
+                deliver();
+                return;
+            }
+            if (clock::now() >= deadline) {
+                give_up();
+                settle(nullptr);
                 deliver();
                 return;
             }
@@ -127,6 +149,7 @@ public:
             key += channel_;
             waits.join(shared_from_this(), key, channel_, true, std::chrono::milliseconds(0), &hint);
         } catch (...) {
+            give_up();
             settle(std::current_exception());
             deliver();
         }
@@ -136,7 +159,7 @@ public:
         try {
             const attempt_result r = try_once();
             if (r.done) {
-                ok_ = true;
+                result_ = op_.finish();
                 settled = true;
                 hint.ttl = -3;
                 return attempt_outcome::acquired;
@@ -144,17 +167,18 @@ public:
             hint = hint_of(r);
             return attempt_outcome::refused;
         } catch (...) {
+            give_up();
             settle(std::current_exception());
             return attempt_outcome::failed;
         }
     }
     std::chrono::microseconds pause_before_try() const override { return std::chrono::microseconds(0); }
-    void give_up() noexcept override {}
+    void give_up() noexcept override { op_.undo(); }
     const std::string& lock_name() const noexcept override { return name_; }
     const std::string& server() const noexcept override { return waits.core.ep.name; }
     void deliver() noexcept override {
         try {
-            done_(failure, ok_);
+            done_(failure, std::move(result_));
         } catch (...) {
         }
     }
@@ -164,7 +188,7 @@ private:
     // after 25 ms while the failures last less than command_timeout.
     attempt_result try_once() {
         try {
-            attempt_result r = attempt_();
+            attempt_result r = op_.attempt();
             failing_since_ = {};
             return r;
         } catch (const error& e) {
@@ -188,9 +212,9 @@ private:
     std::string name_;
     std::string channel_;
     repeat repeat_;
-    Attempt attempt_;
-    completion_t<wait_signature> done_;
-    bool ok_ = false;
+    Op op_;
+    completion_t<signature> done_;
+    Result result_{};
     clock::time_point failing_since_{};
 };
 
@@ -255,24 +279,25 @@ protected:
     }
 
     /// async_channel_wait on this object's channel, for `token` (a callback, rlock::use_future,
-    /// an Asio token): `attempt` must own what it uses (the object may be destroyed first).
-    /// Throws `error` (connection_failed) once the client is destroyed.
-    template <class Token, class F>
-    auto async_wait_until(std::chrono::steady_clock::time_point deadline, repeat repeatable, F attempt,
+    /// an Asio token), completing with a Result: `op` (attempt, finish, undo) must own what it
+    /// uses, since the object may be destroyed first. Throws `error` (connection_failed) once
+    /// the client is destroyed.
+    template <class Result, class Token, class Op>
+    auto async_wait_until(std::chrono::steady_clock::time_point deadline, repeat repeatable, Op op,
                           Token&& token) const {
         core_->throw_if_destroyed(name_, "the client this object was made from has been destroyed");
-        return initiate<wait_signature>(
+        using wait = async_channel_wait<Op, Result>;
+        return initiate<typename wait::signature>(
             std::forward<Token>(token),
             [core = core_, deadline, repeatable, name = name_, channel = channel_,
-             attempt = std::move(attempt)](completion_t<wait_signature> done) mutable {
-                async_waits& waits = waits_of(*core);
-                auto op = std::make_shared<async_channel_wait<F>>(waits, deadline, name, channel, repeatable,
-                                                                  std::move(attempt), std::move(done));
-                if (!core->eng.post([op] { op->start(); })) {
+             op = std::move(op)](completion_t<typename wait::signature> done) mutable {
+                auto w = std::make_shared<wait>(waits_of(*core), deadline, name, channel, repeatable,
+                                                std::move(op), std::move(done));
+                if (!core->eng.post([w] { w->start(); })) {
                     throw error(errc::connection_failed, name, core->ep.name,
                                 "the client this object was made from has been destroyed");
                 }
-                return rlock::pending(op);
+                return rlock::pending(w);
             });
     }
 
