@@ -290,6 +290,20 @@ TEST_F(async_one, a_hundred_waiters_behind_one_unlock_cost_one_attempt) {
     }
 }
 
+TEST_F(async_one, a_waiter_behind_a_holder_that_never_publishes_gets_the_lock_soon_after_it_frees) {
+    // A redis-py / node-redlock holder: a token without rlock's mark, deleted without a message.
+    server().cmd({"SET", name(), "py-token-1234", "PX", "30000"});
+    rlock::client c(options());
+    rlock::mutex m(c, name());
+    std::future<rlock::hold> f = m.async_try_lock_for(20s, rlock::use_future);
+    std::this_thread::sleep_for(300ms);
+    server().cmd({"DEL", name()});
+    const auto freed = rlock_test::steady::now();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready) << "waited for the foreign holder's TTL";
+    EXPECT_TRUE(f.get());
+    EXPECT_LT(rlock_test::millis(rlock_test::steady::now() - freed), 2000);
+}
+
 TEST_F(async_one, an_owner_re_enters_a_reentrant_lock_and_another_owner_waits) {
     rlock::client c(options());
     rlock::reentrant_lock l(c, name());
@@ -408,6 +422,36 @@ TEST_F(async_synchronizers, latch_waiters_all_pass_when_the_count_reaches_zero_a
     m.count_down();
     for (auto& f : waiting) EXPECT_TRUE(f.get());
     EXPECT_TRUE(l.async_wait_until(std::chrono::system_clock::now(), rlock::use_future).get());
+}
+
+TEST_F(async_synchronizers, permit_waiters_get_released_and_expired_permits_and_cancelled_ones_take_nothing) {
+    rlock::client c(options()), other(options());
+    rlock::permit_expirable_semaphore s(c, name()), t(other, name());
+    ASSERT_TRUE(s.try_set_permits(2));
+    rlock::permit both = s.async_acquire(2, rlock::use_future).get();
+    ASSERT_TRUE(both);
+    EXPECT_EQ(both.ids().size(), 2u);
+    std::future<rlock::permit> next = t.async_acquire(rlock::use_future);
+    EXPECT_EQ(next.wait_for(200ms), std::future_status::timeout);
+    EXPECT_FALSE(t.async_try_acquire_for(100ms, 1, rlock::use_future).get());
+    both.release();  // its message wakes the waiter of the other client
+    rlock::permit one = next.get();
+    ASSERT_TRUE(one);
+    // A leased permit frees itself: its waiter wakes when the lease ends, with no message.
+    rlock::permit leased = s.async_acquire(300ms, 1, rlock::use_future).get();
+    ASSERT_TRUE(leased);
+    rlock::permit after = t.async_try_acquire_for(10s, 1, rlock::use_future).get();
+    EXPECT_TRUE(after) << "woken only by a message";
+    // A cancelled waiter takes nothing.
+    std::promise<std::exception_ptr> got;
+    rlock::pending p = t.async_acquire([&](std::exception_ptr e, rlock::permit) { got.set_value(e); });
+    std::this_thread::sleep_for(100ms);
+    p.cancel();
+    EXPECT_TRUE(got.get_future().get());
+    one.release();
+    EXPECT_TRUE(eventually([&] { return s.available_permits() == 1; }));
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(s.available_permits(), 1) << "the cancelled waiter took the freed permit";
 }
 
 #if __has_include(<asio.hpp>)
