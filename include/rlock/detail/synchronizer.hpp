@@ -178,7 +178,7 @@ public:
     const std::string& server() const noexcept override { return waits.core.ep.name; }
     void deliver() noexcept override {
         try {
-            done_(failure, std::move(result_));
+            done_(std::move(failure), std::move(result_));
         } catch (...) {
         }
     }
