@@ -30,7 +30,9 @@ class race_pacing {
 public:
     explicit race_pacing(std::atomic<int>& lost_races) noexcept : lost_races_(lost_races) {}
 
-    /// Before each try of the wait loop.
+    /// Before each try of the wait loop. Not a poll: the one bounded pause pause() describes
+    /// (at most 200 µs, only for a wait's first two tries while this client loses races for
+    /// the lock); the wait itself still ends on the unlock message or the holder's TTL.
     void before_try() const {
         const std::chrono::microseconds p = pause();
         if (p.count() > 0) std::this_thread::sleep_for(p);
