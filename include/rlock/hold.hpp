@@ -37,12 +37,18 @@ public:
     /// level found the hold lost (the owner was told).
     virtual void unlock_one(const std::shared_ptr<hold>& h, bool& lost_at_last) const = 0;
     virtual registry& holds() const = 0;
+    /// Whether `h` (this site's hold record for the handle) is lost. A lock of several keys
+    /// (red_lock, multi_lock) answers for all of them.
+    virtual bool is_lost(hold& h) const { return holds().is_lost(h); }
     virtual const std::string& lock_name() const = 0;
     virtual const std::string& server_name() const = 0;
     virtual bool fenced() const = 0;
     /// Runs `task` on the client's engine thread; false once the client is destroyed.
     virtual bool post(unique_callback<> task) const = 0;
 };
+
+/// What a lock of several keys (multi_lock) reads of the holds of its parts.
+struct hold_access;
 
 /// An unlock's signature.
 using unlock_signature = void(std::exception_ptr);
@@ -148,7 +154,7 @@ public:
     [[nodiscard]] bool lost() const {
         if (!h_) return false;
         if (unlocked_) return lost_at_unlock_;
-        return site_->holds().is_lost(*h_);
+        return site_->is_lost(*h_);
     }
 
     /// The fencing token of this hold (lock_options::fencing). Throws `error`:
@@ -203,11 +209,19 @@ private:
         }
     }
 
+    friend struct detail::hold_access;
     std::shared_ptr<const detail::held_site> site_;
     std::shared_ptr<detail::hold> h_;
     bool unlocked_ = false;
     bool lost_at_unlock_ = false;
 };
+
+namespace detail {
+struct hold_access {
+    static const held_site& site(const rlock::hold& h) { return *h.site_; }
+    static const std::shared_ptr<hold>& record(const rlock::hold& h) { return h.h_; }
+};
+}  // namespace detail
 
 /// The cancel handle of an asynchronous call made with a callback. Copyable; outliving the
 /// operation is harmless.

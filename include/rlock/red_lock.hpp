@@ -33,12 +33,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "rlock/client.hpp"
+#include "rlock/detail/async_lock.hpp"
 #include "rlock/detail/basic_lock.hpp"
 #include "rlock/detail/fan_out.hpp"
 #include "rlock/detail/mutex_kind.hpp"
@@ -58,26 +62,16 @@ struct red_lock_options {
 
 namespace detail {
 inline const kind_info red_lock_info{"red_lock", &mutex_kind::renew_script};
-}  // namespace detail
 
-/// lock() blocks until held (watched); with a lease, the hold's validity is the lease minus the
-/// time the round took minus the drift, never renewed. try_lock() is one round on every node:
-/// true when a majority accepted in time, false otherwise (the partial holds are released on
-/// every node first); it blocks for at most one round (the per-node timeout). try_lock_for()
-/// and try_lock_until() run rounds with a random pause between them until held or the deadline
-/// (steady_clock; a deadline on another clock is converted once, so later wall-clock jumps do
-/// not move it). All of them (timed_lockable) throw would_deadlock (this thread holds it),
-/// invalid_argument for a lease not positive or over 100 years (nothing sent), and
-/// quorum_not_reached with each node's answer when too many nodes failed (not merely refused):
-/// lock() at once, the others when their deadline passes.
-class red_lock : public detail::timed_lockable<red_lock> {
+/// What a red_lock is apart from any thread: its nodes, name and options, with one round, one
+/// release and the validity of a hold, each for an owner (a thread's number, or an
+/// rlock::owner's). The red_lock shares it with its asynchronous acquires and their holds
+/// (held_site), which therefore outlive the red_lock object.
+class red_site final : public held_site {
+public:
     using clock = std::chrono::steady_clock;
 
-public:
-    /// Names a lock over `nodes` (each a client of an independent master; any N >= 1, odd
-    /// recommended). Sends nothing. Throws `error` (invalid_argument) for no nodes, a null
-    /// client, the same client twice, an empty name or nonsense options.
-    red_lock(const std::vector<client*>& nodes, std::string name, red_lock_options options = {})
+    red_site(const std::vector<client*>& nodes, std::string name, red_lock_options options)
         : name_(std::move(name)), options_(options) {
         auto bad = [&](const std::string& why) { throw error(errc::invalid_argument, name_, "", why); };
         if (name_.empty()) bad("lock name is empty");
@@ -86,37 +80,126 @@ public:
         if (!(options_.node_timeout_fraction > 0 && options_.node_timeout_fraction < 1)) bad("node_timeout_fraction must be in (0, 1)");
         for (client* c : nodes) {
             if (!c) bad("a node is null");
-            detail::client_core* core = &detail::client_access::core(*c);
+            client_core* core = &client_access::core(*c);
             if (std::find(nodes_.begin(), nodes_.end(), core) != nodes_.end()) bad("the same client is given twice");
             nodes_.push_back(core);
             owners_.push_back(core->shared_from_this());
         }
         keys_.name = name_;
-        keys_.channel = detail::prefixed_key(detail::mutex_kind::channel_prefix, name_);
+        keys_.channel = prefixed_key(mutex_kind::channel_prefix, name_);
     }
-    red_lock(const red_lock&) = delete;
-    red_lock& operator=(const red_lock&) = delete;
 
-    /// Nodes that must accept for a hold: N/2 + 1. Never blocks or throws.
     std::size_t quorum() const noexcept { return nodes_.size() / 2 + 1; }
-    /// Number of nodes N. Never blocks or throws.
     std::size_t size() const noexcept { return nodes_.size(); }
-    /// The lock's name (the key on every node). Never blocks or throws.
     const std::string& name() const noexcept { return name_; }
+    const std::vector<client_core*>& nodes() const noexcept { return nodes_; }
+    const red_lock_options& options() const noexcept { return options_; }
+    const std::string& channel() const noexcept { return keys_.channel; }
 
-    /// Releases on every node in parallel (the renewals stop first); returns on how many nodes
-    /// our key was deleted. Throws not_owner only to a thread that does not hold it; never
-    /// throws for unreachable nodes. A majority of nodes answering "not held" (a node lost its
-    /// data, a key was deleted) means the hold was lost: on_lock_lost hears of it, once. A node
-    /// that does not answer in time is left to expire our key with its lease, not reported.
-    std::size_t unlock() {
-        const std::uint64_t thread = detail::current_thread_number();
-        const bool was_lost = lost();  // read before the holds leave the registries
+    /// What one round came to.
+    struct round {
+        registry::hold_ptr held;  // the first node hold, when a majority accepted in time
+        bool unreachable = false;  // fewer than a majority could even be asked or answered
+        std::string detail;        // each node's answer, for quorum_not_reached
+    };
+
+    /// Throws what an acquire by `owner` must: connection_failed for a destroyed client,
+    /// would_deadlock when `owner` holds the red_lock already.
+    void check_acquire(std::uint64_t owner) const {
+        for (client_core* n : nodes_) {
+            n->throw_if_destroyed(name_, "the client of this node has been destroyed");
+        }
+        for (client_core* n : nodes_) {
+            if (n->reg.find(&red_lock_info, name_, owner)) {
+                throw error(errc::would_deadlock, name_, n->ep.name,
+                            "this owner already holds the red_lock, which is not reentrant");
+            }
+        }
+    }
+
+    /// One Redlock round for `owner`: a new token SET NX PX on every node in parallel. Held
+    /// when a majority accepted and validity is left: the node holds are registered (one group,
+    /// told once). Otherwise every node is released (a reply may have been lost).
+    round try_once(std::uint64_t owner, std::chrono::milliseconds lease, bool watched) const {
+        const std::string lease_text = std::to_string(lease.count());
+        const std::size_t need = quorum(), n = nodes_.size();
+        const std::string token = random_token();
+        const auto start = clock::now();
+        auto accepted = [](const node_result& r) { return r.reply && r.reply->type == REDIS_REPLY_STATUS; };
+        auto results = fan_out(
+            nodes_, name_,
+            [&](std::size_t, script_call& call) { call = mutex_kind::set_command(name_, token, lease_text); },
+            node_timeout(lease), [&](const std::vector<node_result>& so_far) {
+                std::size_t yes = 0, no = 0;
+                for (const auto& r : so_far) {
+                    if (accepted(r)) {
+                        ++yes;
+                    } else if (r.reply || r.failure) {
+                        ++no;
+                    }
+                }
+                return yes >= need || no > n - need;
+            });
+        std::vector<std::size_t> got;
+        std::size_t failed = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (accepted(results[i])) got.push_back(i);
+            // A node not waited for once the round was decided (a majority refused) was
+            // reachable as far as anyone knows: the lock is busy, not the quorum out of reach.
+            if ((results[i].failure && !results[i].abandoned) ||
+                (results[i].reply && results[i].reply->type == REDIS_REPLY_ERROR)) {
+                ++failed;
+            }
+        }
+        round out;
+        const auto validity = lease - std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start) - drift(lease);
+        if (got.size() >= need && validity.count() > 0) {
+            auto group = std::make_shared<hold_group>();
+            group->name = name_;
+            group->tolerance = static_cast<int>(n - need);
+            group->tell = nodes_.front()->ep.options.on_lock_lost;
+            const hold_terms terms{lease, watched ? renewal::watched : renewal::leased, start};
+            for (std::size_t i : got) {
+                registry::hold_ptr h = nodes_[i]->add_hold(red_lock_info, name_, token, owner, terms, 0, group);
+                if (!out.held) out.held = std::move(h);
+            }
+            // Nodes that did not accept count as lost from the start.
+            group->lost_parts = static_cast<int>(n - got.size());
+            return out;
+        }
+        release_all(token);  // a failed round: undo on every node, answered or not
+        out.unreachable = n - failed < need;
+        if (out.unreachable) {
+            out.detail = "fewer than " + std::to_string(need) + " of " + std::to_string(n) +
+                         " nodes could be asked: " + describe(results);
+        }
+        return out;
+    }
+
+    /// Redlock's random delay before the next round (so competing clients do not retry in
+    /// lockstep).
+    std::chrono::milliseconds retry_pause() const {
+        return std::chrono::milliseconds(random_between(1, std::max<long long>(1, options_.retry_delay.count())));
+    }
+
+    /// What releasing `owner`'s hold came to.
+    struct released {
+        std::size_t nodes = 0;  // on how many nodes our key was deleted
+        bool lost = false;      // the hold was found lost (its owner was told)
+    };
+
+    /// Releases `owner`'s hold on every node in parallel (the renewals stop first). Throws
+    /// not_owner when `owner` holds none; never throws for unreachable nodes. A majority of
+    /// nodes answering "not held" (a node lost its data, a key was deleted) means the hold was
+    /// lost: on_lock_lost hears of it, once. A node that does not answer in time is left to
+    /// expire our key with its lease, not reported.
+    released release(std::uint64_t owner) const {
+        const bool was_lost = lost(owner);  // read before the holds leave the registries
         std::string token;
-        std::shared_ptr<detail::hold_group> group;
+        std::shared_ptr<hold_group> group;
         bool watched = false;
-        for (detail::client_core* n : nodes_) {
-            if (auto h = n->reg.find(&detail::red_lock_info, name_, thread)) {
+        for (client_core* n : nodes_) {
+            if (auto h = n->reg.find(&red_lock_info, name_, owner)) {
                 token = h->value;
                 group = h->group;
                 watched = h->watched;
@@ -126,9 +209,10 @@ public:
         if (token.empty()) {
             throw error(errc::not_owner, name_, "", "unlock by a thread that does not hold the red_lock");
         }
-        std::size_t released = 0, unanswered = 0;
+        released out;
+        std::size_t unanswered = 0;
         for (const auto& r : release_all(token)) {
-            if (r.reply && r.reply->type == REDIS_REPLY_INTEGER && r.reply->integer == 0) ++released;
+            if (r.reply && r.reply->type == REDIS_REPLY_INTEGER && r.reply->integer == 0) ++out.nodes;
             if (r.failure) ++unanswered;  // paused, slow or unreachable: may still hold our key
         }
         // Reported here, once, as basic_lock's unlock reports a lost hold: a watched hold whose
@@ -141,52 +225,63 @@ public:
         // "not held" count against the hold. Only a leased hold past its validity is expected
         // to be gone.
         const bool expected = was_lost && !watched;
-        const bool short_of_quorum = released + unanswered < quorum() && !expected;
+        const bool short_of_quorum = out.nodes + unanswered < quorum() && !expected;
         if (((was_lost && watched) || short_of_quorum) && group) {
-            detail::registry::tell_group(
-                *group, short_of_quorum ? "at unlock only " + std::to_string(released) + " of " +
+            out.lost = true;
+            registry::tell_group(
+                *group, short_of_quorum ? "at unlock only " + std::to_string(out.nodes) + " of " +
                                               std::to_string(nodes_.size()) +
                                               " nodes still held it (a majority is " +
                                               std::to_string(quorum()) + ")"
                                         : std::string("its validity ran out before it was unlocked"));
         }
-        return released;
+        return out;
     }
 
-    /// This thread's hold is lost: more than N - quorum of its node holds are gone, or the
-    /// validity left on a majority has run out by this client's clock. No round trip.
-    [[nodiscard]] bool lost() const {
-        const auto valid = validity_end();
+    /// The end of `owner`'s validity: the quorum-th latest node expiry minus drift, over the
+    /// node holds not lost. Empty when it holds nothing; the epoch when too few remain.
+    std::optional<clock::time_point> validity_end(std::uint64_t owner) const {
+        std::vector<clock::time_point> alive;
+        bool any = false;
+        std::chrono::milliseconds lease{0};
+        for (client_core* n : nodes_) {
+            auto h = n->reg.find(&red_lock_info, name_, owner);
+            if (!h) continue;
+            any = true;
+            lease = h->lease;
+            if (!n->reg.is_lost(*h)) alive.push_back(n->reg.with([&] { return h->expires; }));
+        }
+        if (!any) return std::nullopt;
+        if (alive.size() < quorum()) return clock::time_point{};
+        std::sort(alive.begin(), alive.end(), std::greater<>());
+        return alive[quorum() - 1] - drift(lease);
+    }
+    bool lost(std::uint64_t owner) const {
+        const auto valid = validity_end(owner);
         return valid && clock::now() >= *valid;
     }
 
-    /// The validity this thread's hold has left (zero when lost or not held).
-    [[nodiscard]] std::chrono::milliseconds remaining_lease() const {
-        const auto valid = validity_end();
-        if (!valid) return std::chrono::milliseconds(0);
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*valid - clock::now());
-        return std::max(left, std::chrono::milliseconds(0));
-    }
-
-    /// The calling thread's hold's id: unique in the process, kept across re-entries, and the
-    /// `hold_id` on_lock_lost is told when this hold is lost (lost_hold; once for the whole
-    /// red_lock, whichever nodes lost it). Throws `error` (not_owner) when this thread holds no
-    /// such red_lock. No round trip.
-    [[nodiscard]] std::uint64_t hold_id() const {
-        const std::uint64_t thread = detail::current_thread_number();
-        for (detail::client_core* n : nodes_) {
-            if (auto h = n->reg.find(&detail::red_lock_info, name_, thread)) {
+    /// The id of `owner`'s hold (its group's); not_owner when it holds none.
+    std::uint64_t hold_id(std::uint64_t owner) const {
+        for (client_core* n : nodes_) {
+            if (auto h = n->reg.find(&red_lock_info, name_, owner)) {
                 if (auto group = n->reg.with([&] { return h->group; })) return group->id;
             }
         }
         throw error(errc::not_owner, name_, "", "this thread holds no such red_lock");
     }
 
-    /// The calling thread holds it and its validity has not run out (no round trip).
-    [[nodiscard]] bool is_held_by_current_thread() const {
-        const auto valid = validity_end();
-        return valid && clock::now() < *valid;
+    // held_site: an rlock::hold of a red_lock (its record is the first node hold; its owner
+    // is the record's `thread`).
+    void unlock_one(const std::shared_ptr<hold>& h, bool& lost_at_last) const override {
+        lost_at_last = release(h->thread).lost;
     }
+    registry& holds() const override { return nodes_.front()->reg; }
+    bool is_lost(hold& h) const override { return lost(h.thread); }
+    const std::string& lock_name() const override { return name_; }
+    const std::string& server_name() const override { return nodes_.front()->ep.name; }
+    bool fenced() const override { return false; }
+    bool post(unique_callback<> task) const override { return nodes_.front()->eng.post(std::move(task)); }
 
 private:
     std::chrono::milliseconds drift(std::chrono::milliseconds lease) const {
@@ -201,38 +296,17 @@ private:
                             static_cast<double>(lease.count()) * options_.node_timeout_fraction)));
     }
 
-    // The end of this thread's validity: the quorum-th latest node expiry minus drift, over the
-    // node holds not lost. Empty when the thread holds nothing; the epoch when too few remain.
-    std::optional<clock::time_point> validity_end() const {
-        const std::uint64_t thread = detail::current_thread_number();
-        std::vector<clock::time_point> alive;
-        bool any = false;
-        std::chrono::milliseconds lease{0};
-        for (detail::client_core* n : nodes_) {
-            auto h = n->reg.find(&detail::red_lock_info, name_, thread);
-            if (!h) continue;
-            any = true;
-            lease = h->lease;
-            if (!n->reg.is_lost(*h)) alive.push_back(n->reg.with([&] { return h->expires; }));
-        }
-        if (!any) return std::nullopt;
-        if (alive.size() < quorum()) return clock::time_point{};
-        std::sort(alive.begin(), alive.end(), std::greater<>());
-        return alive[quorum() - 1] - drift(lease);
-    }
-
-    std::vector<detail::node_result> release_all(const std::string& token) {
-        return detail::fan_out(
+    std::vector<node_result> release_all(const std::string& token) const {
+        return fan_out(
             nodes_, name_,
-            [&](std::size_t, detail::script_call& call) {
-                call = detail::script_call(detail::mutex_kind::release_script(), {keys_.name},
-                                           {token, keys_.channel});
+            [&](std::size_t, script_call& call) {
+                call = script_call(mutex_kind::release_script(), {keys_.name}, {token, keys_.channel});
             },
             node_timeout(std::chrono::milliseconds(
                 std::max<long long>(1000, nodes_.front()->ep.options.command_timeout.count()))));
     }
 
-    std::string describe(const std::vector<detail::node_result>& results) const {
+    std::string describe(const std::vector<node_result>& results) const {
         std::string m;
         for (std::size_t i = 0; i < results.size(); ++i) {
             if (!m.empty()) m += "; ";
@@ -247,7 +321,7 @@ private:
                 m += "accepted";
             } else if (r.reply && r.reply->type == REDIS_REPLY_ERROR) {
                 m += "failed: ";
-                m += detail::reply_text(r.reply.get());
+                m += reply_text(r.reply.get());
             } else {
                 m += "refused (held by another)";
             }
@@ -255,7 +329,198 @@ private:
         return m;
     }
 
+    std::vector<client_core*> nodes_;
+    // Keep each node's core alive as basic_lock does: a client destroyed before this red_lock
+    // leaves a core whose threads have stopped, which an acquire refuses to use.
+    std::vector<std::shared_ptr<client_core>> owners_;
+    std::string name_;
+    red_lock_options options_;
+    lock_keys keys_;
+};
+
+/// One asynchronous red_lock acquire: rounds on the first node's engine thread, with Redlock's
+/// random pause between them waited on a timer and cut short by an unlock message from the
+/// first node (as a blocking round's pause is).
+class red_acquire final : public cancellable, public std::enable_shared_from_this<red_acquire> {
+    using clock = std::chrono::steady_clock;
+
+public:
+    red_acquire(std::shared_ptr<const red_site> site, clock::time_point deadline,
+                std::chrono::milliseconds lease, std::uint64_t owner, completion_t<void(std::exception_ptr, rlock::hold)> done)
+        : site_(std::move(site)), deadline_(deadline), lease_(lease), owner_(owner), done_(std::move(done)) {}
+
+    /// The initiating task, and each round after it, on the first node's engine thread.
+    void run_round() noexcept {
+        if (settled_) return;
+        engine& eng = site_->nodes().front()->eng;
+        eng.cancel(timer_);
+        timer_ = 0;
+        try {
+            if (eng.stopping()) {
+                throw error(errc::connection_failed, site_->name(), "",
+                            "the client of the red_lock's first node was destroyed while this "
+                            "asynchronous acquire waited");
+            }
+            if (!started_) {
+                site_->check_acquire(owner_);
+                watched_ = lease_.count() == 0;
+                if (watched_) lease_ = site_->nodes().front()->ep.options.lock_watchdog_timeout;
+                started_ = true;
+            } else {
+                for (client_core* n : site_->nodes()) {
+                    n->throw_if_destroyed(site_->name(), "the client of this node has been destroyed");
+                }
+            }
+            const bool bounded = deadline_ != clock::time_point::max();
+            red_site::round r = site_->try_once(owner_, lease_, watched_);
+            if (r.held) {
+                registry::hold_ptr record = make_hold(red_lock_info, site_->name(), r.held->value, owner_,
+                                                     {lease_, r.held->watched ? renewal::watched : renewal::leased, clock::now()});
+                record->id = r.held->group->id;
+                finish(nullptr, rlock::hold(site_, std::move(record)));
+                return;
+            }
+            if (r.unreachable && !bounded) throw error(errc::quorum_not_reached, site_->name(), "", r.detail);
+            const auto now = clock::now();
+            if (now >= deadline_) {
+                if (r.unreachable) throw error(errc::quorum_not_reached, site_->name(), "", r.detail);
+                finish(nullptr, rlock::hold());
+                return;
+            }
+            if (!sub_) {
+                std::weak_ptr<red_acquire> weak = weak_from_this();
+                sub_ = std::make_unique<subscriber::subscription>(
+                    *site_->nodes().front()->sub, site_->channel(), [this, weak, &eng] {
+                        // On the subscriber's thread: only hand the news on.
+                        if (posted_.exchange(true)) return;
+                        (void)eng.post([weak] {
+                            if (auto self = weak.lock()) {
+                                self->posted_.store(false);
+                                self->run_round();
+                            }
+                        });
+                    });
+            }
+            std::shared_ptr<red_acquire> self = shared_from_this();  // the timer owns it until then
+            timer_ = eng.at(std::min(now + site_->retry_pause(), deadline_), [self] { self->run_round(); });
+        } catch (...) {
+            finish(std::current_exception(), rlock::hold());
+        }
+    }
+
+    void cancel() noexcept override {
+        try {
+            std::weak_ptr<red_acquire> weak = weak_from_this();
+            (void)site_->nodes().front()->eng.post([weak] {
+                auto self = weak.lock();
+                if (!self || self->settled_) return;
+                self->site_->nodes().front()->eng.cancel(self->timer_);
+                try {
+                    throw error(errc::operation_aborted, self->site_->name(), "",
+                                "the asynchronous acquire was cancelled");
+                } catch (...) {
+                    self->finish(std::current_exception(), rlock::hold());
+                }
+            });
+        } catch (...) {
+        }
+    }
+
+private:
+    // Completes the operation, once: no subscription is left behind.
+    void finish(std::exception_ptr e, rlock::hold h) noexcept {
+        if (settled_) return;
+        settled_ = true;
+        sub_.reset();
+        try {
+            done_(std::move(e), std::move(h));
+        } catch (...) {
+        }
+    }
+
+    std::shared_ptr<const red_site> site_;
+    clock::time_point deadline_;
+    std::chrono::milliseconds lease_;
+    std::uint64_t owner_;
+    completion_t<void(std::exception_ptr, rlock::hold)> done_;
+    bool started_ = false, watched_ = false, settled_ = false;
+    engine::timer_id timer_ = 0;
+    std::atomic<bool> posted_{false};  // a round is posted by the subscription's news
+    std::unique_ptr<subscriber::subscription> sub_;
+};
+
+}  // namespace detail
+
+/// lock() blocks until held (watched); with a lease, the hold's validity is the lease minus the
+/// time the round took minus the drift, never renewed. try_lock() is one round on every node:
+/// true when a majority accepted in time, false otherwise (the partial holds are released on
+/// every node first); it blocks for at most one round (the per-node timeout). try_lock_for()
+/// and try_lock_until() run rounds with a random pause between them until held or the deadline
+/// (steady_clock; a deadline on another clock is converted once, so later wall-clock jumps do
+/// not move it). All of them (timed_lockable) throw would_deadlock (this thread holds it),
+/// invalid_argument for a lease not positive or over 100 years (nothing sent), and
+/// quorum_not_reached with each node's answer when too many nodes failed (not merely refused):
+/// lock() at once, the others when their deadline passes.
+///
+/// The asynchronous forms (async_lockable: async_lock, async_try_lock, async_try_lock_for,
+/// async_try_lock_until, with a lease and an rlock::owner) run the same rounds on the first
+/// node's engine thread and complete with an rlock::hold; unlocking it releases on every node
+/// as unlock() does, and its lost() is this class's. A red_lock is not reentrant: an owner's
+/// second acquire completes with would_deadlock.
+class red_lock : public detail::timed_lockable<red_lock>, public detail::async_lockable<red_lock> {
+    using clock = std::chrono::steady_clock;
+
+public:
+    /// Names a lock over `nodes` (each a client of an independent master; any N >= 1, odd
+    /// recommended). Sends nothing. Throws `error` (invalid_argument) for no nodes, a null
+    /// client, the same client twice, an empty name or nonsense options.
+    red_lock(const std::vector<client*>& nodes, std::string name, red_lock_options options = {})
+        : site_(std::make_shared<const detail::red_site>(nodes, std::move(name), options)) {}
+    red_lock(const red_lock&) = delete;
+    red_lock& operator=(const red_lock&) = delete;
+
+    /// Nodes that must accept for a hold: N/2 + 1. Never blocks or throws.
+    std::size_t quorum() const noexcept { return site_->quorum(); }
+    /// Number of nodes N. Never blocks or throws.
+    std::size_t size() const noexcept { return site_->size(); }
+    /// The lock's name (the key on every node). Never blocks or throws.
+    const std::string& name() const noexcept { return site_->name(); }
+
+    /// Releases on every node in parallel (the renewals stop first); returns on how many nodes
+    /// our key was deleted. Throws not_owner only to a thread that does not hold it; never
+    /// throws for unreachable nodes. A majority of nodes answering "not held" (a node lost its
+    /// data, a key was deleted) means the hold was lost: on_lock_lost hears of it, once. A node
+    /// that does not answer in time is left to expire our key with its lease, not reported.
+    std::size_t unlock() { return site_->release(detail::current_thread_number()).nodes; }
+
+    /// This thread's hold is lost: more than N - quorum of its node holds are gone, or the
+    /// validity left on a majority has run out by this client's clock. No round trip.
+    [[nodiscard]] bool lost() const { return site_->lost(detail::current_thread_number()); }
+
+    /// The validity this thread's hold has left (zero when lost or not held).
+    [[nodiscard]] std::chrono::milliseconds remaining_lease() const {
+        const auto valid = site_->validity_end(detail::current_thread_number());
+        if (!valid) return std::chrono::milliseconds(0);
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*valid - clock::now());
+        return std::max(left, std::chrono::milliseconds(0));
+    }
+
+    /// The calling thread's hold's id: unique in the process, kept across re-entries, and the
+    /// `hold_id` on_lock_lost is told when this hold is lost (lost_hold; once for the whole
+    /// red_lock, whichever nodes lost it). Throws `error` (not_owner) when this thread holds no
+    /// such red_lock. No round trip.
+    [[nodiscard]] std::uint64_t hold_id() const { return site_->hold_id(detail::current_thread_number()); }
+
+    /// The calling thread holds it and its validity has not run out (no round trip).
+    [[nodiscard]] bool is_held_by_current_thread() const {
+        const auto valid = site_->validity_end(detail::current_thread_number());
+        return valid && clock::now() < *valid;
+    }
+
+private:
     friend class detail::timed_lockable<red_lock>;
+    friend class detail::async_lockable<red_lock>;
+    friend class multi_lock;
     std::string_view server() const noexcept { return ""; }  // one per node: named in messages
 
     // timed_lockable's entry point (see there). lock() (deadline max) gives up at once when
@@ -263,104 +528,58 @@ private:
     bool acquire(clock::time_point deadline, std::chrono::milliseconds lease) {
         const bool bounded = deadline != clock::time_point::max();
         const std::uint64_t thread = detail::current_thread_number();
-        for (detail::client_core* n : nodes_) {
-            n->throw_if_destroyed(name_, "the client of this node has been destroyed");
-        }
-        for (detail::client_core* n : nodes_) {
-            if (n->reg.find(&detail::red_lock_info, name_, thread)) {
-                throw error(errc::would_deadlock, name_, n->ep.name,
-                            "this thread already holds the red_lock, which is not reentrant");
-            }
-        }
+        site_->check_acquire(thread);
         const bool watched = lease.count() == 0;
-        if (watched) lease = nodes_.front()->ep.options.lock_watchdog_timeout;
-        const std::string lease_text = std::to_string(lease.count());
-        const std::size_t need = quorum(), n = nodes_.size();
+        if (watched) lease = site_->nodes().front()->ep.options.lock_watchdog_timeout;
         std::optional<detail::subscriber::subscription> sub;
         for (;;) {
-            const std::string token = detail::random_token();
-            const auto start = clock::now();
-            auto accepted = [](const detail::node_result& r) {
-                return r.reply && r.reply->type == REDIS_REPLY_STATUS;
-            };
-            auto results = detail::fan_out(
-                nodes_, name_,
-                [&](std::size_t, detail::script_call& call) {
-                    call = detail::mutex_kind::set_command(name_, token, lease_text);
-                },
-                node_timeout(lease), [&](const std::vector<detail::node_result>& so_far) {
-                    std::size_t yes = 0, no = 0;
-                    for (const auto& r : so_far) {
-                        if (accepted(r)) {
-                            ++yes;
-                        } else if (r.reply || r.failure) {
-                            ++no;
-                        }
-                    }
-                    return yes >= need || no > n - need;
-                });
-            std::vector<std::size_t> got;
-            std::size_t failed = 0;
-            for (std::size_t i = 0; i < n; ++i) {
-                if (accepted(results[i])) got.push_back(i);
-                // A node not waited for once the round was decided (a majority refused) was
-                // reachable as far as anyone knows: the lock is busy, not the quorum out of reach.
-                if ((results[i].failure && !results[i].abandoned) ||
-                    (results[i].reply && results[i].reply->type == REDIS_REPLY_ERROR)) {
-                    ++failed;
-                }
-            }
-            const auto validity = lease - std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start) - drift(lease);
-            if (got.size() >= need && validity.count() > 0) {
-                auto group = std::make_shared<detail::hold_group>();
-                group->name = name_;
-                group->tolerance = static_cast<int>(n - need);
-                group->tell = nodes_.front()->ep.options.on_lock_lost;
-                const detail::hold_terms terms{
-                    lease, watched ? detail::renewal::watched : detail::renewal::leased, start};
-                for (std::size_t i : got) {
-                    nodes_[i]->add_hold(detail::red_lock_info, name_, token, thread, terms, 0, group);
-                }
-                // Nodes that did not accept count as lost from the start.
-                group->lost_parts = static_cast<int>(n - got.size());
-                return true;
-            }
-            // Failed round: undo on every node, answered or not (a reply may have been lost).
-            release_all(token);
-            const std::string detail_text = describe(results);
-            const bool unreachable = n - failed < need;
-            if (unreachable && !bounded) {
-                throw error(errc::quorum_not_reached, name_, "",
-                            "fewer than " + std::to_string(need) + " of " + std::to_string(n) +
-                                " nodes could be asked: " + detail_text);
-            }
+            const detail::red_site::round r = site_->try_once(thread, lease, watched);
+            if (r.held) return true;
+            if (r.unreachable && !bounded) throw error(errc::quorum_not_reached, name(), "", r.detail);
             const auto now = clock::now();
             if (bounded && now >= deadline) {
-                if (unreachable) {
-                    throw error(errc::quorum_not_reached, name_, "",
-                                "fewer than " + std::to_string(need) + " of " + std::to_string(n) +
-                                    " nodes could be asked: " + detail_text);
-                }
+                if (r.unreachable) throw error(errc::quorum_not_reached, name(), "", r.detail);
                 return false;
             }
-            // Redlock's random delay between rounds (so competing clients do not retry in
-            // lockstep), cut short by an unlock message from the first node.
-            if (!sub) sub.emplace(*nodes_.front()->sub, keys_.channel);
+            // Redlock's random delay between rounds, cut short by an unlock message from the
+            // first node.
+            if (!sub) sub.emplace(*site_->nodes().front()->sub, site_->channel());
             const auto seen = sub->generation();
-            auto until = now + std::chrono::milliseconds(detail::random_between(
-                                   1, std::max<long long>(1, options_.retry_delay.count())));
+            auto until = now + site_->retry_pause();
             if (bounded) until = std::min(until, deadline);
             sub->wait(seen, until);
         }
     }
 
-    std::vector<detail::client_core*> nodes_;
-    // Keep each node's core alive as basic_lock does: a client destroyed before this red_lock
-    // leaves a core whose threads have stopped, which acquire() refuses to use.
-    std::vector<std::shared_ptr<detail::client_core>> owners_;
-    std::string name_;
-    red_lock_options options_;
-    detail::lock_keys keys_;
+    // async_lockable's entry point (async_lock.hpp).
+    template <class Token>
+    auto start_async(clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+                     Token&& token) {
+        return detail::initiate<detail::acquire_signature>(
+            std::forward<Token>(token), [start = async_starter(), deadline, lease, owner](detail::completion done) {
+                return start(deadline, lease, owner, std::move(done));
+            });
+    }
+
+    // What starts an asynchronous acquire of this red_lock, sharing its site (multi_lock keeps
+    // one per part).
+    detail::async_start async_starter() const {
+        return [s = site_](clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+                           detail::completion done) {
+            detail::client_core& first = *s->nodes().front();
+            first.throw_if_destroyed(s->name(), "the client of the red_lock's first node has been destroyed");
+            (void)detail::waits_of(first);  // the engine's owner and stop hook
+            auto op = std::make_shared<detail::red_acquire>(
+                s, deadline, lease, owner != 0 ? owner : detail::next_owner_number(), std::move(done));
+            if (!first.eng.post([op] { op->run_round(); })) {
+                throw error(errc::connection_failed, s->name(), first.ep.name,
+                            "the client of the red_lock's first node has been destroyed");
+            }
+            return rlock::pending(op);
+        };
+    }
+
+    std::shared_ptr<const detail::red_site> site_;
 };
 
 }  // namespace rlock

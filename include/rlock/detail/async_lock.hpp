@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <future>
 #include <list>
 #include <memory>
@@ -596,6 +597,11 @@ private:
         return lease_ms(lease, self().name(), self().server());
     }
 };
+
+/// What starts an asynchronous acquire of one lock (deadline, lease, owner, completion) and
+/// returns its cancel handle; it shares the lock's site, so it outlives the lock object.
+using async_start = std::function<rlock::pending(std::chrono::steady_clock::time_point,
+                                                 std::chrono::milliseconds, std::uint64_t, completion)>;
 
 /// Starts an asynchronous acquire of `site`'s lock: posts it to the engine and returns its
 /// cancel handle. Throws `error` (connection_failed) when the client is being destroyed.
