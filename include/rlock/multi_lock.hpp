@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "rlock/client.hpp"
+#include "rlock/detail/async_lock.hpp"
 #include "rlock/detail/basic_lock.hpp"
 #include "rlock/detail/fair_kind.hpp"
 #include "rlock/detail/lua_checks.hpp"
@@ -148,6 +149,195 @@ auto& lock_of(E& element) {
     }
 }
 
+/// The hold of a multi_lock taken asynchronously: one rlock::hold per part, released together
+/// (in reverse canonical order) and lost when any part is.
+class multi_held final : public held_site {
+public:
+    explicit multi_held(std::vector<rlock::hold> parts) : parts_(std::move(parts)) {}
+
+    void unlock_one(const std::shared_ptr<hold>& /*record*/, bool& lost_at_last) const override {
+        bool lost = false;
+        for (auto it = parts_.rbegin(); it != parts_.rend(); ++it) {
+            try {
+                if (it->owns_lock()) it->unlock();  // a loss is told (on_lock_lost), not thrown
+            } catch (...) {
+            }
+            lost = lost || it->lost();
+        }
+        lost_at_last = lost;
+    }
+    registry& holds() const override { return hold_access::site(parts_.front()).holds(); }
+    bool is_lost(hold& /*record*/) const override {
+        return std::any_of(parts_.begin(), parts_.end(), [](const rlock::hold& p) { return p.lost(); });
+    }
+    const std::string& lock_name() const override { return parts_.front().name(); }
+    const std::string& server_name() const override { return hold_access::site(parts_.front()).server_name(); }
+    bool fenced() const override { return false; }
+    bool post(unique_callback<> task) const override {
+        return hold_access::site(parts_.front()).post(std::move(task));
+    }
+
+private:
+    mutable std::vector<rlock::hold> parts_;  // unlock_one empties them; only the owner calls it
+};
+
+/// One asynchronous multi_lock acquire: the blocking algorithm's rounds, each step a part's own
+/// asynchronous acquire. The head part is waited for (with the deadline); the others are tried
+/// without waiting, in canonical order; a refusal releases every part taken and makes the
+/// refusing part the next head. So no part is waited for while another is held, and the
+/// operation needs no thread of its own: each step is started from the last one's completion.
+class multi_acquire final : public cancellable, public std::enable_shared_from_this<multi_acquire> {
+    using clock = std::chrono::steady_clock;
+
+public:
+    /// What the operation knows of a part (it may outlive the part objects).
+    struct part_ref {
+        async_start start;
+        std::string name;
+        bool grouped = false;     // its hold is linked to the others' (all but a red_lock)
+        lock_lost_handler tell;   // its client's on_lock_lost (grouped parts)
+    };
+
+    multi_acquire(std::vector<part_ref> parts, clock::time_point deadline, std::chrono::milliseconds lease,
+                  std::uint64_t owner, completion done)
+        : parts_(std::move(parts)), taken_(parts_.size()), deadline_(deadline), lease_(lease), owner_(owner),
+          done_(std::move(done)) {}
+
+    /// Starts the first step from the initiating call: what that throws (a destroyed client)
+    /// is the call's to throw, so no handler runs inside it.
+    void begin() {
+        rlock::pending p = parts_.front().start(deadline_, lease_, owner_, step(0));
+        set_current(std::move(p), 0);
+    }
+
+    void cancel() noexcept override {
+        rlock::pending current;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            cancelled_ = true;
+            current = current_;
+        }
+        current.cancel();  // that step completes with operation_aborted, and so does this
+    }
+
+private:
+    completion step(std::size_t i) {
+        return completion([self = shared_from_this(), i](std::exception_ptr e, rlock::hold h) {
+            self->on_step(i, std::move(e), std::move(h));
+        });
+    }
+
+    // Starts the acquire of part `i` (waiting until `deadline`), unless cancelled meanwhile.
+    void start_step(std::size_t i, clock::time_point deadline) noexcept {
+        try {
+            {
+                std::lock_guard<std::mutex> g(mu_);
+                if (cancelled_) {
+                    throw error(errc::operation_aborted, parts_[i].name, "",
+                                "the asynchronous acquire was cancelled");
+                }
+            }
+            const std::uint64_t n = ++steps_;
+            rlock::pending p = parts_[i].start(deadline, lease_, owner_, step(i));
+            if (set_current(p, n)) p.cancel();
+        } catch (...) {
+            release_taken();
+            finish(std::current_exception(), rlock::hold());
+        }
+    }
+
+    // Records the cancel handle of step `n` (0: the first), unless a later step's is there
+    // already (the first step may complete, and the next start, before begin() gets here).
+    // Returns whether the operation was cancelled meanwhile.
+    bool set_current(rlock::pending p, std::uint64_t n) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (n >= current_step_) {
+            current_ = std::move(p);
+            current_step_ = n;
+        }
+        return cancelled_;
+    }
+
+    void on_step(std::size_t i, std::exception_ptr e, rlock::hold h) noexcept {
+        if (e) {
+            release_taken();
+            finish(std::move(e), rlock::hold());
+            return;
+        }
+        if (!h) {  // the head's wait ran out, or another part is held by someone
+            release_taken();  // never wait while holding a part
+            if (i == head_ || clock::now() >= deadline_) {
+                finish(nullptr, rlock::hold());
+                return;
+            }
+            head_ = i;
+            start_step(i, deadline_);
+            return;
+        }
+        taken_[i] = std::move(h);
+        for (std::size_t j = 0; j < taken_.size(); ++j) {
+            if (!taken_[j]) {
+                start_step(j, clock::time_point::min());
+                return;
+            }
+        }
+        try {
+            finish(nullptr, all_held());
+        } catch (...) {
+            release_taken();
+            finish(std::current_exception(), rlock::hold());
+        }
+    }
+
+    // Every part is held: their holds are linked, so that the loss of any is the loss of all,
+    // told once (a red_lock part is told as its own red_lock).
+    rlock::hold all_held() {
+        auto group = std::make_shared<hold_group>();
+        group->name = parts_.front().name;
+        group->tolerance = 0;
+        bool any = false;
+        for (std::size_t i = 0; i < parts_.size(); ++i) {
+            if (!parts_[i].grouped) continue;
+            if (!any) group->tell = parts_[i].tell;
+            any = true;
+            const std::shared_ptr<hold>& record = hold_access::record(taken_[i]);
+            hold_access::site(taken_[i]).holds().with([&] { record->group = group; });
+        }
+        const std::shared_ptr<hold>& first = hold_access::record(taken_.front());
+        registry::hold_ptr record = make_hold(*first->kind, parts_.front().name, "", owner_,
+                                              {lease_, renewal::leased, clock::now()});
+        record->id = any ? group->id : taken_.front().hold_id();
+        return rlock::hold(std::make_shared<const multi_held>(std::move(taken_)), std::move(record));
+    }
+
+    void release_taken() noexcept {
+        for (auto it = taken_.rbegin(); it != taken_.rend(); ++it) *it = rlock::hold();
+    }
+
+    void finish(std::exception_ptr e, rlock::hold h) noexcept {
+        if (finished_) return;
+        finished_ = true;
+        try {
+            done_(std::move(e), std::move(h));
+        } catch (...) {
+        }
+    }
+
+    const std::vector<part_ref> parts_;
+    std::vector<rlock::hold> taken_;
+    std::size_t head_ = 0;
+    const clock::time_point deadline_;
+    const std::chrono::milliseconds lease_;
+    const std::uint64_t owner_;
+    completion done_;
+    bool finished_ = false;
+    std::uint64_t steps_ = 0;  // steps started after the first (the chain's own count)
+    std::mutex mu_;            // cancel() comes from any thread
+    bool cancelled_ = false;
+    rlock::pending current_;
+    std::uint64_t current_step_ = 0;
+};
+
 }  // namespace detail
 
 class read_write_lock;
@@ -162,7 +352,13 @@ class red_lock;
 /// (timed_lockable) throw what a part's lock() throws (would_deadlock, connection errors, ...),
 /// with every part already taken released first, and invalid_argument for a lease not positive
 /// or over 100 years (nothing sent).
-class multi_lock : public detail::timed_lockable<multi_lock> {
+///
+/// The asynchronous forms (async_lockable: async_lock, async_try_lock, async_try_lock_for,
+/// async_try_lock_until, with a lease and an rlock::owner) run the same algorithm, each step a
+/// part's own asynchronous acquire, and complete with one rlock::hold for every part (lost
+/// when any part is; released part by part). The owner is every part's: reentrant parts
+/// re-enter. They take the parts one by one, never in one script.
+class multi_lock : public detail::timed_lockable<multi_lock>, public detail::async_lockable<multi_lock> {
     using clock = std::chrono::steady_clock;
 
     struct part {
@@ -172,6 +368,7 @@ class multi_lock : public detail::timed_lockable<multi_lock> {
         void (*release)(void*) = nullptr;
         bool (*is_lost)(void*) = nullptr;
         std::uint64_t (*hold_id)(void*) = nullptr;
+        detail::async_start (*starter)(void*) = nullptr;  // the part's own asynchronous acquire
         // Where the part's hold is registered: set for every part but a red_lock (whose node
         // holds are a group of their own). The parts found there are grouped (group_parts).
         detail::client_core* core = nullptr;
@@ -289,6 +486,14 @@ private:
         p.release = [](void* o) { static_cast<L*>(o)->unlock(); };
         p.is_lost = [](void* o) { return static_cast<L*>(o)->lost(); };
         p.hold_id = [](void* o) { return static_cast<const L*>(o)->hold_id(); };
+        p.starter = [](void* o) -> detail::async_start {
+            L& x = *static_cast<L*>(o);
+            if constexpr (std::is_base_of_v<read_write_lock, L>) {
+                return x.writer().async_starter();
+            } else {
+                return x.async_starter();
+            }
+        };
         if constexpr (std::is_base_of_v<read_write_lock, L>) {
             registered_in(p, l.writer());  // a read_write_lock part takes its write side
         } else if constexpr (!std::is_base_of_v<red_lock, L>) {
@@ -330,6 +535,7 @@ private:
     }
 
     friend class detail::timed_lockable<multi_lock>;
+    friend class detail::async_lockable<multi_lock>;
     const std::string& name() const noexcept { return parts_.front().name; }  // in lease errors
     std::string_view server() const noexcept { return ""; }
 
@@ -379,6 +585,33 @@ private:
                 return false;
             }
         }
+    }
+
+    // async_lockable's entry point (async_lock.hpp).
+    template <class Token>
+    auto start_async(clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+                     Token&& token) {
+        return detail::initiate<detail::acquire_signature>(
+            std::forward<Token>(token), [start = async_starter(), deadline, lease, owner](detail::completion done) {
+                return start(deadline, lease, owner, std::move(done));
+            });
+    }
+
+    // What starts an asynchronous acquire of every part, sharing their sites.
+    detail::async_start async_starter() {
+        std::vector<detail::multi_acquire::part_ref> refs;
+        refs.reserve(parts_.size());
+        for (part& p : parts_) {
+            refs.push_back({p.starter(p.lock), p.name, p.core != nullptr,
+                            p.core ? p.core->ep.options.on_lock_lost : lock_lost_handler()});
+        }
+        return [refs = std::move(refs)](clock::time_point deadline, std::chrono::milliseconds lease,
+                                        std::uint64_t owner, detail::completion done) {
+            auto op = std::make_shared<detail::multi_acquire>(
+                refs, deadline, lease, owner != 0 ? owner : detail::next_owner_number(), std::move(done));
+            op->begin();
+            return rlock::pending(op);
+        };
     }
 
     void release(const std::vector<std::size_t>& taken) noexcept {

@@ -244,12 +244,27 @@ private:
     template <class Token>
     auto start_async(clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
                      Token&& token) {
-        core_->throw_if_destroyed(name(), "the client this lock was made from has been destroyed");
-        std::call_once(async_once_, [&] { async_site_ = std::make_shared<const site>(static_cast<const site&>(*this)); });
         return initiate<acquire_signature>(std::forward<Token>(token),
-                        [s = async_site_, deadline, lease, owner](completion done) {
+                        [s = shared_site(), deadline, lease, owner](completion done) {
                             return start_acquire<Kind>(s, deadline, lease, owner, std::move(done));
                         });
+    }
+
+    // What starts an asynchronous acquire of this lock, sharing its site: a multi_lock keeps
+    // one per part, so that its operation outlives the part objects.
+    async_start async_starter() {
+        return [s = shared_site()](clock::time_point deadline, std::chrono::milliseconds lease,
+                                   std::uint64_t owner, completion done) {
+            return start_acquire<Kind>(s, deadline, lease, owner, std::move(done));
+        };
+    }
+
+    // This lock as its asynchronous acquires share it (made on the first). Throws
+    // connection_failed when the client is destroyed.
+    const std::shared_ptr<const site>& shared_site() {
+        core_->throw_if_destroyed(name(), "the client this lock was made from has been destroyed");
+        std::call_once(async_once_, [&] { async_site_ = std::make_shared<const site>(static_cast<const site&>(*this)); });
+        return async_site_;
     }
 
     using site::core_;
