@@ -2,7 +2,8 @@
 // rlock::pending, rlock::use_future) on every lock kind, against a real redis-server: a hold
 // that excludes and is released like a guard, waiters woken by the unlock message, deadlines
 // and cancellation that leave nothing behind, handlers called once and never inside the call,
-// the client destroyed with operations pending, re-entry by owner, losses told through the hold.
+// the client destroyed with operations pending, re-entry by owner, losses told through the hold;
+// red_lock over three servers and multi_lock over parts on two clients.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -365,6 +366,323 @@ TEST_F(async_one, a_handler_may_destroy_the_client) {
         done.set_value();
     });
     EXPECT_EQ(done.get_future().wait_for(10s), std::future_status::ready);
+    EXPECT_EQ(rlock_test::keys_left(server()), "");
+}
+
+// ---- the locks of several keys: red_lock and multi_lock ----
+
+/// red_lock over three real servers (its own: faults and keys stay in the test).
+class async_red : public ::testing::Test {
+protected:
+    void SetUp() override {
+        for (int i = 0; i < 3; ++i) servers.push_back(std::make_unique<redis_server>());
+    }
+    std::vector<std::unique_ptr<rlock::client>> make_clients(std::chrono::milliseconds watchdog = 30s) {
+        std::vector<std::unique_ptr<rlock::client>> out;
+        for (auto& s : servers) {
+            rlock::client_options o = s->options();
+            o.lock_watchdog_timeout = watchdog;
+            o.command_timeout = 300ms;
+            o.connect_timeout = 300ms;
+            o.on_lock_lost = lost.hold_handler();
+            out.push_back(std::make_unique<rlock::client>(o));
+        }
+        return out;
+    }
+    static std::vector<rlock::client*> raw(const std::vector<std::unique_ptr<rlock::client>>& cs) {
+        std::vector<rlock::client*> out;
+        for (auto& c : cs) out.push_back(c.get());
+        return out;
+    }
+    long long keys_named(const std::string& n) {
+        long long k = 0;
+        for (auto& s : servers) k += s->integer({"EXISTS", n});
+        return k;
+    }
+    long long channels() {
+        long long n = 0;
+        for (auto& s : servers) n += static_cast<long long>(s->cmd({"PUBSUB", "CHANNELS", "*"})->elements);
+        return n;
+    }
+    std::string name() const { return rlock_test::test_lock_name(); }
+
+    std::vector<std::unique_ptr<redis_server>> servers;
+    rlock_test::lost_log lost;
+};
+
+TEST_F(async_red, a_hold_is_on_every_node_excludes_and_releases_everywhere_when_destroyed) {
+    auto mine = make_clients(), theirs = make_clients();
+    rlock::red_lock a(raw(mine), name()), b(raw(theirs), name());
+    {
+        outcome got;
+        (void)a.async_lock(got.handler());
+        ASSERT_TRUE(got.wait());
+        EXPECT_NE(got.thread, std::this_thread::get_id());
+        ASSERT_FALSE(got.error);
+        rlock::hold h = std::move(got.hold);
+        ASSERT_TRUE(h);
+        EXPECT_EQ(keys_named(name()), 3);
+        EXPECT_FALSE(h.lost());
+        EXPECT_FALSE(b.try_lock());
+        EXPECT_FALSE(a.is_held_by_current_thread()) << "the hold is the handle's, not the thread's";
+        EXPECT_THROW((void)h.fencing_token(), rlock::error);
+    }
+    EXPECT_EQ(keys_named(name()), 0);
+    EXPECT_TRUE(b.try_lock());
+    b.unlock();
+}
+
+TEST_F(async_red, a_waiter_gets_it_when_the_holder_unlocks_and_a_wait_that_runs_out_leaves_nothing) {
+    auto mine = make_clients(), theirs = make_clients();
+    rlock::red_lock a(raw(mine), name()), b(raw(theirs), name());
+    a.lock();
+    const std::string token = servers[0]->text({"GET", name()});
+    outcome late;
+    (void)b.async_try_lock_for(300ms, late.handler());
+    ASSERT_TRUE(late.wait());
+    EXPECT_FALSE(late.error);
+    EXPECT_FALSE(late.hold);
+    EXPECT_TRUE(eventually([&] { return channels() == 0; })) << "the subscription was kept";
+    for (auto& s : servers) EXPECT_EQ(s->text({"GET", name()}), token) << "a failed round left a key";
+
+    std::future<rlock::hold> f = b.async_try_lock_for(10s, rlock::use_future);
+    ASSERT_EQ(f.wait_for(200ms), std::future_status::timeout);
+    a.unlock();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    rlock::hold h = f.get();
+    EXPECT_TRUE(h);
+    EXPECT_FALSE(a.try_lock());
+    h.async_unlock(rlock::use_future).get();
+    EXPECT_EQ(keys_named(name()), 0);
+}
+
+TEST_F(async_red, a_cancelled_acquire_completes_once_with_operation_aborted_and_leaves_nothing) {
+    auto mine = make_clients(), theirs = make_clients();
+    rlock::red_lock a(raw(mine), name()), b(raw(theirs), name());
+    a.lock();
+    outcome got;
+    rlock::pending p = b.async_lock(got.handler());
+    ASSERT_TRUE(eventually([&] { return channels() == 1; }));
+    p.cancel();
+    ASSERT_TRUE(got.wait());
+    EXPECT_EQ(got.code(), rlock::errc::operation_aborted);
+    EXPECT_FALSE(got.hold);
+    EXPECT_TRUE(eventually([&] { return channels() == 0; })) << "the subscription was kept";
+    a.unlock();
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(got.calls, 1);
+    EXPECT_EQ(keys_named(name()), 0) << "the cancelled waiter took the lock after all";
+}
+
+TEST_F(async_red, destroying_the_first_nodes_client_completes_pending_acquires_before_it_returns) {
+    auto mine = make_clients(), theirs = make_clients();
+    rlock::red_lock a(raw(mine), name());
+    a.lock();
+    std::vector<std::unique_ptr<outcome>> got;
+    {
+        rlock::red_lock b(raw(theirs), name());
+        for (int i = 0; i < 5; ++i) {
+            got.push_back(std::make_unique<outcome>());
+            (void)b.async_lock(got.back()->handler());
+        }
+    }  // the operations outlive the red_lock object
+    std::this_thread::sleep_for(100ms);
+    theirs.front().reset();
+    for (auto& o : got) {
+        EXPECT_EQ(o->calls, 1);
+        EXPECT_EQ(o->code(), rlock::errc::connection_failed);
+    }
+    a.unlock();
+    EXPECT_EQ(keys_named(name()), 0);
+}
+
+TEST_F(async_red, an_owners_second_acquire_is_refused_and_too_few_nodes_is_quorum_not_reached) {
+    auto mine = make_clients();
+    rlock::red_lock a(raw(mine), name());
+    rlock::owner me;
+    rlock::hold h = a.async_lock(me, rlock::use_future).get();
+    ASSERT_TRUE(h);
+    try {
+        (void)a.async_lock(me, rlock::use_future).get();
+        ADD_FAILURE() << "no would_deadlock";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::would_deadlock) << e.what();
+    }
+    h.unlock();
+    servers[1]->kill_now();
+    servers[2]->kill_now();
+    try {
+        (void)a.async_lock(rlock::use_future).get();
+        ADD_FAILURE() << "no quorum_not_reached";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::quorum_not_reached) << e.what();
+    }
+    EXPECT_EQ(servers[0]->integer({"EXISTS", name()}), 0) << "the failed round was not undone";
+}
+
+TEST_F(async_red, a_hold_that_loses_its_majority_is_told_once_through_the_hold_and_on_lock_lost) {
+    auto mine = make_clients(300ms);
+    rlock::red_lock a(raw(mine), name());
+    rlock::hold h = a.async_lock(rlock::use_future).get();
+    ASSERT_TRUE(h);
+    servers[0]->cmd({"DEL", name()});
+    std::this_thread::sleep_for(300ms);
+    EXPECT_FALSE(h.lost()) << "one node of three is a minority";
+    servers[1]->cmd({"DEL", name()});
+    EXPECT_TRUE(eventually([&] { return h.lost(); }));
+    EXPECT_TRUE(eventually([&] { return lost.calls.load() == 1; }));
+    EXPECT_EQ(lost.last_hold_id.load(), h.hold_id());
+    h.unlock();
+    EXPECT_TRUE(h.lost());
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(lost.calls.load(), 1);
+}
+
+class async_multi : public rlock_test::kind_fixture<async_multi> {};
+
+TEST_F(async_multi, a_hold_of_every_part_excludes_each_and_releases_all_when_destroyed) {
+    rlock::client mine(options()), theirs(options());
+    rlock::mutex a(mine, name() + ":a");
+    rlock::reentrant_lock b(theirs, name() + ":b");  // parts on two clients
+    rlock::fair_lock c(mine, name() + ":c");
+    rlock::mutex oa(theirs, name() + ":a");
+    rlock::reentrant_lock ob(mine, name() + ":b");
+    rlock::fair_lock oc(theirs, name() + ":c");
+    {
+        rlock::multi_lock all{a, b, c};
+        outcome got;
+        (void)all.async_lock(got.handler());
+        ASSERT_TRUE(got.wait());
+        ASSERT_FALSE(got.error);
+        rlock::hold h = std::move(got.hold);
+        ASSERT_TRUE(h);
+        EXPECT_NE(got.thread, std::this_thread::get_id());
+        EXPECT_FALSE(oa.try_lock());
+        EXPECT_FALSE(ob.try_lock());
+        EXPECT_FALSE(oc.try_lock());
+        EXPECT_FALSE(h.lost());
+        EXPECT_THROW((void)h.fencing_token(), rlock::error);
+    }  // the multi_lock object goes first: the hold does not need it
+    EXPECT_EQ(rlock_test::keys_left(server()), "");
+}
+
+TEST_F(async_multi, all_or_nothing_a_refused_part_leaves_no_other_part_held_and_its_unlock_completes_the_wait) {
+    rlock::client mine(options()), theirs(options());
+    rlock::mutex a(mine, name() + ":a"), b(mine, name() + ":b"), c(mine, name() + ":c");
+    rlock::mutex ob(theirs, name() + ":b");
+    ob.lock();
+    const std::string before = rlock_test::keys_left(server());
+    rlock::multi_lock all{a, b, c};
+    outcome late;
+    (void)all.async_try_lock_for(300ms, late.handler());
+    ASSERT_TRUE(late.wait());
+    EXPECT_FALSE(late.error);
+    EXPECT_FALSE(late.hold);
+    EXPECT_EQ(rlock_test::keys_left(server()), before) << "a part was left held";
+    EXPECT_EQ(static_cast<long long>(server().cmd({"PUBSUB", "CHANNELS", "*"})->elements), 0);
+
+    std::future<rlock::hold> f = all.async_lock(rlock::use_future);
+    ASSERT_EQ(f.wait_for(300ms), std::future_status::timeout);
+    EXPECT_EQ(rlock_test::keys_left(server()), before) << "a part is held while another is waited for";
+    ob.unlock();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready) << "not woken by the part's unlock";
+    rlock::hold h = f.get();
+    EXPECT_TRUE(h);
+    EXPECT_FALSE(ob.try_lock());
+    h.async_unlock(rlock::use_future).get();
+    EXPECT_EQ(rlock_test::keys_left(server()), "");
+}
+
+TEST_F(async_multi, a_cancelled_acquire_completes_once_with_operation_aborted_and_leaves_nothing) {
+    rlock::client mine(options()), theirs(options());
+    rlock::mutex a(mine, name() + ":a");
+    rlock::fair_lock b(mine, name() + ":b");
+    rlock::fair_lock ob(theirs, name() + ":b");
+    ob.lock();
+    const std::string before = rlock_test::keys_left(server());
+    rlock::multi_lock all{a, b};
+    outcome got;
+    rlock::pending p = all.async_lock(got.handler());
+    ASSERT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", "*"})->elements == 1; }));
+    p.cancel();
+    ASSERT_TRUE(got.wait());
+    EXPECT_EQ(got.code(), rlock::errc::operation_aborted);
+    EXPECT_FALSE(got.hold);
+    EXPECT_EQ(rlock_test::keys_left(server()), before) << "a part or a queue entry was left";
+    ob.unlock();
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(got.calls, 1);
+    EXPECT_EQ(rlock_test::keys_left(server()), "");
+}
+
+TEST_F(async_multi, destroying_a_parts_client_completes_the_pending_acquire_and_releases_the_parts_taken) {
+    rlock::client holder(options());
+    auto mine = std::make_unique<rlock::client>(options());
+    auto other = std::make_unique<rlock::client>(options());
+    rlock::mutex a(*other, name() + ":a"), b(*mine, name() + ":b");
+    rlock::mutex hb(holder, name() + ":b");
+    hb.lock();
+    outcome got;
+    {
+        rlock::multi_lock both{a, b};
+        (void)both.async_lock(got.handler());
+    }
+    std::this_thread::sleep_for(200ms);
+    mine.reset();  // b's client: its pending acquire fails, and a (taken first) is released
+    ASSERT_TRUE(got.wait(5s));
+    EXPECT_EQ(got.code(), rlock::errc::connection_failed);
+    EXPECT_EQ(server().integer({"EXISTS", name() + ":a"}), 0);
+    hb.unlock();
+}
+
+TEST_F(async_multi, a_lost_part_loses_the_whole_hold_told_once_under_its_id) {
+    rlock_test::lost_log log;
+    rlock::client_options o = options(300ms);
+    o.on_lock_lost = log.hold_handler();
+    rlock::client c(o);
+    rlock::mutex a(c, name() + ":a");
+    rlock::reentrant_lock b(c, name() + ":b");
+    rlock::multi_lock both{a, b};
+    rlock::hold h = both.async_lock(rlock::use_future).get();
+    ASSERT_TRUE(h);
+    server().cmd({"DEL", name() + ":b"});
+    EXPECT_TRUE(eventually([&] { return h.lost(); }));
+    EXPECT_TRUE(eventually([&] { return log.calls.load() == 1; }));
+    EXPECT_EQ(log.last_hold_id.load(), h.hold_id());
+    h.unlock();
+    EXPECT_TRUE(h.lost());
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(log.calls.load(), 1);
+    EXPECT_EQ(rlock_test::keys_left(server()), "");
+}
+
+TEST_F(async_multi, an_owner_re_enters_reentrant_parts_and_is_refused_by_a_mutex_part) {
+    rlock::client c(options());
+    rlock::reentrant_lock a(c, name() + ":a");
+    rlock::fair_lock b(c, name() + ":b");
+    rlock::multi_lock both{a, b};
+    rlock::owner me, someone;
+    rlock::hold outer = both.async_lock(me, rlock::use_future).get();
+    rlock::hold inner = both.async_lock(me, rlock::use_future).get();
+    ASSERT_TRUE(inner);
+    EXPECT_FALSE(both.async_try_lock(someone, rlock::use_future).get());
+    inner.unlock();
+    EXPECT_FALSE(both.async_try_lock(someone, rlock::use_future).get()) << "the outer level went too";
+    outer.unlock();
+    EXPECT_TRUE(both.async_try_lock(someone, rlock::use_future).get());
+
+    rlock::mutex m(c, name() + ":m");
+    rlock::multi_lock with_mutex{a, m};
+    rlock::hold first = with_mutex.async_lock(me, rlock::use_future).get();
+    try {
+        (void)with_mutex.async_lock(me, rlock::use_future).get();
+        ADD_FAILURE() << "no would_deadlock";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::would_deadlock) << e.what();
+    }
+    EXPECT_TRUE(first);
+    EXPECT_FALSE(first.lost());
+    first.unlock();
     EXPECT_EQ(rlock_test::keys_left(server()), "");
 }
 

@@ -358,7 +358,7 @@ TEST_P(safety_checker, holds) {
     // red_lock: over lock_ and two more servers; faults aimed at a server hit lock_ only.
     std::vector<std::unique_ptr<redis_server>> more;
     std::string more_ports;
-    if (kind == "red_lock") {
+    if (kind == "red_lock" || kind == "async_red_lock") {
         for (int i = 0; i < 2; ++i) {
             more.push_back(std::make_unique<redis_server>());
             more_ports += (i ? "," : "") + std::to_string(more.back()->port());
@@ -572,11 +572,13 @@ const std::vector<scenario> all_scenarios = {
     scenario::flushall,
 };
 
-// red_lock and multi_lock: fenced by a token drawn from the resource after each acquisition
-// (see worker.cpp). Server faults hit red_lock's first node of three (a minority: holds go on).
+// red_lock and multi_lock, blocking and asynchronous: fenced by a token drawn from the resource
+// after each acquisition (see worker.cpp). Server faults hit red_lock's first node of three (a minority: holds go on).
 INSTANTIATE_TEST_SUITE_P(safety_red, safety_checker,
                          ::testing::Combine(::testing::Values(std::string("red_lock"),
-                                                              std::string("multi_lock")),
+                                                              std::string("multi_lock"),
+                                                              std::string("async_red_lock"),
+                                                              std::string("async_multi_lock")),
                                             ::testing::ValuesIn(all_scenarios)),
                          param_name);
 

@@ -22,7 +22,8 @@
 //       The safety checker's worker (tests/safety_test.cpp): see safety_run below. Kinds:
 //       mutex, reentrant_lock, fair_lock, read_write_lock, multi_lock (a mutex and a reentrant
 //       lock on one client), red_lock (over <port> and the list); async_mutex,
-//       async_reentrant_lock, async_fair_lock, async_read_write_lock (the asynchronous forms);
+//       async_reentrant_lock, async_fair_lock, async_read_write_lock, async_red_lock,
+//       async_multi_lock (the asynchronous forms);
 //       and for the permits checker semaphore and permit_expirable_semaphore (see permits_loop).
 #include <hiredis/hiredis.h>
 #include <unistd.h>
@@ -516,7 +517,7 @@ int safety_run(int port, const std::string& name, const std::string& kind, const
         watched_permits p{s, {}};
         return permits_loop(p, id, resource_port, log_path, run_ms, max_holds, told);
     }
-    if (kind == "red_lock") {
+    if (kind == "red_lock" || kind == "async_red_lock") {
         // The first node is `c`; the others are clients of the listed ports.
         std::vector<std::unique_ptr<rlock::client>> others;
         std::vector<rlock::client*> nodes{&c};
@@ -530,15 +531,26 @@ int safety_run(int port, const std::string& name, const std::string& kind, const
         }
         rlock::red_lock m(nodes, name);
         resource tokens(resource_port);
+        if (kind == "async_red_lock") {
+            asynchronous<rlock::red_lock> a{m};
+            drawn<asynchronous<rlock::red_lock>> l{a, tokens};
+            return safety_loop(l, false, id, resource_port, log_path, run_ms, max_holds, told);
+        }
         drawn<rlock::red_lock> l{m, tokens};
         return safety_loop(l, false, id, resource_port, log_path, run_ms, max_holds, told);
     }
-    if (kind == "multi_lock") {
-        // A mutex and a reentrant_lock on one client, unfenced: the one-script path.
+    if (kind == "multi_lock" || kind == "async_multi_lock") {
+        // A mutex and a reentrant_lock on one client, unfenced: the one-script path (blocking);
+        // the asynchronous form takes them part by part.
         rlock::mutex a(c, name);
         rlock::reentrant_lock b(c, name + ":second");
         rlock::multi_lock m{a, b};
         resource tokens(resource_port);
+        if (kind == "async_multi_lock") {
+            asynchronous<rlock::multi_lock> both{m};
+            drawn<asynchronous<rlock::multi_lock>> l{both, tokens};
+            return safety_loop(l, false, id, resource_port, log_path, run_ms, max_holds, told);
+        }
         drawn<rlock::multi_lock> l{m, tokens};
         return safety_loop(l, false, id, resource_port, log_path, run_ms, max_holds, told);
     }

@@ -72,6 +72,12 @@ void use_every_async_form(rlock::client& c) {
     (void)ps.async_try_acquire_for(1s, 2s, 1, rlock::use_future);
     (void)ps.async_try_acquire_until(std::chrono::system_clock::now(), 1, [](const std::exception_ptr&, rlock::permit) {});
     (void)ps.async_acquire(1s, 2, rlock::use_future);
+    rlock::red_lock red({&c}, "red");
+    rlock::multi_lock all{m, r, f, rw, red};
+    (void)red.async_try_lock_for(who, 1s, [](const std::exception_ptr&, rlock::hold) {});
+    rlock::hold both = all.async_lock(2s, rlock::use_future).get();
+    (void)both.lost();
+    both.async_unlock(rlock::use_future).get();
 #if __has_include(<asio.hpp>)
     asio::io_context io;
     (void)l.async_wait(asio::use_future);
