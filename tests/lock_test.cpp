@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -113,6 +114,50 @@ TYPED_TEST(lock_test, a_blocked_waiter_wakes_at_once_when_the_holder_unlocks) {
     EXPECT_LT(delay, 500ms) << "waited "
                             << std::chrono::duration_cast<std::chrono::milliseconds>(delay).count()
                             << " ms after the unlock";
+}
+
+TYPED_TEST(lock_test, a_clients_blocked_waiters_take_turns_one_unlock_makes_one_of_them_try) {
+    rlock::client holder(this->options()), waiters(this->options());
+    TypeParam mine(holder, this->name()), theirs(waiters, this->name());
+    mine.lock();
+    mine.unlock();  // the release script is loaded (its first EVALSHA would be refused)
+    mine.lock();
+    // Top-level attempts and releases (a script's own commands are not among these).
+    auto calls = [&] {
+        const std::string info = this->server().text({"INFO", "commandstats"});
+        long long n = 0;
+        for (const char* cmd : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls=", "cmdstat_set:calls=",
+                                "cmdstat_pttl:calls="}) {
+            const auto at = info.find(cmd);
+            if (at != std::string::npos) n += std::stoll(info.substr(at + std::strlen(cmd)));
+        }
+        return n;
+    };
+    constexpr int n = 8;
+    std::atomic<int> got{0};
+    std::promise<void> go_on;
+    std::shared_future<void> go = go_on.get_future().share();
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) {
+        threads.emplace_back([&] {
+            theirs.lock();
+            ++got;
+            go.wait();
+            theirs.unlock();
+        });
+    }
+    std::this_thread::sleep_for(500ms);  // every waiter has tried once and is waiting
+    const long long before = calls();
+    mine.unlock();
+    ASSERT_TRUE(eventually([&] { return got.load() == 1; }));
+    std::this_thread::sleep_for(300ms);  // time for the others to try (they should not)
+    const long long after = calls();
+    EXPECT_EQ(got.load(), 1);
+    EXPECT_LE(after - before, 3) << "the unlock and the first waiter's attempt; the others tried too";
+    go_on.set_value();
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(got.load(), n);
+    EXPECT_FALSE(mine.is_locked());
 }
 
 TYPED_TEST(lock_test, a_leased_hold_expires_after_its_lease_and_is_not_renewed) {

@@ -194,6 +194,9 @@ private:
                 }
             } leave{this, value};
             subscriber::subscription sub(*core_->sub, Kind::wait_channel(keys_, value));
+            // This client's waiters for the lock take turns: a message makes the first try,
+            // not all of them (each of which would be refused but one).
+            sub.take_turns();
             sub.wait_active(std::min(deadline,
                                      clock::now() + core_->ep.options.command_timeout));
             // Used only when no message can be relied on: the subscription is not confirmed
@@ -230,9 +233,10 @@ private:
                 // A queued fair waiter renews its place in the queue with each attempt: this
                 // bound is its heartbeat, not a poll for the lock.
                 if (heartbeat.count() > 0) until = std::min(until, now + heartbeat);
-                woken = sub.wait(seen, until);
+                woken = sub.wait_turn(seen, until);
             }
             leave.armed = false;
+            sub.leave_turns(!Kind::shared);
         }
         core_->add_hold(Kind::info, name(), std::move(value), thread,
                         {lease, watched ? renewal::watched : renewal::leased, sent}, r.fencing);

@@ -54,6 +54,11 @@ class subscriber {
         // The asynchronous waiters' subscriptions (subscription::on_change), called at each
         // bump under mu_.
         std::vector<const std::function<void()>*> listeners;
+        // The blocking waiters that take turns (subscription::take_turns), in arrival order:
+        // a message wakes only the first. `consumed`: the generation a waiter that took the
+        // lock had seen when it left, so that the next one waits for news after it.
+        std::deque<const void*> turns;
+        std::uint64_t consumed = 0;
     };
 
     // A message or a reconnect: the channel's waiters retry.
@@ -121,6 +126,7 @@ public:
         subscription& operator=(const subscription&) = delete;
         ~subscription() {
             std::lock_guard<std::mutex> g(s_.mu_);
+            leave_turns_locked(false);
             if (on_change_) {
                 auto& l = ch_->listeners;
                 l.erase(std::find(l.begin(), l.end(), &on_change_));
@@ -146,6 +152,33 @@ public:
             std::lock_guard<std::mutex> g(s_.mu_);
             return ch_->generation;
         }
+        /// Makes this a waiter that takes turns with the client's other blocking waiters on
+        /// the channel: wait_turn() returns for news only to the first of them, so one message
+        /// makes one of this client's waiters try, not all of them.
+        void take_turns() {
+            std::lock_guard<std::mutex> g(s_.mu_);
+            if (queued_) return;
+            ch_->turns.push_back(this);
+            queued_ = true;
+        }
+        /// As wait(), for a waiter that takes turns: news wakes it only while it is the first,
+        /// and only news after the last waiter that left with the lock (a message it was
+        /// handed by its predecessor's success is not one for it).
+        bool wait_turn(std::uint64_t seen, clock::time_point deadline) {
+            std::unique_lock<std::mutex> g(s_.mu_);
+            return ch_->cv.wait_until(g, deadline, [&] {
+                return s_.stopping_ || (ch_->generation != seen && ch_->generation > ch_->consumed &&
+                                        (!queued_ || ch_->turns.front() == this));
+            });
+        }
+        /// Leaves the turns (the destructor does too). `took`: it leaves with the lock, so the
+        /// news so far was its, and the next waiter waits for more; a shared kind's waiter (a
+        /// reader) passes false, so that the next reader tries at once.
+        void leave_turns(bool took) {
+            std::lock_guard<std::mutex> g(s_.mu_);
+            leave_turns_locked(took);
+        }
+
         /// Waits until a message (or a reconnect) changed the generation from `seen`, or
         /// `deadline`. Returns whether it changed.
         bool wait(std::uint64_t seen, clock::time_point deadline) {
@@ -157,8 +190,18 @@ public:
     private:
         subscriber& s_;
         std::string channel_;
+        void leave_turns_locked(bool took) {
+            if (!queued_) return;
+            queued_ = false;
+            auto& t = ch_->turns;
+            t.erase(std::find(t.begin(), t.end(), static_cast<const void*>(this)));
+            if (took) ch_->consumed = ch_->generation;
+            ch_->cv.notify_all();  // the next one may be first now
+        }
+
         std::function<void()> on_change_;
         channel_state* ch_;
+        bool queued_ = false;
     };
 
 private:
