@@ -40,7 +40,6 @@
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,6 +60,7 @@
 #include <thread>
 #include <vector>
 
+#include "processes.hpp"
 #include "rlock/rlock.hpp"
 #include "support/redis_server.hpp"
 
@@ -69,8 +69,13 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 using std::chrono::nanoseconds;
 
-constexpr int result_fd = 3;  // worker -> parent: 'R' when ready, then its records
-constexpr int go_fd = 4;      // parent -> workers: the start time, 8 bytes each
+using bench::go_fd;
+using bench::load_average;
+using bench::now_ns;
+using bench::percentile;
+using bench::read_all;
+using bench::result_fd;
+using bench::write_all;
 
 struct options {
     std::string kind = "mutex";
@@ -151,37 +156,9 @@ options parse(int argc, char** argv) {
     return o;
 }
 
-std::int64_t now_ns() {
-    return std::chrono::duration_cast<nanoseconds>(clock_type::now().time_since_epoch()).count();
-}
-
 clock_type::time_point at(std::int64_t ns) { return clock_type::time_point(nanoseconds(ns)); }
 
 nanoseconds from_ms(double ms) { return nanoseconds(static_cast<std::int64_t>(ms * 1e6)); }
-
-bool write_all(int fd, const void* data, std::size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-        const ssize_t w = ::write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return false;
-        p += w;
-        n -= static_cast<std::size_t>(w);
-    }
-    return true;
-}
-
-bool read_all(int fd, void* data, std::size_t n) {
-    char* p = static_cast<char*>(data);
-    while (n > 0) {
-        const ssize_t r = ::read(fd, p, n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        p += r;
-        n -= static_cast<std::size_t>(r);
-    }
-    return true;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Worker side
@@ -291,64 +268,18 @@ struct worker_proc {
     std::vector<turn> turns;
 };
 
-std::string fmt_double(double d) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", d);
-    return buf;
-}
-
 worker_proc spawn(const options& o, int go_read) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
     std::vector<std::string> args = {"contention",           "--worker",
                                      "--kind",               o.kind,
                                      "--uri",                o.uri,
                                      "--name",               o.name,
-                                     "--hold-ms",            fmt_double(o.hold_ms),
-                                     "--away-ms",            fmt_double(o.away_ms),
-                                     "--seconds",            fmt_double(o.seconds),
+                                     "--hold-ms",            bench::fmt_double(o.hold_ms),
+                                     "--away-ms",            bench::fmt_double(o.away_ms),
+                                     "--seconds",            bench::fmt_double(o.seconds),
                                      "--permits",            std::to_string(o.permits)};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error("fork failed");
-    if (pid == 0) {
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (::getppid() != parent) ::_exit(1);
-        // Move both ends out of the way first (either may already be fd 3 or 4), then onto
-        // their fixed numbers: dup2 clears FD_CLOEXEC on the copies, the rest close at exec.
-        const int results = ::fcntl(fds[1], F_DUPFD_CLOEXEC, 10);
-        const int start = ::fcntl(go_read, F_DUPFD_CLOEXEC, 10);
-        if (results < 0 || start < 0 || ::dup2(results, result_fd) < 0 ||
-            ::dup2(start, go_fd) < 0) {
-            ::_exit(1);
-        }
-        ::execv("/proc/self/exe", argv.data());
-        ::_exit(127);
-    }
-    ::close(fds[1]);
     worker_proc w;
-    w.pid = pid;
-    w.results = fds[0];
+    w.pid = bench::spawn_self(std::move(args), go_read, w.results);
     return w;
-}
-
-double percentile(std::vector<double> v, double q) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
-    return v[std::min(v.size(), std::max<std::size_t>(rank, 1)) - 1];
-}
-
-double load_average() {
-    double l = -1;
-    if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-        if (std::fscanf(f, "%lf", &l) != 1) l = -1;
-        std::fclose(f);
-    }
-    return l;
 }
 
 /// PSUBSCRIBEs to every channel of the lock and timestamps the messages until `until`.
