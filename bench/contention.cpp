@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "processes.hpp"
+#include "arguments.hpp"
 #include "rlock/rlock.hpp"
 #include "support/redis_server.hpp"
 
@@ -100,49 +101,32 @@ struct turn {
 };
 
 [[noreturn]] void usage(const char* why) {
-    std::fprintf(
-        stderr,
-        "contention: %s\nusage: contention [--kind mutex|reentrant|fair|rw-write|semaphore|permits|async-mutex|async-reentrant|async-fair|async-rw-write] "
-        "[--workers N] [--permits N] [--hold-ms MS] [--away-ms MS] [--seconds S] "
-        "[--uri redis://127.0.0.1:PORT] "
-        "[--name LOCK] [--observe] [--detail]\n",
-        why);
-    std::exit(2);
+    bench::usage_exit("contention",
+                      "[--kind mutex|reentrant|fair|rw-write|semaphore|permits|async-mutex|async-reentrant|async-fair|async-rw-write] [--workers N] [--permits N] [--hold-ms MS] [--away-ms MS] [--seconds S] [--uri redis://127.0.0.1:PORT] [--name LOCK] [--observe] [--detail]",
+                      why);
 }
 
 options parse(int argc, char** argv) {
     options o;
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view a = argv[i];
-        auto value = [&]() -> const char* {
-            if (i + 1 >= argc) usage(("missing value after " + std::string(a)).c_str());
-            return argv[++i];
-        };
-        auto number = [&](double lo) {
-            const char* v = value();
-            char* end = nullptr;
-            const double d = std::strtod(v, &end);
-            if (end == v || *end != '\0' || !(d >= lo)) {
-                usage(("bad value for " + std::string(a) + ": " + v).c_str());
-            }
-            return d;
-        };
+    bench::arguments args(argc, argv, usage);
+    while (args.next()) {
+        const std::string_view a = args.name();
         if (a == "--kind") {
-            o.kind = value();
+            o.kind = args.value();
         } else if (a == "--workers") {
-            o.workers = static_cast<int>(number(1));
+            o.workers = static_cast<int>(args.number(1));
         } else if (a == "--permits") {
-            o.permits = static_cast<int>(number(1));
+            o.permits = static_cast<int>(args.number(1));
         } else if (a == "--hold-ms") {
-            o.hold_ms = number(0);
+            o.hold_ms = args.number(0);
         } else if (a == "--away-ms") {
-            o.away_ms = number(0);
+            o.away_ms = args.number(0);
         } else if (a == "--seconds") {
-            o.seconds = number(0.001);
+            o.seconds = args.number(0.001);
         } else if (a == "--uri") {
-            o.uri = value();
+            o.uri = args.value();
         } else if (a == "--name") {
-            o.name = value();
+            o.name = args.value();
         } else if (a == "--observe") {
             o.observe = true;
         } else if (a == "--detail") {
@@ -150,7 +134,7 @@ options parse(int argc, char** argv) {
         } else if (a == "--worker") {
             o.worker = true;
         } else {
-            usage(("unknown argument " + std::string(a)).c_str());
+            args.unknown();
         }
     }
     return o;

@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "processes.hpp"
+#include "arguments.hpp"
 #include "rlock/rlock.hpp"
 #include "support/redis_server.hpp"
 
@@ -87,63 +88,50 @@ struct sale {
 };
 
 [[noreturn]] void usage(const char* why) {
-    std::fprintf(stderr,
-                 "flash_sale: %s\nusage: flash_sale [--kinds lua,setnx,mutex,reentrant,fair,semaphore,async-mutex] "
-                 "[--procs N] [--threads N] [--keys N] [--zipf S] [--stock N] [--seconds S] "
-                 "[--setnx-sleep-ms MS] [--uri redis://127.0.0.1:PORT]\n",
-                 why);
-    std::exit(2);
+    bench::usage_exit("flash_sale",
+                      "[--kinds lua,setnx,mutex,reentrant,fair,semaphore,async-mutex] [--procs N] [--threads N] [--keys N] [--zipf S] [--stock N] [--seconds S] [--setnx-sleep-ms MS] [--uri redis://127.0.0.1:PORT] [--detail]",
+                      why);
 }
 
 options parse(int argc, char** argv) {
     options o;
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view a = argv[i];
-        auto value = [&]() -> const char* {
-            if (i + 1 >= argc) usage(("missing value after " + std::string(a)).c_str());
-            return argv[++i];
-        };
-        auto number = [&](double lo) {
-            const char* v = value();
-            char* end = nullptr;
-            const double d = std::strtod(v, &end);
-            if (end == v || *end != '\0' || !(d >= lo)) usage(("bad value for " + std::string(a) + ": " + v).c_str());
-            return d;
-        };
+    bench::arguments args(argc, argv, usage);
+    while (args.next()) {
+        const std::string_view a = args.name();
         if (a == "--kinds") {
             o.kinds.clear();
-            const std::string list = value();
+            const std::string list = args.value();
             for (std::size_t at = 0; at <= list.size();) {
                 const std::size_t comma = std::min(list.find(',', at), list.size());
                 if (comma > at) o.kinds.push_back(list.substr(at, comma - at));
                 at = comma + 1;
             }
         } else if (a == "--procs") {
-            o.procs = static_cast<int>(number(1));
+            o.procs = static_cast<int>(args.number(1));
         } else if (a == "--threads") {
-            o.threads = static_cast<int>(number(1));
+            o.threads = static_cast<int>(args.number(1));
         } else if (a == "--keys") {
-            o.keys = static_cast<int>(number(1));
+            o.keys = static_cast<int>(args.number(1));
         } else if (a == "--zipf") {
-            o.zipf = number(0);
+            o.zipf = args.number(0);
         } else if (a == "--stock") {
-            o.stock = static_cast<long long>(number(1));
+            o.stock = static_cast<long long>(args.number(1));
         } else if (a == "--seconds") {
-            o.seconds = number(0.001);
+            o.seconds = args.number(0.001);
         } else if (a == "--setnx-sleep-ms") {
-            o.setnx_sleep_ms = number(0);
+            o.setnx_sleep_ms = args.number(0);
         } else if (a == "--uri") {
-            o.uri = value();
+            o.uri = args.value();
         } else if (a == "--detail") {
             o.detail = true;
         } else if (a == "--worker") {
             o.worker = true;
         } else if (a == "--kind") {
-            o.kind = value();
+            o.kind = args.value();
         } else if (a == "--index") {
-            o.index = static_cast<int>(number(0));
+            o.index = static_cast<int>(args.number(0));
         } else {
-            usage(("unknown argument " + std::string(a)).c_str());
+            args.unknown();
         }
     }
     return o;

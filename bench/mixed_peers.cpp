@@ -46,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include "arguments.hpp"
 #include "rlock/rlock.hpp"
 #include "support/redis_server.hpp"
 
@@ -70,49 +71,34 @@ struct turn {
 };
 
 [[noreturn]] void usage(const char* why) {
-    std::fprintf(stderr,
-                 "mixed_peers: %s\nusage: mixed_peers [--rlock N] [--peers N] [--hold-ms MS] "
-                 "[--away-ms MS] [--seconds S] [--peer-sleep-ms MS] [--uri redis://HOST:PORT] "
-                 "[--name LOCK]\n",
-                 why);
-    std::exit(2);
+    bench::usage_exit("mixed_peers",
+                      "[--rlock N] [--peers N] [--hold-ms MS] [--away-ms MS] [--seconds S] [--peer-sleep-ms MS] [--uri redis://HOST:PORT] [--name LOCK]",
+                      why);
 }
 
 options parse(int argc, char** argv) {
     options o;
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view a = argv[i];
-        auto value = [&]() -> const char* {
-            if (i + 1 >= argc) usage(("missing value after " + std::string(a)).c_str());
-            return argv[++i];
-        };
-        auto number = [&](double lo) {
-            const char* v = value();
-            char* end = nullptr;
-            const double d = std::strtod(v, &end);
-            if (end == v || *end != '\0' || !(d >= lo)) {
-                usage(("bad value for " + std::string(a) + ": " + v).c_str());
-            }
-            return d;
-        };
+    bench::arguments args(argc, argv, usage);
+    while (args.next()) {
+        const std::string_view a = args.name();
         if (a == "--rlock") {
-            o.rlock_workers = static_cast<int>(number(0));
+            o.rlock_workers = static_cast<int>(args.number(0));
         } else if (a == "--peers") {
-            o.peers = static_cast<int>(number(0));
+            o.peers = static_cast<int>(args.number(0));
         } else if (a == "--hold-ms") {
-            o.hold_ms = number(0);
+            o.hold_ms = args.number(0);
         } else if (a == "--away-ms") {
-            o.away_ms = number(0);
+            o.away_ms = args.number(0);
         } else if (a == "--seconds") {
-            o.seconds = number(0.001);
+            o.seconds = args.number(0.001);
         } else if (a == "--peer-sleep-ms") {
-            o.peer_sleep_ms = number(0);
+            o.peer_sleep_ms = args.number(0);
         } else if (a == "--uri") {
-            o.uri = value();
+            o.uri = args.value();
         } else if (a == "--name") {
-            o.name = value();
+            o.name = args.value();
         } else {
-            usage(("unknown argument " + std::string(a)).c_str());
+            args.unknown();
         }
     }
     return o;

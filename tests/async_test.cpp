@@ -27,6 +27,7 @@
 #endif
 #include "support/helpers.hpp"
 #include "support/kinds.hpp"
+#include "support/red_nodes.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
@@ -371,43 +372,14 @@ TEST_F(async_one, a_handler_may_destroy_the_client) {
 
 // ---- the locks of several keys: red_lock and multi_lock ----
 
-/// red_lock over three real servers (its own: faults and keys stay in the test).
-class async_red : public ::testing::Test {
+/// red_lock over three real servers of its own.
+class async_red : public rlock_test::red_nodes<3> {
 protected:
-    void SetUp() override {
-        for (int i = 0; i < 3; ++i) servers.push_back(std::make_unique<redis_server>());
-    }
-    std::vector<std::unique_ptr<rlock::client>> make_clients(std::chrono::milliseconds watchdog = 30s) {
-        std::vector<std::unique_ptr<rlock::client>> out;
-        for (auto& s : servers) {
-            rlock::client_options o = s->options();
-            o.lock_watchdog_timeout = watchdog;
-            o.command_timeout = 300ms;
-            o.connect_timeout = 300ms;
-            o.on_lock_lost = lost.hold_handler();
-            out.push_back(std::make_unique<rlock::client>(o));
-        }
-        return out;
-    }
-    static std::vector<rlock::client*> raw(const std::vector<std::unique_ptr<rlock::client>>& cs) {
-        std::vector<rlock::client*> out;
-        for (auto& c : cs) out.push_back(c.get());
-        return out;
-    }
-    long long keys_named(const std::string& n) {
-        long long k = 0;
-        for (auto& s : servers) k += s->integer({"EXISTS", n});
-        return k;
-    }
     long long channels() {
         long long n = 0;
         for (auto& s : servers) n += static_cast<long long>(s->cmd({"PUBSUB", "CHANNELS", "*"})->elements);
         return n;
     }
-    std::string name() const { return rlock_test::test_lock_name(); }
-
-    std::vector<std::unique_ptr<redis_server>> servers;
-    rlock_test::lost_log lost;
 };
 
 TEST_F(async_red, a_hold_is_on_every_node_excludes_and_releases_everywhere_when_destroyed) {

@@ -10,6 +10,7 @@
 
 #include "rlock/rlock.hpp"
 #include "support/helpers.hpp"
+#include "support/red_nodes.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
@@ -19,38 +20,7 @@ using rlock_test::steady;
 
 namespace {
 
-class red_lock_test : public ::testing::Test {
-protected:
-    void SetUp() override {
-        for (int i = 0; i < 5; ++i) servers.push_back(std::make_unique<redis_server>());
-    }
-    std::vector<std::unique_ptr<rlock::client>> make_clients(std::chrono::milliseconds watchdog = 30s) {
-        std::vector<std::unique_ptr<rlock::client>> out;
-        for (auto& s : servers) {
-            rlock::client_options o = s->options();
-            o.lock_watchdog_timeout = watchdog;
-            o.command_timeout = 300ms;
-            o.connect_timeout = 300ms;
-            o.on_lock_lost = lost.hold_handler();
-            out.push_back(std::make_unique<rlock::client>(o));
-        }
-        return out;
-    }
-    static std::vector<rlock::client*> raw(const std::vector<std::unique_ptr<rlock::client>>& cs) {
-        std::vector<rlock::client*> out;
-        for (auto& c : cs) out.push_back(c.get());
-        return out;
-    }
-    long long keys_named(const std::string& n, std::size_t from = 0) {
-        long long k = 0;
-        for (std::size_t i = from; i < servers.size(); ++i) k += servers[i]->integer({"EXISTS", n});
-        return k;
-    }
-    std::string name() const { return rlock_test::test_lock_name(); }
-
-    std::vector<std::unique_ptr<redis_server>> servers;
-    rlock_test::lost_log lost;
-};
+using red_lock_test = rlock_test::red_nodes<5>;
 
 TEST_F(red_lock_test, holds_the_same_token_on_every_node_and_unlock_releases_all) {
     auto clients = make_clients();

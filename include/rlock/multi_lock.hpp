@@ -591,10 +591,7 @@ private:
     template <class Token>
     auto start_async(clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
                      Token&& token) {
-        return detail::initiate<detail::acquire_signature>(
-            std::forward<Token>(token), [start = async_starter(), deadline, lease, owner](detail::completion done) {
-                return start(deadline, lease, owner, std::move(done));
-            });
+        return detail::start_with(async_starter(), deadline, lease, owner, std::forward<Token>(token));
     }
 
     // What starts an asynchronous acquire of every part, sharing their sites.

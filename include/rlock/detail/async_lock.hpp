@@ -603,6 +603,17 @@ private:
 using async_start = std::function<rlock::pending(std::chrono::steady_clock::time_point,
                                                  std::chrono::milliseconds, std::uint64_t, completion)>;
 
+/// An async_lockable's start_async for a lock whose acquires start through `start` (red_lock,
+/// multi_lock).
+template <class Token>
+auto start_with(async_start start, std::chrono::steady_clock::time_point deadline,
+                std::chrono::milliseconds lease, std::uint64_t owner, Token&& token) {
+    return initiate<acquire_signature>(std::forward<Token>(token),
+                                       [start = std::move(start), deadline, lease, owner](completion done) {
+                                           return start(deadline, lease, owner, std::move(done));
+                                       });
+}
+
 /// Starts an asynchronous acquire of `site`'s lock: posts it to the engine and returns its
 /// cancel handle. Throws `error` (connection_failed) when the client is being destroyed.
 template <class Kind>
