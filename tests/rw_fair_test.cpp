@@ -156,6 +156,44 @@ TEST(read_write_lock, a_downgrade_keeps_the_read_side_and_wakes_waiting_readers)
     EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
 }
 
+TEST(read_write_lock, readers_waiting_behind_a_writer_of_their_client_still_enter_at_a_downgrade) {
+    // A client's waiters take turns per kind: a writer queued first must not hold its client's
+    // readers back when the lock turns to read mode.
+    rlock::client a(server().options()), b(server().options());
+    rlock::read_write_lock rw(a, name()), other(b, name());
+    rw.lock();
+    rw.lock_shared();
+    std::promise<void> wrote;
+    std::thread writer([&] {
+        other.lock();
+        wrote.set_value();
+        other.unlock();
+    });
+    std::this_thread::sleep_for(200ms);  // the writer is the client's first waiter
+    std::atomic<int> reading{0};
+    std::promise<void> all_read, done;
+    std::shared_future<void> finish = done.get_future().share();
+    std::vector<std::thread> readers;
+    for (int i = 0; i < 3; ++i) {
+        readers.emplace_back([&] {
+            other.lock_shared();
+            if (++reading == 3) all_read.set_value();
+            finish.wait();
+            other.unlock_shared();
+        });
+    }
+    std::this_thread::sleep_for(200ms);
+    rw.unlock();  // downgrade: read mode, the readers may enter, the writer may not
+    auto f = all_read.get_future();
+    EXPECT_EQ(f.wait_for(5s), std::future_status::ready) << "readers waited behind their client's writer";
+    done.set_value();
+    for (auto& t : readers) t.join();
+    rw.unlock_shared();
+    auto w = wrote.get_future();
+    EXPECT_EQ(w.wait_for(5s), std::future_status::ready);
+    writer.join();
+}
+
 TEST(read_write_lock, a_reader_asking_for_the_write_side_is_would_deadlock_at_once) {
     rlock::client c(server().options());
     rlock::read_write_lock rw(c, name());

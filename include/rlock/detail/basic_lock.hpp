@@ -194,9 +194,9 @@ private:
                 }
             } leave{this, value};
             subscriber::subscription sub(*core_->sub, Kind::wait_channel(keys_, value));
-            // This client's waiters for the lock take turns: a message makes the first try,
-            // not all of them (each of which would be refused but one).
-            sub.take_turns();
+            // This client's waiters for the lock take turns, by kind: a message makes the
+            // first try, not all of them (each of which would be refused but one).
+            sub.take_turns(&Kind::info);
             sub.wait_active(std::min(deadline,
                                      clock::now() + core_->ep.options.command_timeout));
             // Used only when no message can be relied on: the subscription is not confirmed

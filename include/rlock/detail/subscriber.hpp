@@ -54,11 +54,13 @@ class subscriber {
         // The asynchronous waiters' subscriptions (subscription::on_change), called at each
         // bump under mu_.
         std::vector<const std::function<void()>*> listeners;
-        // The blocking waiters that take turns (subscription::take_turns), in arrival order:
-        // a message wakes only the first. `consumed`: the generation a waiter that took the
-        // lock had seen when it left, so that the next one waits for news after it.
-        std::deque<const void*> turns;
-        std::uint64_t consumed = 0;
+        // The blocking waiters that take turns (subscription::take_turns), in arrival order,
+        // each with its class (a lock kind: a read_write_lock's readers and writers share the
+        // channel but not their turns): a message wakes only the first of each class.
+        // `consumed`, per class: the generation a waiter that took the lock had seen when it
+        // left, so that the next one waits for news after it.
+        std::deque<std::pair<const void*, const void*>> turns;  // (waiter, class)
+        std::vector<std::pair<const void*, std::uint64_t>> consumed;
     };
 
     // A message or a reconnect: the channel's waiters retry.
@@ -155,10 +157,11 @@ public:
         /// Makes this a waiter that takes turns with the client's other blocking waiters on
         /// the channel: wait_turn() returns for news only to the first of them, so one message
         /// makes one of this client's waiters try, not all of them.
-        void take_turns() {
+        void take_turns(const void* turn_class) {
             std::lock_guard<std::mutex> g(s_.mu_);
             if (queued_) return;
-            ch_->turns.push_back(this);
+            ch_->turns.emplace_back(this, turn_class);
+            class_ = turn_class;
             queued_ = true;
         }
         /// As wait(), for a waiter that takes turns: news wakes it only while it is the first,
@@ -167,8 +170,7 @@ public:
         bool wait_turn(std::uint64_t seen, clock::time_point deadline) {
             std::unique_lock<std::mutex> g(s_.mu_);
             return ch_->cv.wait_until(g, deadline, [&] {
-                return s_.stopping_ || (ch_->generation != seen && ch_->generation > ch_->consumed &&
-                                        (!queued_ || ch_->turns.front() == this));
+                return s_.stopping_ || (ch_->generation != seen && (!queued_ || my_turn_locked()));
             });
         }
         /// Leaves the turns (the destructor does too). `took`: it leaves with the lock, so the
@@ -190,18 +192,37 @@ public:
     private:
         subscriber& s_;
         std::string channel_;
+        // First of its class, with news after the last of its class that left with the lock.
+        bool my_turn_locked() const {
+            for (const auto& [turn_class, generation] : ch_->consumed) {
+                if (turn_class == class_ && ch_->generation <= generation) return false;
+            }
+            for (const auto& [waiter, c] : ch_->turns) {
+                if (c == class_) return waiter == this;
+            }
+            return false;
+        }
         void leave_turns_locked(bool took) {
             if (!queued_) return;
             queued_ = false;
             auto& t = ch_->turns;
-            t.erase(std::find(t.begin(), t.end(), static_cast<const void*>(this)));
-            if (took) ch_->consumed = ch_->generation;
+            t.erase(std::find(t.begin(), t.end(), std::make_pair(static_cast<const void*>(this), class_)));
+            if (took) {
+                auto& c = ch_->consumed;
+                auto it = std::find_if(c.begin(), c.end(), [&](const auto& e) { return e.first == class_; });
+                if (it == c.end()) {
+                    c.emplace_back(class_, ch_->generation);
+                } else {
+                    it->second = ch_->generation;
+                }
+            }
             ch_->cv.notify_all();  // the next one may be first now
         }
 
         std::function<void()> on_change_;
         channel_state* ch_;
         bool queued_ = false;
+        const void* class_ = nullptr;
     };
 
 private:
