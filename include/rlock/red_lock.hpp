@@ -390,10 +390,11 @@ public:
             if (!sub_) {
                 std::weak_ptr<red_acquire> weak = weak_from_this();
                 sub_ = std::make_unique<subscriber::subscription>(
-                    *site_->nodes().front()->sub, site_->channel(), [this, weak, &eng] {
-                        // On the subscriber's thread: only hand the news on.
+                    *site_->nodes().front()->sub, site_->channel(), [this, weak, first = &eng] {
+                        // On the subscriber's thread: only hand the news on. `this` and the
+                        // engine outlive the subscription (the op owns it; the site, the core).
                         if (posted_.exchange(true)) return;
-                        (void)eng.post([weak] {
+                        (void)first->post([weak] {
                             if (auto self = weak.lock()) {
                                 self->posted_.store(false);
                                 self->run_round();
