@@ -182,6 +182,16 @@ public:
         return std::chrono::milliseconds(random_between(1, std::max<long long>(1, options_.retry_delay.count())));
     }
 
+    /// After a round that did not hold: whether the acquire ends now, empty (its deadline has
+    /// passed; `deadline` max: no deadline). Throws quorum_not_reached when too few nodes could
+    /// be asked: at once without a deadline, at the deadline with one.
+    bool gives_up(const round& r, clock::time_point deadline) const {
+        const bool bounded = deadline != clock::time_point::max();
+        const bool over = bounded && clock::now() >= deadline;
+        if (r.unreachable && (!bounded || over)) throw error(errc::quorum_not_reached, name_, "", r.detail);
+        return over;
+    }
+
     /// What releasing `owner`'s hold came to.
     struct released {
         std::size_t nodes = 0;  // on how many nodes our key was deleted
@@ -371,7 +381,6 @@ public:
                     n->throw_if_destroyed(site_->name(), "the client of this node has been destroyed");
                 }
             }
-            const bool bounded = deadline_ != clock::time_point::max();
             red_site::round r = site_->try_once(owner_, lease_, watched_);
             if (r.held) {
                 registry::hold_ptr record = make_hold(red_lock_info, site_->name(), r.held->value, owner_,
@@ -380,13 +389,11 @@ public:
                 finish(nullptr, rlock::hold(site_, std::move(record)));
                 return;
             }
-            if (r.unreachable && !bounded) throw error(errc::quorum_not_reached, site_->name(), "", r.detail);
-            const auto now = clock::now();
-            if (now >= deadline_) {
-                if (r.unreachable) throw error(errc::quorum_not_reached, site_->name(), "", r.detail);
+            if (site_->gives_up(r, deadline_)) {
                 finish(nullptr, rlock::hold());
                 return;
             }
+            const auto now = clock::now();
             if (!sub_) {
                 std::weak_ptr<red_acquire> weak = weak_from_this();
                 sub_ = std::make_unique<subscriber::subscription>(
@@ -536,12 +543,8 @@ private:
         for (;;) {
             const detail::red_site::round r = site_->try_once(thread, lease, watched);
             if (r.held) return true;
-            if (r.unreachable && !bounded) throw error(errc::quorum_not_reached, name(), "", r.detail);
+            if (site_->gives_up(r, deadline)) return false;
             const auto now = clock::now();
-            if (bounded && now >= deadline) {
-                if (r.unreachable) throw error(errc::quorum_not_reached, name(), "", r.detail);
-                return false;
-            }
             // Redlock's random delay between rounds, cut short by an unlock message from the
             // first node.
             if (!sub) sub.emplace(*site_->nodes().front()->sub, site_->channel());
