@@ -87,6 +87,31 @@ struct hold {
     bool refused = false;       // a renewal was refused with an error; the owner was told
 };
 
+/// Where the registry finds a hold: a thread's by kind, thread and name; a handle's (thread 0),
+/// which a thread may have several of on one name, by its hold id. `name` views the recorded
+/// hold's own name, which does not change while it is recorded, so a lookup allocates nothing.
+struct hold_key {
+    const kind_info* kind = nullptr;
+    std::uint64_t thread = 0;
+    std::string_view name;
+    std::uint64_t id = 0;
+
+    bool operator==(const hold_key& o) const noexcept {
+        return kind == o.kind && thread == o.thread && id == o.id && name == o.name;
+    }
+};
+
+struct hold_key_hash {
+    std::size_t operator()(const hold_key& k) const noexcept {
+        std::size_t h = std::hash<std::string_view>{}(k.name);
+        for (const std::size_t part : {reinterpret_cast<std::size_t>(k.kind), static_cast<std::size_t>(k.thread),
+                                       static_cast<std::size_t>(k.id)}) {
+            h ^= part + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+        }
+        return h;
+    }
+};
+
 class registry {
 public:
     using clock = std::chrono::steady_clock;
@@ -156,8 +181,10 @@ public:
 
     void add(hold_ptr h) {
         std::lock_guard<std::mutex> g(mu_);
-        std::string k = key_of(*h);
-        holds_[std::move(k)] = std::move(h);
+        // A record with the same key is replaced whole: its key views the old hold's name.
+        holds_.erase(key_of(*h));
+        const hold_key k = key_of(*h);
+        holds_.emplace(k, std::move(h));
     }
 
     /// Takes a hold out of the registry for its final unlock, and waits for a renewal batch that
@@ -296,24 +323,17 @@ private:
         return true;
     }
 
-    /// A thread's hold is found by kind, thread and name; a handle's (thread 0), which a thread
-    /// may have several of on one name, by its hold id.
-    static std::string key_of(const kind_info* kind, std::string_view name, std::uint64_t thread) {
-        std::string k(kind->name);
-        k += '\0';
-        k += std::to_string(thread);
-        k += '\0';
-        k += name;
-        return k;
+    static hold_key key_of(const kind_info* kind, std::string_view name, std::uint64_t thread) noexcept {
+        return hold_key{kind, thread, name, 0};
     }
-    static std::string key_of(const hold& h) {
-        return h.thread != 0 ? key_of(h.kind, h.name, h.thread) : "#" + std::to_string(h.id);
+    static hold_key key_of(const hold& h) noexcept {
+        return h.thread != 0 ? key_of(h.kind, h.name, h.thread) : hold_key{nullptr, 0, {}, h.id};
     }
 
     lock_lost_handler on_lost_;
     mutable std::mutex mu_;
     std::condition_variable quiet_;
-    std::unordered_map<std::string, hold_ptr> holds_;
+    std::unordered_map<hold_key, hold_ptr, hold_key_hash> holds_;
 };
 
 }  // namespace rlock::detail
