@@ -52,7 +52,7 @@ inline std::vector<node_result> fan_out(
             const connection conn{conns[i]->get(), false, nodes[i]->ep.sharded_pubsub};
             if (calls[i].s) calls[i].use(script_form::sha, conn);  // re-arm: assigned, not built here
             redisContext* c = conn.ctx;
-            if (redisAppendCommandArgv(c, calls[i].argc(), calls[i].argv.data(), calls[i].lens.data()) !=
+            if (append_command(c, calls[i].argc(), calls[i].argv(), calls[i].lens()) !=
                 REDIS_OK) {
                 throw make_error(c, nullptr, lock, nodes[i]->ep.name);
             }

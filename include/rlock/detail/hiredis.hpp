@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -123,14 +124,57 @@ inline timeval to_timeval(std::chrono::milliseconds ms) {
     return tv;
 }
 
+/// Appends one command to `c`'s output buffer, in the protocol's form (`*argc`, then `$len` and
+/// the bytes of each part), formatted here into a buffer of the calling thread and handed to
+/// hiredis whole. hiredis's own redisAppendCommandArgv formats each part with sdscatfmt: that
+/// was half the client's instructions in a lock + unlock cycle (docs/benchmarks.md). Returns
+/// REDIS_OK or REDIS_ERR, as hiredis's append functions do. `lens` null: the parts are C strings.
+inline int append_command(redisContext* c, int argc, const char* const* argv, const std::size_t* lens) {
+    // `*n\r\n` or `$n\r\n` written backwards from `end`; returns where it starts.
+    auto header = [](char* end, char kind, std::size_t n) {
+        *--end = '\n';
+        *--end = '\r';
+        do {
+            *--end = static_cast<char>('0' + n % 10);
+            n /= 10;
+        } while (n != 0);
+        *--end = kind;
+        return end;
+    };
+    constexpr std::size_t header_max = 24;  // kind, 20 digits, CR LF
+    std::size_t size = header_max;
+    for (int i = 0; i < argc; ++i) size += header_max + (lens ? lens[i] : std::strlen(argv[i])) + 2;
+    thread_local std::vector<char> buf;
+    if (buf.size() < size) buf.resize(size);
+    char* const begin = buf.data();
+    char scratch[header_max];
+    char* out = begin;
+    auto put = [&](const char* from, std::size_t n) {
+        std::memcpy(out, from, n);
+        out += n;
+    };
+    const char* h = header(scratch + header_max, '*', static_cast<std::size_t>(argc));
+    put(h, static_cast<std::size_t>(scratch + header_max - h));
+    for (int i = 0; i < argc; ++i) {
+        const std::size_t len = lens ? lens[i] : std::strlen(argv[i]);
+        h = header(scratch + header_max, '$', len);
+        put(h, static_cast<std::size_t>(scratch + header_max - h));
+        put(argv[i], len);
+        put("\r\n", 2);
+    }
+    const int status = redisAppendFormattedCommand(c, begin, static_cast<std::size_t>(out - begin));
+    constexpr std::size_t keep_at_most = std::size_t{64} << 10;
+    if (buf.size() > keep_at_most) std::vector<char>().swap(buf);  // a rare big command: not kept
+    return status;
+}
+
 /// Sends one command and reads its reply. Returns null only with ctx->err set.
 inline reply_ptr command_argv(const connection& conn, int argc, const char** argv,
                               const std::size_t* lens) {
     redisContext* c = conn.ctx;
     if (conn.asking) {
         // ASKING and the command in one round trip; ASKING's own +OK is dropped.
-        if (redisAppendCommand(c, "ASKING") != REDIS_OK ||
-            redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK) {
+        if (redisAppendCommand(c, "ASKING") != REDIS_OK || append_command(c, argc, argv, lens) != REDIS_OK) {
             return nullptr;
         }
         void* raw = nullptr;
@@ -140,7 +184,10 @@ inline reply_ptr command_argv(const connection& conn, int argc, const char** arg
         if (redisGetReply(c, &raw) != REDIS_OK) return nullptr;
         return reply_ptr(static_cast<redisReply*>(raw));
     }
-    return reply_ptr(static_cast<redisReply*>(redisCommandArgv(c, argc, argv, lens)));
+    if (append_command(c, argc, argv, lens) != REDIS_OK) return nullptr;
+    void* raw = nullptr;
+    if (redisGetReply(c, &raw) != REDIS_OK) return nullptr;
+    return reply_ptr(static_cast<redisReply*>(raw));
 }
 
 inline reply_ptr command_argv(redisContext* c, int argc, const char** argv, const std::size_t* lens) {

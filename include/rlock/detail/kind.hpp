@@ -87,8 +87,7 @@ inline std::string batch_renew_lua(std::string_view held, std::string_view exten
 inline script_call acquire_call(const script& s, const lock_keys& k, bool fencing,
                                 std::initializer_list<std::string_view> args) {
     script_call call;
-    call.argv.reserve(4 + args.size());
-    call.lens.reserve(4 + args.size());
+    call.reserve(4 + args.size());
     call.start(s, fencing ? 2 : 1);
     call.push(k.name);
     if (fencing) call.push(k.fencing);

@@ -130,9 +130,9 @@ return 0
         const std::size_t pttl_len[2] = {4, k.name.size()};
         const char* get[2] = {"GET", k.name.data()};
         const std::size_t get_len[2] = {3, k.name.size()};
-        redisAppendCommandArgv(c.ctx, 6, set, set_len);
-        redisAppendCommandArgv(c.ctx, 2, pttl, pttl_len);
-        redisAppendCommandArgv(c.ctx, 2, get, get_len);
+        append_command(c.ctx, 6, set, set_len);
+        append_command(c.ctx, 2, pttl, pttl_len);
+        append_command(c.ctx, 2, get, get_len);
         reply_ptr replies[3];  // SET, PTTL, GET
         for (reply_ptr& reply : replies) {
             void* raw = nullptr;

@@ -55,28 +55,34 @@ private:
 /// How a script is sent: EVALSHA with its digest, or EVAL with its text.
 enum class script_form { sha, body };
 
-/// Builds argv for EVALSHA (or EVAL) sha numkeys keys... args... into caller-owned vectors, so
-/// the same buffers serve the retry and a pipeline of many calls.
-
+/// The argv of one command: EVALSHA sha numkeys keys... args... (or a plain command), with the
+/// first `inline_parts` parts in the object itself and the rest on the heap, so a lock's call
+/// (three to eight parts) allocates nothing. The same object serves the NOSCRIPT retry and, kept
+/// in a vector, a pipeline of many calls.
 struct script_call {
+    static constexpr std::size_t inline_parts = 10;
+
     const script* s = nullptr;
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
     char numkeys[12] = {};
 
     script_call() = default;
     script_call(const script& sc, std::initializer_list<std::string_view> keys,
                 std::initializer_list<std::string_view> args) {
+        reserve(3 + keys.size() + args.size());
         start(sc, keys.size());
-        argv.reserve(3 + keys.size() + args.size());
-        lens.reserve(3 + keys.size() + args.size());
         for (std::string_view k : keys) push(k);
         for (std::string_view a : args) push(a);
     }
+    /// Room for `n` parts without a reallocation while pushing (a call of more than
+    /// inline_parts parts).
+    void reserve(std::size_t n) {
+        if (n <= inline_parts) return;
+        more_argv_.reserve(n);
+        more_lens_.reserve(n);
+    }
     void start(const script& sc, std::size_t nkeys) {
         s = &sc;
-        argv.clear();
-        lens.clear();
+        clear();
         // Decimal by hand: snprintf was a visible share of the hot path's instructions.
         char digits[12];
         std::size_t n = 0;
@@ -90,23 +96,50 @@ struct script_call {
         push(sc.sha());
         push(numkeys);
     }
+    void clear() noexcept {
+        count_ = 0;
+        more_argv_.clear();
+        more_lens_.clear();
+    }
     void push(std::string_view part) {
-        argv.push_back(part.data());
-        lens.push_back(part.size());
+        if (count_ < inline_parts && more_argv_.empty()) {
+            argv_[count_] = part.data();
+            lens_[count_] = part.size();
+        } else {
+            if (more_argv_.empty()) {  // the first part past the inline ones: move them over
+                more_argv_.assign(argv_, argv_ + count_);
+                more_lens_.assign(lens_, lens_ + count_);
+            }
+            more_argv_.push_back(part.data());
+            more_lens_.push_back(part.size());
+        }
+        ++count_;
     }
     /// Arms the call as EVALSHA sha or EVAL body, in the form `c` asks for (SPUBLISH when
     /// c.sharded_publish). Also re-points numkeys at this object's own buffer, so a call that
-    /// was moved (kept in a vector) is safe to send.
+    /// was copied or moved (kept in a vector) is safe to send.
     void use(script_form form, const connection& c) {
         const bool body = form == script_form::body;
         const bool sharded = c.sharded_publish;
-        argv[2] = numkeys;
-        argv[0] = body ? "EVAL" : "EVALSHA";
-        lens[0] = body ? 4 : 7;
-        argv[1] = body ? s->body(sharded).data() : s->sha(sharded).data();
-        lens[1] = body ? s->body(sharded).size() : s->sha(sharded).size();
+        set(0, body ? std::string_view("EVAL") : std::string_view("EVALSHA"));
+        set(1, body ? s->body(sharded) : std::string_view(s->sha(sharded)));
+        set(2, numkeys);
     }
-    int argc() const noexcept { return static_cast<int>(argv.size()); }
+    int argc() const noexcept { return static_cast<int>(count_); }
+    const char** argv() noexcept { return more_argv_.empty() ? argv_ : more_argv_.data(); }
+    const std::size_t* lens() const noexcept { return more_lens_.empty() ? lens_ : more_lens_.data(); }
+
+private:
+    void set(std::size_t i, std::string_view part) noexcept {
+        argv()[i] = part.data();
+        (more_lens_.empty() ? lens_ : more_lens_.data())[i] = part.size();
+    }
+
+    std::size_t count_ = 0;
+    const char* argv_[inline_parts] = {};
+    std::size_t lens_[inline_parts] = {};
+    std::vector<const char*> more_argv_;  // every part, once there are more than inline_parts
+    std::vector<std::size_t> more_lens_;
 };
 
 /// Runs a script: EVALSHA, and after NOSCRIPT (SCRIPT FLUSH, a restarted server) EVAL with the
@@ -114,10 +147,10 @@ struct script_call {
 inline reply_ptr run_script(const connection& c, script_call& call, std::string_view lock,
                             std::string_view server) {
     call.use(c.asking ? script_form::body : script_form::sha, c);
-    reply_ptr r = command_argv(c, call.argc(), call.argv.data(), call.lens.data());
+    reply_ptr r = command_argv(c, call.argc(), call.argv(), call.lens());
     if (reply_is_error(r.get(), "NOSCRIPT")) {
         call.use(script_form::body, c);
-        r = command_argv(c, call.argc(), call.argv.data(), call.lens.data());
+        r = command_argv(c, call.argc(), call.argv(), call.lens());
     }
     if (!r || r->type == REDIS_REPLY_ERROR) throw make_error(c, r.get(), lock, server);
     return r;

@@ -296,7 +296,7 @@ private:
         for (auto& [name, sub] : ops) {
             const char* argv[2] = {sub ? "SUBSCRIBE" : "UNSUBSCRIBE", name.c_str()};
             const std::size_t lens[2] = {sub ? 9u : 11u, name.size()};
-            if (redisAppendCommandArgv(c, 2, argv, lens) != REDIS_OK) return false;
+            if (append_command(c, 2, argv, lens) != REDIS_OK) return false;
             ++inflight_[name];
         }
         int done = 0;
@@ -369,7 +369,7 @@ private:
     static bool append(shard& s, const char* cmd, const std::string& name) {
         const char* argv[2] = {cmd, name.c_str()};
         const std::size_t lens[2] = {std::char_traits<char>::length(cmd), name.size()};
-        if (redisAppendCommandArgv(s.c.get(), 2, argv, lens) != REDIS_OK) return false;
+        if (append_command(s.c.get(), 2, argv, lens) != REDIS_OK) return false;
         s.sent.emplace_back(name, cmd[1] == 'S');  // SSUBSCRIBE, not SUNSUBSCRIBE
         s.unwritten = true;
         return true;

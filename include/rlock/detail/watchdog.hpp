@@ -213,7 +213,7 @@ private:
                       std::vector<batch*>* redirected) const {
         for (batch* b : list) {
             b->call.use(script_form::sha, c);
-            if (redisAppendCommandArgv(c.ctx, b->call.argc(), b->call.argv.data(), b->call.lens.data()) !=
+            if (append_command(c.ctx, b->call.argc(), b->call.argv(), b->call.lens()) !=
                 REDIS_OK) {
                 throw make_error(c, nullptr, "", ep.name);
             }
