@@ -259,8 +259,10 @@ return held
         return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
     }
 
+    /// A fair lock's release wakes its queue's head alone, and a newcomer queues behind it:
+    /// nothing for the releaser to hold back for (no `woken`).
     static long long release(const connection& c, const lock_keys& k, std::string_view holder,
-                             std::string_view server) {
+                             std::string_view server, long long* /*woken*/ = nullptr) {
         return eval_integer(c, release_script(), {k.name, k.queue, k.timeouts, k.channel}, {holder}, k.name, server);
     }
 

@@ -98,10 +98,20 @@ inline script_call acquire_call(const script& s, const lock_keys& k, bool fencin
 /// Kind hooks with their usual meaning; a Kind derives from this and hides what it changes.
 /// One run of `release_script`, for the kinds whose release takes KEYS[1] the lock, ARGV[1] the
 /// holder's value and ARGV[2] the channel (mutex, reentrant_lock, both sides of
-/// read_write_lock). Returns what the script does: -1 not held, else the levels left.
+/// read_write_lock). Returns what the script does: -1 not held, else the levels left. A
+/// release that published answers {0, subscribers reached}: that count goes to `woken` (0 when
+/// it did not publish), so that a releaser knows it woke someone (client_core::note_woken).
 inline long long release_by(const script& release_script, const connection& c, const lock_keys& k,
-                            std::string_view value, std::string_view server) {
-    return eval_integer(c, release_script, {k.name}, {value, k.channel}, k.name, server);
+                            std::string_view value, std::string_view server, long long* woken = nullptr) {
+    script_call call(release_script, {k.name}, {value, k.channel});
+    reply_ptr r = run_script(c, call, k.name, server);
+    if (woken) *woken = 0;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+        r->element[1]->type == REDIS_REPLY_INTEGER) {
+        if (woken) *woken = r->element[1]->integer;
+        return r->element[0]->integer;
+    }
+    return reply_integer(r.get(), k.name, server);
 }
 
 struct kind_defaults {

@@ -55,7 +55,8 @@ end
     /// Need read_failed before them:
     ///   mutex_read(key)          the key's value (false: none, or a key of another type), or
     ///                            nil and the error reply to return
-    ///   mutex_leave(key, channel)       deletes the key its holder released, wakes waiters
+    ///   mutex_leave(key, channel)       deletes the key its holder released, wakes waiters;
+    ///                                   returns how many subscribers the message reached
     static constexpr std::string_view lua_release_steps = R"lua(
 local function mutex_read(key)
     local v = redis.pcall('get', key)
@@ -64,21 +65,20 @@ local function mutex_read(key)
 end
 local function mutex_leave(key, channel)
     redis.call('del', key)
-    redis.call('publish', channel, '0')
+    return redis.call('publish', channel, '0')
 end
 )lua";
 
     /// Compare-and-delete, then wake the waiters.
     /// KEYS[1] lock key; ARGV[1] token, ARGV[2] channel.
-    /// Returns 0 when deleted (and `0` published), -1 when the key holds another value or none
-    /// (or another type). Any other error reading it (an ACL's refusal) is the script's error.
+    /// Returns {0, subscribers reached} when deleted (and `0` published), -1 when the key holds
+    /// another value or none (or another type). Any other error reading it (an ACL's refusal) is the script's error.
     static const script& release_script() {
         static const script s(with_read_failed(std::string(lua_release_steps) + R"lua(
 local value, failed = mutex_read(KEYS[1])
 if failed then return failed end
 if value ~= ARGV[1] then return -1 end
-mutex_leave(KEYS[1], ARGV[2])
-return 0
+return {0, mutex_leave(KEYS[1], ARGV[2])}
 )lua"));
         return s;
     }
@@ -157,8 +157,8 @@ return 0
     }
 
     static long long release(const connection& c, const lock_keys& k, std::string_view token,
-                             std::string_view server) {
-        return release_by(release_script(), c, k, token, server);
+                             std::string_view server, long long* woken = nullptr) {
+        return release_by(release_script(), c, k, token, server, woken);
     }
 
     static bool held(const connection& c, const lock_keys& k, std::string_view token,

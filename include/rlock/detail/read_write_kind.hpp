@@ -123,8 +123,8 @@ struct rw_kind_base : kind_defaults {
 
     /// `field`: the holder id (read side) or "<holder id>:write" (write side).
     static long long release(const connection& c, const lock_keys& k, std::string_view field,
-                             std::string_view server) {
-        return release_by(Side::release_script(), c, k, field, server);
+                             std::string_view server, long long* woken = nullptr) {
+        return release_by(Side::release_script(), c, k, field, server, woken);
     }
 
     static bool held(const connection& c, const lock_keys& k, std::string_view field,
@@ -198,7 +198,8 @@ return {1, n, fencing_token(KEYS[2], ARGV[4], had)}
     /// Leave one read level. KEYS[1] lock hash; ARGV[1] holder id, ARGV[2] channel.
     /// Deletes the hold's own key. When the holder's last level goes and no live reader (nor
     /// writer) remains, deletes the hash and publishes `0`; otherwise the hash lives on for the
-    /// longest remaining reader hold. Returns -1 not held, n > 0 levels left, 0 released.
+    /// longest remaining reader hold. Returns -1 not held, n > 0 levels left, 0 released
+    /// (readers remain), {0, subscribers reached} released and published.
     /// Mode and count come in one HMGET; when the hash holds nothing but `mode` and this
     /// holder (the common case), the last level deletes it without scanning for other readers.
     /// An inner level checks the count HINCRBY will step before it deletes the level's key.
@@ -214,8 +215,7 @@ if count > 1 then
 end
 if mode == 'read' and redis.call('hlen', KEYS[1]) == 2 then
     redis.call('del', hold_key(KEYS[1], ARGV[1], 1), KEYS[1])
-    redis.call('publish', ARGV[2], '0')
-    return 0
+    return {0, redis.call('publish', ARGV[2], '0')}
 end
 if mode == 'read' then touch_holds(KEYS[1]) end
 redis.call('del', hold_key(KEYS[1], ARGV[1], 1))
@@ -227,8 +227,7 @@ if alive > 0 then
     return 0
 end
 redis.call('del', KEYS[1])
-redis.call('publish', ARGV[2], '0')
-return 0
+return {0, redis.call('publish', ARGV[2], '0')}
 )lua"));
         return s;
     }
@@ -318,8 +317,8 @@ return {0, redis.call('pttl', KEYS[1])}
     /// The last level deletes the hash, or, when the holder still has read holds (a
     /// downgrade), switches mode to read and gives the hash the longest remaining read hold's
     /// TTL; either way it publishes `1` to wake every waiter.
-    /// Returns -1 not held, n > 0 levels left, 0 released. A hash holding nothing but `mode`
-    /// and this holder's field is deleted without the reader scan.
+    /// Returns -1 not held, n > 0 levels left, {0, subscribers reached} released. A hash
+    /// holding nothing but `mode` and this holder's field is deleted without the reader scan.
     static const script& release_script() {
         static const script s(with_rw_helpers(R"lua(
 local mode, count, _, failed = held_level(ARGV[1])
@@ -341,8 +340,7 @@ else
         redis.call('pexpire', KEYS[1], longest)
     end
 end
-redis.call('publish', ARGV[2], '1')
-return 0
+return {0, redis.call('publish', ARGV[2], '1')}
 )lua"));
         return s;
     }

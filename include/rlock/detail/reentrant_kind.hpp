@@ -34,7 +34,8 @@ end
     ///                                   nil and the error reply to return
     ///   reentrant_leave(key, channel, holder, count)  one level less (`count` as read): the
     ///                                   levels left, or 0 when the last one deleted the key and
-    ///                                   woke the waiters
+    ///                                   woke the waiters, and then also how many subscribers
+    ///                                   the message reached
     static constexpr std::string_view lua_release_steps = R"lua(
 local function reentrant_read(key, holder)
     local v = redis.pcall('hget', key, holder)
@@ -46,8 +47,7 @@ local function reentrant_leave(key, channel, holder, count)
         return redis.call('hincrby', key, holder, -1)
     end
     redis.call('del', key)
-    redis.call('publish', channel, '0')
-    return 0
+    return 0, redis.call('publish', channel, '0')
 end
 )lua";
 
@@ -82,7 +82,8 @@ return {1, n, token}
 
     /// Leave one level. KEYS[1] lock hash; ARGV[1] holder id, ARGV[2] channel.
     /// Returns -1 when the holder has no field (not held, expired, or not a hash), the count
-    /// left when still held, 0 when this was the last level (deleted, `0` published).
+    /// left when still held, {0, subscribers reached} when this was the last level (deleted,
+    /// `0` published).
     /// An inner level keeps the TTL as it is: the watchdog or the lease governs it. The count is
     /// read first (HGET, which a key of another type answers with an error pcall keeps), so the
     /// last level costs no HINCRBY. Errors other than WRONGTYPE (an ACL's refusal) are returned
@@ -92,7 +93,9 @@ return {1, n, token}
 local count, failed = reentrant_read(KEYS[1], ARGV[1])
 if failed then return failed end
 if not count then return -1 end
-return reentrant_leave(KEYS[1], ARGV[2], ARGV[1], count)
+local left, woken = reentrant_leave(KEYS[1], ARGV[2], ARGV[1], count)
+if woken then return {left, woken} end
+return left
 )lua"));
         return s;
     }
@@ -135,8 +138,8 @@ return reentrant_leave(KEYS[1], ARGV[2], ARGV[1], count)
     }
 
     static long long release(const connection& c, const lock_keys& k, std::string_view holder,
-                             std::string_view server) {
-        return release_by(release_script(), c, k, holder, server);
+                             std::string_view server, long long* woken = nullptr) {
+        return release_by(release_script(), c, k, holder, server, woken);
     }
 
     static bool held(const connection& c, const lock_keys& k, std::string_view holder,
