@@ -160,6 +160,34 @@ TYPED_TEST(lock_test, a_clients_blocked_waiters_take_turns_one_unlock_makes_one_
     EXPECT_FALSE(mine.is_locked());
 }
 
+// A thread that locks again right after its unlock used to beat, every time, the waiter its
+// unlock message had just woken (that waiter waited seconds: docs/benchmarks.md, A = 0).
+TYPED_TEST(lock_test, a_thread_that_locks_again_at_once_lets_the_waiter_it_woke_go_first) {
+    rlock::client looping(this->options()), waiting(this->options());
+    TypeParam mine(looping, this->name()), theirs(waiting, this->name());
+    mine.lock();
+    std::atomic<int> cycles{0};
+    std::atomic<int> cycles_before_theirs{-1};
+    std::thread waiter([&] {
+        if (theirs.try_lock_for(30s)) {
+            cycles_before_theirs = cycles.load();
+            theirs.unlock();
+        }
+    });
+    std::this_thread::sleep_for(500ms);  // the waiter has tried once and is waiting
+    constexpr int most = 1000;  // bounded: without the courtesy the waiter is rarely let in
+    for (int i = 0; i < most && cycles_before_theirs.load() < 0; ++i) {
+        std::this_thread::sleep_for(1ms);  // holding, as a section does: the waiter is waiting
+        mine.unlock();
+        mine.lock();
+        ++cycles;
+    }
+    mine.unlock();
+    waiter.join();
+    ASSERT_GE(cycles_before_theirs.load(), 0) << "the waiter never got the lock in " << most << " cycles";
+    EXPECT_LE(cycles_before_theirs.load(), 20) << "the re-locking thread kept winning";
+}
+
 TYPED_TEST(lock_test, a_leased_hold_expires_after_its_lease_and_is_not_renewed) {
     rlock::client holder(this->options(300ms)), other(this->options());
     TypeParam mine(holder, this->name()), theirs(other, this->name());

@@ -383,7 +383,9 @@ public:
                 // back as a blocking waiter's first loop try is (race_pacing): the engine's hop
                 // already makes it later than a blocking newcomer's, which lands before the
                 // release it would otherwise race.
-                const std::chrono::microseconds pause = race_.pause();
+                // So does a newcomer after this client's release that woke waiters (note_woken).
+                const std::chrono::microseconds pause =
+                    std::max(race_.pause(), core.courtesy_left(site_->name()));
                 if (may_wait && pause.count() > 0) {
                     // The timer owns the operation until then (nothing else does).
                     std::shared_ptr<async_waiter> self = shared_from_this();

@@ -176,6 +176,13 @@ private:
         if (watched) lease = watchdog;
         std::string value = Kind::value_for(*core_, thread, Kind::reentrant);
         const bool may_wait = clock::now() < deadline;
+        if constexpr (Kind::races) {
+            // This client's last release of the lock woke waiters: they go first (note_woken).
+            const std::chrono::microseconds courtesy = core_->courtesy_left(name());
+            if (may_wait && courtesy.count() > 0) {
+                std::this_thread::sleep_until(std::min(deadline, clock::now() + courtesy));
+            }
+        }
 
         auto sent = clock::now();
         acquire_result r = attempt(value, lease, may_wait ? try_kind::first : try_kind::only);

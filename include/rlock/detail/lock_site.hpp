@@ -78,15 +78,16 @@ public:
         const bool last = h->count == 1;
         if (last) reg.remove(h);
         long long left = 0;
+        long long woken = 0;  // subscribers the final release's message reached
         try {
-            left = release(h->value, last ? on_break::retry : on_break::fail);
+            left = release(h->value, last ? on_break::retry : on_break::fail, &woken);
             // Redis still counts levels after this thread's last one: a re-entry whose reply was
             // lost (the connection broke after the script ran) added a level this thread never
             // counted. It is this thread's, so the final unlock drains it; left alone, the lock
             // would outlive the unlock until its lease ran out, and the thread's next lock()
             // would re-enter the leftover hash with a count its unlocks never bring to zero.
             for (int extra = 0; last && left > 0 && extra < 64; ++extra) {
-                left = release(h->value, on_break::retry);
+                left = release(h->value, on_break::retry, &woken);
             }
         } catch (const error& e) {
             if (!last) --h->count;
@@ -95,6 +96,7 @@ public:
             return;
         }
         if (!last) --h->count;
+        if (last && left == 0 && woken > 0) core_->note_woken(name());
         if (left < 0 && !reg.ended_by_lease(*h)) {
             // Not ours any more. Marked first: an on_lock_lost handler that asks lost() sees it.
             if (last) lost_last();
@@ -228,9 +230,11 @@ public:
     // connection the server had closed before the first try is never used for it (pool:
     // closed_while_idle), so a restart between the hold and its unlock does not even need the
     // retry to be noticed.
-    long long release(const std::string& value, on_break broken_then) const {
+    // `woken`, when given: how many subscribers the release's unlock message reached (0 when
+    // it published none).
+    long long release(const std::string& value, on_break broken_then, long long* woken = nullptr) const {
         const auto [left, first_did_it] = run_release(core_->pool, name(), broken_then, [&](const connection& c) {
-            const long long l = Kind::release(c, keys_, value, server());
+            const long long l = Kind::release(c, keys_, value, server(), woken);
             // Replica sync: a shortfall is not an error here (see client_options).
             if (l >= 0 && core_->ep.options.sync_replicas > 0) core_->wait_for_replicas(c, name());
             return l;
