@@ -379,13 +379,12 @@ public:
                 }
             }
             if constexpr (Kind::races) {
-                // While this client loses races for the lock, a newcomer holds its first try
-                // back as a blocking waiter's first loop try is (race_pacing): the engine's hop
-                // already makes it later than a blocking newcomer's, which lands before the
-                // release it would otherwise race.
-                // So does a newcomer after this client's release that woke waiters (note_woken).
+                // As a blocking newcomer does (basic_lock::acquire), the first try lets the
+                // waiters a release has just woken go first: while this client loses races for
+                // the lock (race_pacing::newcomer_pause), and after this client's own release
+                // that woke waiters (note_woken). Waited on a timer, not on the engine thread.
                 const std::chrono::microseconds pause =
-                    std::max(race_.pause(), core.courtesy_left(site_->name()));
+                    std::max(race_.newcomer_pause(), core.courtesy_left(site_->name()));
                 if (may_wait && pause.count() > 0) {
                     // The timer owns the operation until then (nothing else does).
                     std::shared_ptr<async_waiter> self = shared_from_this();

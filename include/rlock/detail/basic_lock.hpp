@@ -177,10 +177,13 @@ private:
         std::string value = Kind::value_for(*core_, thread, Kind::reentrant);
         const bool may_wait = clock::now() < deadline;
         if constexpr (Kind::races) {
-            // This client's last release of the lock woke waiters: they go first (note_woken).
-            const std::chrono::microseconds courtesy = core_->courtesy_left(name());
-            if (may_wait && courtesy.count() > 0) {
-                std::this_thread::sleep_until(std::min(deadline, clock::now() + courtesy));
+            // A newcomer lets the waiters a release has just woken go first: those of this
+            // client's own release (note_woken), and, while this client loses races for the
+            // lock, whoever is woken as it arrives (race_pacing::newcomer_pause).
+            const std::chrono::microseconds pause =
+                std::max(core_->courtesy_left(name()), race_pacing(core_->lost_races(name())).newcomer_pause());
+            if (may_wait && pause.count() > 0) {
+                std::this_thread::sleep_until(std::min(deadline, clock::now() + pause));
             }
         }
 
