@@ -222,12 +222,8 @@ public:
         released out;
         std::size_t unanswered = 0;
         for (const auto& r : release_all(token)) {
-            // The release script answers {0, subscribers reached} when it deleted our key.
-            const redisReply* x = r.reply.get();
-            if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-                x->element[0]->type == REDIS_REPLY_INTEGER && x->element[0]->integer == 0) {
-                ++out.nodes;
-            }
+            long long left = -1, woken = 0;
+            if (read_release(r.reply.get(), left, woken) && left == 0) ++out.nodes;
             if (r.failure) ++unanswered;  // paused, slow or unreachable: may still hold our key
         }
         // Reported here, once, as basic_lock's unlock reports a lost hold: a watched hold whose

@@ -384,8 +384,8 @@ public:
                 // the lock (race_pacing::newcomer_pause), and after this client's own release
                 // that woke waiters (note_woken). Waited on a timer, not on the engine thread.
                 const std::chrono::microseconds pause =
-                    std::max(race_.newcomer_pause(), core.courtesy_left(site_->name()));
-                if (may_wait && pause.count() > 0) {
+                    may_wait ? race_.newcomer_pause(core.courtesy_left(site_->name())) : std::chrono::microseconds(0);
+                if (pause.count() > 0) {
                     // The timer owns the operation until then (nothing else does).
                     std::shared_ptr<async_waiter> self = shared_from_this();
                     (void)core.eng.at(clock::now() + pause, [self, key, channel] {

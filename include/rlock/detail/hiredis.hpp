@@ -172,20 +172,15 @@ inline int append_command(redisContext* c, int argc, const char* const* argv, co
 inline reply_ptr command_argv(const connection& conn, int argc, const char** argv,
                               const std::size_t* lens) {
     redisContext* c = conn.ctx;
+    // With `asking`, ASKING and the command in one round trip; ASKING's own +OK is dropped.
+    if (conn.asking && redisAppendCommand(c, "ASKING") != REDIS_OK) return nullptr;
+    if (append_command(c, argc, argv, lens) != REDIS_OK) return nullptr;
+    void* raw = nullptr;
     if (conn.asking) {
-        // ASKING and the command in one round trip; ASKING's own +OK is dropped.
-        if (redisAppendCommand(c, "ASKING") != REDIS_OK || append_command(c, argc, argv, lens) != REDIS_OK) {
-            return nullptr;
-        }
-        void* raw = nullptr;
         if (redisGetReply(c, &raw) != REDIS_OK) return nullptr;
         reply_ptr ok(static_cast<redisReply*>(raw));
         raw = nullptr;
-        if (redisGetReply(c, &raw) != REDIS_OK) return nullptr;
-        return reply_ptr(static_cast<redisReply*>(raw));
     }
-    if (append_command(c, argc, argv, lens) != REDIS_OK) return nullptr;
-    void* raw = nullptr;
     if (redisGetReply(c, &raw) != REDIS_OK) return nullptr;
     return reply_ptr(static_cast<redisReply*>(raw));
 }

@@ -95,6 +95,24 @@ inline script_call acquire_call(const script& s, const lock_keys& k, bool fencin
     return call;
 }
 
+/// Reads a release script's answer: an integer (-1 not held, or the levels left), or, from a
+/// release that deleted the lock and published, {0, subscribers reached}. False for any other
+/// shape; `woken` is 0 unless the answer carried a count.
+inline bool read_release(const redisReply* r, long long& left, long long& woken) noexcept {
+    woken = 0;
+    if (r && r->type == REDIS_REPLY_INTEGER) {
+        left = r->integer;
+        return true;
+    }
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->type != REDIS_REPLY_INTEGER) {
+        return false;
+    }
+    left = r->element[0]->integer;
+    woken = r->element[1]->integer;
+    return true;
+}
+
 /// Kind hooks with their usual meaning; a Kind derives from this and hides what it changes.
 /// One run of `release_script`, for the kinds whose release takes KEYS[1] the lock, ARGV[1] the
 /// holder's value and ARGV[2] the channel (mutex, reentrant_lock, both sides of
@@ -105,13 +123,12 @@ inline long long release_by(const script& release_script, const connection& c, c
                             std::string_view value, std::string_view server, long long* woken = nullptr) {
     script_call call(release_script, {k.name}, {value, k.channel});
     reply_ptr r = run_script(c, call, k.name, server);
-    if (woken) *woken = 0;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
-        r->element[1]->type == REDIS_REPLY_INTEGER) {
-        if (woken) *woken = r->element[1]->integer;
-        return r->element[0]->integer;
+    long long left = 0, reached = 0;
+    if (!read_release(r.get(), left, reached)) {
+        throw error(errc::protocol_error, k.name, server, "unexpected reply from the release script");
     }
-    return reply_integer(r.get(), k.name, server);
+    if (woken) *woken = reached;
+    return left;
 }
 
 struct kind_defaults {

@@ -58,7 +58,11 @@ public:
     /// p99 wait was 8.3-8.9 ms, with 400 µs 1 % and 3.2-6.2 ms, with 800 µs the second oldest
     /// won a third and the p99 was 10 ms; blocking mutex (no pause before), p99 6.7-7.5 ms
     /// against 4.9-5.6 ms with it.
-    std::chrono::microseconds newcomer_pause() const { return round_ == 0 ? 2 * pause() : pause(); }
+    /// `courtesy`: what is left of this client's courtesy after its own release woke waiters
+    /// (client_core::courtesy_left); the pause is the larger of the two.
+    std::chrono::microseconds newcomer_pause(std::chrono::microseconds courtesy) const {
+        return std::max(courtesy, round_ == 0 ? 2 * pause() : pause());
+    }
 
     /// After each try: `woken` when the wait before it ended with a message. Keeps lost_races:
     /// -1 for an acquisition; +2 (up to max_lost_races) when a try an unlock message woke was
