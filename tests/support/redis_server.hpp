@@ -56,6 +56,44 @@ inline int free_port() {
     throw std::runtime_error("free_port: no free loopback port at or below 55535");
 }
 
+/// Whether process `pid` holds the socket listening on loopback `port`. A server that could not
+/// bind its port (another test's server took it between free_port and the bind) exits soon, but
+/// until then a PING on that port is answered by the other server: only the listener's owner
+/// tells the two apart (PING, INFO and the log do not, for every version, Sentinel and
+/// requirepass alike).
+inline bool listens_on(pid_t pid, int port) {
+    char want[16];
+    std::snprintf(want, sizeof want, ":%04X", port);
+    std::vector<std::string> inodes;
+    for (const char* table : {"/net/tcp", "/net/tcp6"}) {
+        std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + table).c_str(), "r");
+        if (!f) continue;
+        char line[512];
+        while (std::fgets(line, sizeof line, f)) {
+            char local[64], remote[64], state[8];
+            unsigned long inode = 0;
+            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+            if (std::sscanf(line, " %*s %63s %63s %7s %*s %*s %*s %*s %*s %lu", local, remote,
+                            state, &inode) == 4 &&
+                std::string_view(state) == "0A" && std::string_view(local).size() > 5 &&
+                std::string_view(local).substr(std::string_view(local).size() - 5) == want) {
+                inodes.push_back("socket:[" + std::to_string(inode) + "]");
+            }
+        }
+        std::fclose(f);
+    }
+    if (inodes.empty()) return false;
+    std::error_code ec;
+    for (const auto& fd : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+        std::error_code link_ec;
+        const std::string target = fs::read_symlink(fd.path(), link_ec).string();
+        for (const std::string& i : inodes) {
+            if (target == i) return true;
+        }
+    }
+    return false;
+}
+
 /// One redis-server child process. Dies with the test process (PR_SET_PDEATHSIG).
 class redis_server {
 public:
@@ -191,7 +229,7 @@ private:
                 return false;  // exited: port taken, or no binary
             }
             rlock::detail::context_ptr c(redisConnect("127.0.0.1", port_));
-            if (c && !c->err) {
+            if (c && !c->err && listens_on(pid_, port_)) {
                 rlock::detail::reply_ptr r = rlock::detail::command(c.get(), {"PING"});
                 // PONG, or NOAUTH from a server with requirepass: either way it is serving.
                 if (r && (r->type == REDIS_REPLY_STATUS ||
