@@ -221,9 +221,19 @@ public:
         }
         released out;
         std::size_t unanswered = 0;
-        for (const auto& r : release_all(token)) {
+        std::optional<error> refused;  // the first node that answered with an error
+        const std::vector<node_result> results = release_all(token);
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            const node_result& r = results[i];
             long long left = -1, woken = 0;
-            if (read_release(r.reply.get(), left, woken) && left == 0) ++out.nodes;
+            if (read_release(r.reply.get(), left, woken) && left == 0) {
+                ++out.nodes;
+            } else if (r.reply && r.reply->type == REDIS_REPLY_ERROR) {
+                // Refused (an ACL, OOM, a script error): not "not held", and our key is still
+                // there as far as we know; the owner hears the error itself.
+                ++unanswered;
+                if (!refused) refused = make_error(nullptr, r.reply.get(), name_, nodes_[i]->ep.name);
+            }
             if (r.failure) ++unanswered;  // paused, slow or unreachable: may still hold our key
         }
         // Reported here, once, as basic_lock's unlock reports a lost hold: a watched hold whose
@@ -237,7 +247,13 @@ public:
         // to be gone.
         const bool expected = was_lost && !watched;
         const bool short_of_quorum = out.nodes + unanswered < quorum() && !expected;
-        if (((was_lost && watched) || short_of_quorum) && group) {
+        if (refused && out.nodes < quorum() && !short_of_quorum && !expected && group) {
+            // Not released on a majority because nodes refused: told as their error (the
+            // keys they kept end with their lease), as a refused mutex unlock is.
+            out.lost = true;
+            registry::tell_group(*group, "its unlock was refused: " + error_access::brief(*refused),
+                                 refused->value());
+        } else if (((was_lost && watched) || short_of_quorum) && group) {
             out.lost = true;
             registry::tell_group(
                 *group, short_of_quorum ? "at unlock only " + std::to_string(out.nodes) + " of " +

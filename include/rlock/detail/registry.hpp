@@ -136,19 +136,26 @@ public:
             if (!group) {
                 tell(on_lost_, lost_hold{h.name, h.id, fencing}, reason);
             } else if (group->part_lost()) {
-                tell_group(*group, "too few of its parts are still held; the last loss: " +
-                                       error_access::brief(reason));
+                // A part lost is the group's loss; a part that answered an error (a renewal or
+                // a release an ACL refused, say) is told as that error, as for a plain hold.
+                if (reason.value() == errc::lock_lost) {
+                    tell_group(*group, "too few of its parts are still held; the last loss: " +
+                                           error_access::brief(reason));
+                } else {
+                    tell_group(*group, "a part answered an error: " + error_access::brief(reason),
+                               reason.value());
+                }
             }
         } catch (...) {
         }
     }
 
-    /// A group's owner is told `why` (lock_lost), once for the group, whoever tells first.
-    static void tell_group(hold_group& group, const std::string& why) noexcept {
+    /// A group's owner is told `why` (as `code`), once for the group, whoever tells first.
+    static void tell_group(hold_group& group, const std::string& why,
+                           errc code = errc::lock_lost) noexcept {
         if (group.told.exchange(true)) return;
         try {
-            tell(group.tell, lost_hold{group.name, group.id, 0},
-                 error(errc::lock_lost, group.name, "", why));
+            tell(group.tell, lost_hold{group.name, group.id, 0}, error(code, group.name, "", why));
         } catch (...) {
         }
     }
