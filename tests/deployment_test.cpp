@@ -238,6 +238,130 @@ TEST(acl, a_release_the_acl_forbids_is_reported_as_that_error_not_as_a_lost_lock
     EXPECT_EQ(s.integer({"EXISTS", "app:acl-mutex", "app:acl-reentrant"}), 2);
 }
 
+/// Every key with its value (DUMP: type and contents, not the TTL), sorted: what a refused
+/// call must leave exactly as it found it.
+std::string state_of(const redis_server& s) {
+    rlock::detail::reply_ptr keys = s.cmd({"KEYS", "*"});
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < keys->elements; ++i) {
+        const std::string k(rlock::detail::reply_text(keys->element[i]));
+        out.push_back(k + "=" + std::string(rlock::detail::reply_text(s.cmd({"DUMP", k}).get())));
+    }
+    std::sort(out.begin(), out.end());
+    std::string all;
+    for (const std::string& e : out) all += e + "\n";
+    return all;
+}
+
+// Found in review: a script that publishes did so last, after its writes. A user whose ACL
+// covers a lock's keys but not its channel (Redis 7 refuses every channel not granted) got
+// NOPERM from that PUBLISH with the lock already deleted: the unlock was told failed although
+// it had happened, and its waiters were not woken. Now every script that may publish asks the
+// ACL (redis.acl_check_cmd) before its first write: the release is told as NOPERM, naming the
+// channel, and Redis is exactly as it was. Before, every kind here left its keys changed.
+TEST(acl, a_release_whose_channel_the_acl_forbids_changes_nothing_and_is_told_as_that_error) {
+    redis_server s;
+    std::vector<std::string> rules;
+    for (const std::string& w : words(minimal_acl)) {
+        if (w[0] != '&') rules.push_back(w);
+    }
+    for (const std::string& w : words(synchronizer_acl)) {
+        if (w[0] != '&') rules.push_back(w);
+    }
+    rlock_test::lost_log lost;
+    rlock::client c(as_locker(s, rules, lost));
+
+    // A release told through on_lock_lost: one report, NOPERM naming the lock and the
+    // channel, and nothing changed.
+    auto refused_release = [&](const std::string& lock, const std::string& channel,
+                               const std::function<void()>& release) {
+        SCOPED_TRACE(lock);
+        const std::string before = state_of(s);
+        const int told = lost.calls.load();
+        EXPECT_NO_THROW(release());
+        EXPECT_EQ(lost.calls.load(), told + 1);
+        EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::auth_failed)) << lost.last_message;
+        EXPECT_NE(lost.last_message.find("NOPERM"), std::string::npos) << lost.last_message;
+        EXPECT_NE(lost.last_message.find(lock), std::string::npos) << lost.last_message;
+        EXPECT_NE(lost.last_message.find(channel), std::string::npos) << lost.last_message;
+        EXPECT_EQ(state_of(s), before) << "the refused release changed Redis";
+    };
+    // A call that throws: auth_failed naming the channel, nothing changed.
+    auto refused_call = [&](const std::string& what, const std::string& channel,
+                            const std::function<void()>& call) {
+        SCOPED_TRACE(what);
+        const std::string before = state_of(s);
+        try {
+            call();
+            ADD_FAILURE() << "not refused";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::auth_failed) << e.what();
+            EXPECT_NE(std::string(e.what()).find(channel), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(state_of(s), before) << "the refused call changed Redis";
+    };
+
+    rlock::mutex m(c, "app:m");
+    ASSERT_TRUE(m.try_lock());
+    refused_release("app:m", "rlock_lock__channel:{app:m}", [&] { m.unlock(); });
+
+    rlock::reentrant_lock r(c, "app:r");
+    ASSERT_TRUE(r.try_lock());
+    ASSERT_TRUE(r.try_lock());
+    const int told = lost.calls.load();
+    EXPECT_NO_THROW(r.unlock()) << "an inner level publishes nothing: released";
+    EXPECT_EQ(lost.calls.load(), told) << lost.last_message;
+    refused_release("app:r", "redisson_lock__channel:{app:r}", [&] { r.unlock(); });
+
+    rlock::fair_lock f(c, "app:f");
+    ASSERT_TRUE(f.try_lock());
+    refused_release("app:f", "redisson_lock__channel:{app:f}", [&] { f.unlock(); });
+
+    rlock::read_write_lock w(c, "app:w"), rd(c, "app:rd");
+    ASSERT_TRUE(w.try_lock());
+    refused_release("app:w", "redisson_rwlock:{app:w}", [&] { w.unlock(); });
+    ASSERT_TRUE(rd.try_lock_shared());
+    refused_release("app:rd", "redisson_rwlock:{app:rd}", [&] { rd.unlock_shared(); });
+
+    rlock::mutex p1(c, "app:p1");
+    rlock::reentrant_lock p2(c, "app:p2");
+    rlock::multi_lock both{p1, p2};
+    ASSERT_TRUE(both.try_lock());
+    refused_release("app:p", "{app:p1}", [&] { both.unlock(); });
+
+    rlock::red_lock red({&c}, "app:red");
+    ASSERT_TRUE(red.try_lock());
+    refused_release("app:red", "{app:red}", [&] { red.unlock(); });
+
+    s.cmd({"SET", "app:forced", "someone"});
+    rlock::mutex forced(c, "app:forced");
+    refused_call("force_unlock", "{app:forced}", [&] { (void)forced.force_unlock(); });
+
+    rlock::semaphore sem(c, "app:sem");
+    refused_call("try_set_permits", "{app:sem}", [&] { (void)sem.try_set_permits(1); });
+    s.cmd({"SET", "app:sem", "1"});
+    ASSERT_TRUE(sem.try_acquire()) << "taking a permit publishes nothing";
+    refused_call("semaphore release", "{app:sem}", [&] { sem.release(); });
+
+    rlock::count_down_latch latch(c, "app:latch");
+    s.cmd({"SET", "app:latch", "2"});
+    EXPECT_EQ(latch.count_down(), 1) << "a count down above zero publishes nothing";
+    refused_call("the last count down", "{app:latch}", [&] { (void)latch.count_down(); });
+
+    rlock::permit_expirable_semaphore permits(c, "app:permits");
+    s.cmd({"SET", "app:permits", "1"});
+    rlock::permit leased = permits.try_acquire_for(0ms, 100ms);
+    ASSERT_TRUE(leased);
+    (void)leased.detach();
+    std::this_thread::sleep_for(200ms);  // its lease ended: the next acquire reclaims it
+    refused_call("an acquire that reclaims", "{app:permits}", [&] { (void)permits.try_acquire(); });
+    s.cmd({"DEL", "{app:permits}:timeout"});  // the lease that ended, gone
+    s.cmd({"SET", "app:permits", "1"});
+    rlock::permit held = permits.try_acquire();
+    ASSERT_TRUE(held);
+    refused_release("app:permits", "{app:permits}", [&] { held.release(); });
+}
+
 // Issue 16: a renewal the server refuses with an error (here an ACL that stops covering the
 // key) is told once as that error (auth_failed, naming NOPERM), not as lock_lost: the key is
 // still there. The watchdog keeps trying while the lease lasts, so a refusal that ends in time

@@ -78,9 +78,10 @@ return {1}
 /// Release every part. KEYS[2i-1] lock key and KEYS[2i] its channel; ARGV[2i-1] kind ('m' or
 /// 'r'), ARGV[2i] value. Per part: 0 released (its kind's release step), -1 not held by that
 /// value. Every part is read before any is released: an error reading one (an ACL's refusal),
-/// or a count HINCRBY would refuse, is the script's error with no part released.
+/// a count HINCRBY would refuse, or a channel this user may not publish on, is the script's
+/// error with no part released.
 inline const script& multi_release_script() {
-    static const script s(with_lua_checks(std::string(mutex_kind::lua_release_steps) +
+    static const script s(with_lua_checks(with_channel_check(mutex_kind::lua_release_steps) +
                         std::string(reentrant_kind::lua_release_steps) + R"lua(
 local held = {}
 for i = 1, #KEYS / 2 do
@@ -94,6 +95,10 @@ for i = 1, #KEYS / 2 do
         if got and not can_step(got, -1) then return bad_count(key, value) end
     end
     if failed then return failed end
+    if got and (ARGV[2 * i - 1] == 'm' or (tonumber(got) or 0) <= 1) then
+        local refused = channel_refused(KEYS[2 * i])
+        if refused then return refused end
+    end
     held[i] = got
 end
 local out = {}

@@ -88,8 +88,9 @@ local function wake(prefix, head)
 end
 )lua";
 
+/// Every fair_lock script may wake a queue head: each checks the channel (channel_refused).
 inline std::string with_fair_helpers(std::string_view body) {
-    return with_lua_checks(fair_lua_helpers) + std::string(body);
+    return with_lua_checks(with_channel_check(fair_lua_helpers)) + std::string(body);
 }
 
 struct fair_kind : kind_defaults {
@@ -115,6 +116,8 @@ if bad then return bad end
 local now
 local head, head_changed = false, false
 if redis.call('exists', KEYS[2], KEYS[3]) > 0 then
+    local refused = channel_refused(KEYS[5] .. ':' .. ARGV[2])
+    if refused then return refused end
     now = now_ms()
     head, head_changed = evict(KEYS[2], KEYS[3], now)
 end
@@ -200,6 +203,8 @@ local count = redis.pcall('hget', KEYS[1], ARGV[1])
 if read_failed(count) then return count end
 if type(count) ~= 'string' then return -1 end
 if (tonumber(count) or 0) > 1 then return redis.call('hincrby', KEYS[1], ARGV[1], -1) end
+local refused = channel_refused(KEYS[4] .. ':' .. ARGV[1])
+if refused then return refused end
 local queued = redis.call('exists', KEYS[2]) == 1
 local head = queued and evict(KEYS[2], KEYS[3], now_ms())
 redis.call('del', KEYS[1])
@@ -215,6 +220,8 @@ return 0
     static const script& leave_script() {
         static const script s(with_fair_helpers(R"lua(
 local first = redis.call('lindex', KEYS[2], 0)
+local refused = channel_refused(KEYS[4] .. ':' .. ARGV[1])
+if refused then return refused end
 redis.call('zrem', KEYS[3], ARGV[1])
 redis.call('lrem', KEYS[2], 0, ARGV[1])
 local head = evict(KEYS[2], KEYS[3], now_ms())
@@ -230,6 +237,8 @@ return 0
     /// Evicts first, so that queue keys of another type fail it with nothing deleted.
     static const script& force_unlock_script() {
         static const script s(with_fair_helpers(R"lua(
+local refused = channel_refused(KEYS[4] .. ':' .. (redis.call('lindex', KEYS[2], 0) or ''))
+if refused then return refused end
 local head = evict(KEYS[2], KEYS[3], now_ms())
 local held = redis.call('del', KEYS[1])
 wake(KEYS[4], head)

@@ -14,6 +14,7 @@
 
 #include "rlock/detail/client_core.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/script.hpp"
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
@@ -60,13 +61,15 @@ struct acquire_result {
 /// KEYS[1] lock key; ARGV[1] channel (not a key: in a cluster a declared key that does not
 /// exist makes a migrating slot refuse the script). Returns 1 when a key was deleted, else 0.
 inline const script& force_unlock_script() {
-    static const script s(R"lua(
+    static const script s(with_channel_check(R"lua(
+local refused = channel_refused(ARGV[1])
+if refused then return refused end
 if redis.call('del', KEYS[1]) == 1 then
     redis.call('publish', ARGV[1], '0')
     return 1
 end
 return 0
-)lua");
+)lua"));
     return s;
 }
 

@@ -25,6 +25,23 @@ local function read_failed(v)
 end
 )lua";
 
+/// channel_refused(channel): nil when this script's user may publish on `channel`, else the
+/// error reply to return. A script that publishes does it last, after the writes it announces;
+/// a user whose ACL covers the lock's keys but not its channel (Redis >= 7 refuses channels by
+/// default) got NOPERM from that PUBLISH with the writes already made: an unlock told failed
+/// although the lock was gone, and its waiters never woken. So every script that may publish
+/// asks first, before its first write. Redis 6 has no redis.acl_check_cmd (nor channel rules
+/// before 6.2, whose default allows every channel): nothing to ask there. In a cluster with
+/// sharded pub/sub the script's 'publish' is renamed 'spublish' here too (script.hpp).
+inline constexpr std::string_view lua_publish_check = R"lua(
+local function channel_refused(channel)
+    if redis.acl_check_cmd and not redis.acl_check_cmd('publish', channel, '0') then
+        return redis.error_reply("NOPERM this user has no permissions to access the channel " ..
+            channel .. ", where the lock's waiters listen; nothing was changed")
+    end
+end
+)lua";
+
 /// Prepended to the scripts that use them (with_lua_checks), after read_failed.
 ///   can_step(v, by)       true when INCR / HINCRBY by `by` (1 or -1) accepts the string `v`:
 ///                         a 64-bit integer as Redis writes one (no '+', no leading zero, no
@@ -96,6 +113,12 @@ inline std::string with_read_failed(std::string_view body) {
 /// `body` with read_failed and the checks before it.
 inline std::string with_lua_checks(std::string_view body) {
     return std::string(lua_read_failed) + std::string(lua_checks) + std::string(body);
+}
+
+/// `body` with channel_refused before it: for the scripts that publish, and only those (a
+/// script's text naming 'publish' gets a sharded form, script.hpp).
+inline std::string with_channel_check(std::string_view body) {
+    return std::string(lua_publish_check) + std::string(body);
 }
 
 }  // namespace rlock::detail

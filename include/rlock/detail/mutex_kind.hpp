@@ -75,10 +75,12 @@ end
     /// another value or none (or another type). Any other error reading it (an ACL's refusal)
     /// is the script's error.
     static const script& release_script() {
-        static const script s(with_read_failed(std::string(lua_release_steps) + R"lua(
+        static const script s(with_read_failed(with_channel_check(lua_release_steps) + R"lua(
 local value, failed = mutex_read(KEYS[1])
 if failed then return failed end
 if value ~= ARGV[1] then return -1 end
+local refused = channel_refused(ARGV[2])
+if refused then return refused end
 return {0, mutex_leave(KEYS[1], ARGV[2])}
 )lua"));
         return s;

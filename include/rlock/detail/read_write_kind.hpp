@@ -135,8 +135,10 @@ struct rw_kind_base : kind_defaults {
     /// Deletes the whole lock (every reader's hold keys too) and publishes `1`.
     /// KEYS[1] lock hash; ARGV[1] channel. Returns 1 when it was held.
     static const script& force_unlock_script() {
-        static const script s(with_rw_helpers(R"lua(
+        static const script s(with_rw_helpers(with_channel_check(R"lua(
 if redis.call('exists', KEYS[1]) == 0 then return 0 end
+local refused = channel_refused(ARGV[1])
+if refused then return refused end
 touch_holds(KEYS[1])
 for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
     if is_reader(field) then
@@ -147,7 +149,7 @@ end
 redis.call('del', KEYS[1])
 redis.call('publish', ARGV[1], '1')
 return 1
-)lua"));
+)lua")));
         return s;
     }
 
@@ -204,7 +206,7 @@ return {1, n, fencing_token(KEYS[2], ARGV[4], had)}
     /// holder (the common case), the last level deletes it without scanning for other readers.
     /// An inner level checks the count HINCRBY will step before it deletes the level's key.
     static const script& release_script() {
-        static const script s(with_rw_helpers(R"lua(
+        static const script s(with_rw_helpers(with_channel_check(R"lua(
 local mode, count, stored, failed = held_level(ARGV[1])
 if failed then return failed end
 if (mode ~= 'read' and mode ~= 'write') or not count then return -1 end
@@ -213,6 +215,8 @@ if count > 1 then
     redis.call('del', hold_key(KEYS[1], ARGV[1], count))
     return redis.call('hincrby', KEYS[1], ARGV[1], -1)
 end
+local refused = channel_refused(ARGV[2])
+if refused then return refused end
 if mode == 'read' and redis.call('hlen', KEYS[1]) == 2 then
     redis.call('del', hold_key(KEYS[1], ARGV[1], 1), KEYS[1])
     return {0, redis.call('publish', ARGV[2], '0')}
@@ -228,7 +232,7 @@ if alive > 0 then
 end
 redis.call('del', KEYS[1])
 return {0, redis.call('publish', ARGV[2], '0')}
-)lua"));
+)lua")));
         return s;
     }
 
@@ -320,13 +324,15 @@ return {0, redis.call('pttl', KEYS[1])}
     /// Returns -1 not held, n > 0 levels left, {0, subscribers reached} released. A hash
     /// holding nothing but `mode` and this holder's field is deleted without the reader scan.
     static const script& release_script() {
-        static const script s(with_rw_helpers(R"lua(
+        static const script s(with_rw_helpers(with_channel_check(R"lua(
 local mode, count, _, failed = held_level(ARGV[1])
 if failed then return failed end
 if mode ~= 'write' or not count then return -1 end
 if count > 1 then
     return redis.call('hincrby', KEYS[1], ARGV[1], -1)
 end
+local refused = channel_refused(ARGV[2])
+if refused then return refused end
 if redis.call('hlen', KEYS[1]) == 2 then
     redis.call('del', KEYS[1])
 else
@@ -341,7 +347,7 @@ else
     end
 end
 return {0, redis.call('publish', ARGV[2], '1')}
-)lua"));
+)lua")));
         return s;
     }
 

@@ -89,10 +89,14 @@ return {1, n, token}
     /// last level costs no HINCRBY. Errors other than WRONGTYPE (an ACL's refusal) are returned
     /// as the script's error, not as "not held"; the other release scripts do the same.
     static const script& release_script() {
-        static const script s(with_read_failed(std::string(lua_release_steps) + R"lua(
+        static const script s(with_read_failed(with_channel_check(lua_release_steps) + R"lua(
 local count, failed = reentrant_read(KEYS[1], ARGV[1])
 if failed then return failed end
 if not count then return -1 end
+if (tonumber(count) or 0) <= 1 then
+    local refused = channel_refused(ARGV[2])
+    if refused then return refused end
+end
 local left, woken = reentrant_leave(KEYS[1], ARGV[2], ARGV[1], count)
 if woken then return {left, woken} end
 return left

@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/script.hpp"
 #include "rlock/errors.hpp"
 
@@ -34,6 +35,11 @@ local function count_of(v)
     return tonumber(v)
 end
 )lua";
+
+/// `body` with count_of before it.
+inline std::string with_count_of(std::string_view body) {
+    return std::string(lua_count_of) + std::string(body);
+}
 
 /// A count as count_of accepts it: a 64-bit integer as Redis writes one. False otherwise.
 inline bool parse_count(std::string_view v, long long& out) {
@@ -70,15 +76,17 @@ struct count_scripts {
     /// ARGV[2] (the semaphore: the new count; the latch: its new-count message). Returns 1 set,
     /// 0 already set (nothing written).
     static const script& try_set() {
-        static const script s(std::string(lua_count_of) + R"lua(
+        static const script s(with_count_of(with_channel_check(R"lua(
 local v = redis.call('get', KEYS[1])
 local _, bad = count_of(v)
 if bad then return bad end
 if v ~= false then return 0 end
+local refused = channel_refused(ARGV[2])
+if refused then return refused end
 redis.call('set', KEYS[1], ARGV[1])
 redis.call('publish', ARGV[2], ARGV[3])
 return 1
-)lua");
+)lua")));
         return s;
     }
 };
@@ -87,13 +95,13 @@ struct semaphore_scripts {
     /// Takes ARGV[1] permits when that many are free. KEYS[1] the semaphore.
     /// Returns 1 taken, 0 not (nothing written).
     static const script& acquire() {
-        static const script s(std::string(lua_count_of) + R"lua(
+        static const script s(with_count_of(R"lua(
 local have, bad = count_of(redis.call('get', KEYS[1]))
 if bad then return bad end
 if have < tonumber(ARGV[1]) then return 0 end
 redis.call('decrby', KEYS[1], ARGV[1])
 return 1
-)lua");
+)lua"));
         return s;
     }
 
@@ -103,13 +111,17 @@ return 1
     /// not be negative). KEYS[1] the semaphore. Returns the new count. INCRBY refuses an
     /// overflow before it writes.
     static const script& add() {
-        static const script s(std::string(lua_count_of) + R"lua(
-local _, bad = count_of(redis.call('get', KEYS[1]))
+        static const script s(with_count_of(with_channel_check(R"lua(
+local have, bad = count_of(redis.call('get', KEYS[1]))
 if bad then return bad end
+if have + tonumber(ARGV[1]) > 0 then
+    local refused = channel_refused(ARGV[2])
+    if refused then return refused end
+end
 local now = redis.call('incrby', KEYS[1], ARGV[1])
 if now > 0 then redis.call('publish', ARGV[2], now) end
 return now
-)lua");
+)lua")));
         return s;
     }
 
@@ -117,14 +129,14 @@ return now
     /// drainPermits does). Returns the count it had as the stored string (exact; a Lua number
     /// is not above 2^53), or 0 with no key, which stays absent.
     static const script& drain() {
-        static const script s(std::string(lua_count_of) + R"lua(
+        static const script s(with_count_of(R"lua(
 local v = redis.call('get', KEYS[1])
 local _, bad = count_of(v)
 if bad then return bad end
 if v == false then return 0 end
 redis.call('set', KEYS[1], 0)
 return v
-)lua");
+)lua"));
         return s;
     }
 };
@@ -138,10 +150,14 @@ struct latch_scripts {
     /// Returns the count left, 0 at or below zero (a count down of an absent latch changes
     /// nothing).
     static const script& count_down() {
-        static const script s(std::string(lua_count_of) + R"lua(
+        static const script s(with_count_of(with_channel_check(R"lua(
 local v = redis.call('get', KEYS[1])
 local had, bad = count_of(v)
 if bad then return bad end
+if had > 0 and had <= tonumber(ARGV[1]) then
+    local refused = channel_refused(ARGV[2])
+    if refused then return refused end
+end
 if had <= 0 then
     if v ~= false then redis.call('del', KEYS[1]) end
     return 0
@@ -151,7 +167,7 @@ if left > 0 then return left end
 redis.call('del', KEYS[1])
 redis.call('publish', ARGV[2], '0')
 return 0
-)lua");
+)lua")));
         return s;
     }
 };
@@ -169,8 +185,9 @@ return 0
 ///   reclaim(sem, set, channel, have, now)
 ///                        puts the permits whose lease ended back into the count and publishes
 ///                        the new count when positive (Redisson does both lazily too); returns
-///                        the new free count, or nil and INCRBY's error reply, with nothing
-///                        written, when the count would overflow.
+///                        the new free count, or nil and an error reply, with nothing
+///                        written, when the count would overflow (INCRBY's) or this user may
+///                        not publish on `channel` (channel_refused's).
 ///   live(set, id, now)   true when `id` is taken and its lease has not ended.
 ///   each_id(v)           the ids packed in `v` (16 bytes each, as rlock makes them).
 inline constexpr std::string_view lua_permits = R"lua(
@@ -199,6 +216,8 @@ end
 local function reclaim(sem, set, channel, have, now)
     local ended = redis.call('zrangebyscore', set, '-inf', now)
     if #ended == 0 then return have end
+    local refused = channel_refused(channel)
+    if refused then return nil, refused end
     local count, bad = put_back(sem, set, ended)
     if bad then return nil, bad end
     if count > 0 then redis.call('publish', channel, count) end
@@ -217,7 +236,7 @@ end
 
 struct permit_scripts {
     static std::string with_prelude(std::string_view body) {
-        return std::string(lua_count_of) + std::string(lua_permits) + std::string(body);
+        return with_count_of(with_channel_check(lua_permits) + std::string(body));
     }
 
     /// Takes ARGV[1] permits with the ids ARGV[4..] for a lease of ARGV[2] ms (the first
@@ -268,6 +287,8 @@ for _, id in ipairs(each_id(ARGV[2])) do
     end
 end
 if #back == 0 then return 0 end
+local refused = channel_refused(ARGV[1])
+if refused then return refused end
 local _, bad_count = put_back(KEYS[1], KEYS[2], back)
 if bad_count then return bad_count end
 redis.call('publish', ARGV[1], #back)
@@ -287,6 +308,8 @@ local now = server_ms()
 for i = 2, #ARGV do
     if not live(KEYS[2], ARGV[i], now) then return i - 1 end
 end
+local refused = channel_refused(ARGV[1])
+if refused then return refused end
 local _, bad_count = put_back(KEYS[1], KEYS[2], {unpack(ARGV, 2)})
 if bad_count then return bad_count end
 redis.call('publish', ARGV[1], #ARGV - 1)
