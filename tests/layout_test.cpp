@@ -642,6 +642,45 @@ std::vector<half_write_case> half_write_cases() {
                        l.unlock_shared();
                    }});
 
+    // force_unlock deletes whoever holds the lock, never a key that is not a lock of its kind:
+    // that is someone else's data. Before, each of these deleted it and answered true.
+    using make_key = void (*)(half_write_ctx&);
+    const std::pair<const char*, make_key> foreign[] = {
+        {"a list", [](half_write_ctx& x) { x.run({"RPUSH", x.name, "a", "b"}); }},
+        {"a hash (a Redisson lock at a mutex's name)",
+         [](half_write_ctx& x) { x.run({"HSET", x.name, "3d04:1", "1"}); }},
+        {"a string", [](half_write_ctx& x) { x.run({"SET", x.name, "not a hash"}); }}};
+    for (const auto& [what, make] : foreign) {
+        const std::string shape = what;
+        auto setup = [make = make](half_write_ctx& x) {
+            make(x);
+            x.far_ttls();
+            x.checkpoint();
+        };
+        if (shape.rfind("a string", 0) != 0) {
+            out.push_back({"mutex: force_unlock of " + shape, errc::wrong_type, [setup](half_write_ctx& x) {
+                               setup(x);
+                               (void)rlock::mutex(x.c, x.name).force_unlock();
+                           }});
+        }
+        if (shape.rfind("a hash", 0) != 0) {
+            out.push_back({"reentrant_lock: force_unlock of " + shape, errc::wrong_type,
+                           [setup](half_write_ctx& x) {
+                               setup(x);
+                               (void)rlock::reentrant_lock(x.c, x.name).force_unlock();
+                           }});
+            out.push_back({"fair_lock: force_unlock of " + shape, errc::wrong_type, [setup](half_write_ctx& x) {
+                               setup(x);
+                               (void)rlock::fair_lock(x.c, x.name).force_unlock();
+                           }});
+            out.push_back({"read_write_lock: force_unlock of " + shape, errc::wrong_type,
+                           [setup](half_write_ctx& x) {
+                               setup(x);
+                               (void)rlock::read_write_lock(x.c, x.name).force_unlock();
+                           }});
+        }
+    }
+
     // multi_lock's one-script release: a bad count in its second part must not leave the first
     // part released. (Told as that error, as the reentrant_lock's own release above is: a part
     // that answered an error is not a part lost.)

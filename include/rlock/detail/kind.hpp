@@ -59,9 +59,15 @@ struct acquire_result {
 
 /// Deletes the key whoever holds it and, if it existed, publishes `0` on its channel.
 /// KEYS[1] lock key; ARGV[1] channel (not a key: in a cluster a declared key that does not
-/// exist makes a migrating slot refuse the script). Returns 1 when a key was deleted, else 0.
+/// exist makes a migrating slot refuse the script); ARGV[2] 'string' (mutex) or 'hash'
+/// (reentrant_lock): a key of another type is refused (not_a_lock), not deleted.
+/// Returns 1 when a key was deleted, else 0.
 inline const script& force_unlock_script() {
-    static const script s(with_channel_check(R"lua(
+    static const script s(std::string(lua_not_a_lock) + with_channel_check(R"lua(
+local probe
+if ARGV[2] == 'hash' then probe = redis.pcall('hlen', KEYS[1]) else probe = redis.pcall('get', KEYS[1]) end
+local bad = not_a_lock(probe, KEYS[1], ARGV[2])
+if bad then return bad end
 local refused = channel_refused(ARGV[1])
 if refused then return refused end
 if redis.call('del', KEYS[1]) == 1 then
@@ -161,9 +167,10 @@ struct kind_defaults {
     static std::chrono::milliseconds heartbeat(const lock_options&) {
         return std::chrono::milliseconds(0);
     }
-    /// Deletes the lock whoever holds it and wakes its waiters; true when it was held.
+    /// Deletes the lock whoever holds it and wakes its waiters; true when it was held. The
+    /// lock is a hash here (reentrant_lock's layout); mutex_kind hides this for its string.
     static bool force_unlock(const connection& c, const lock_keys& k, std::string_view server) {
-        return eval_integer(c, force_unlock_script(), {k.name}, {k.channel}, k.name, server) == 1;
+        return eval_integer(c, force_unlock_script(), {k.name}, {k.channel, "hash"}, k.name, server) == 1;
     }
     /// The value stored for this thread's hold.
     static std::string value_for(client_core& core, std::uint64_t thread, bool reentrant) {

@@ -42,6 +42,23 @@ local function channel_refused(channel)
 end
 )lua";
 
+/// not_a_lock(v, key, shape): nil when `v`, what redis.pcall answered for a read of `key` that
+/// only a key of the lock's type accepts (GET: a string; HLEN: a hash), is not an error; else the
+/// error reply to return: WRONGTYPE naming the key for a key of another type, or the read's own
+/// error. force_unlock deletes whoever holds the lock, but never a key that is not a lock of
+/// its kind (a list, a Redisson hash at a mutex's name): that is another's data.
+inline constexpr std::string_view lua_not_a_lock = R"lua(
+local function not_a_lock(v, key, shape)
+    if type(v) == 'table' and v.err then
+        if string.find(v.err, 'WRONGTYPE', 1, true) then
+            return redis.error_reply('WRONGTYPE ' .. key .. ' is not a ' .. shape ..
+                ', as a lock of this kind is; nothing was changed')
+        end
+        return v
+    end
+end
+)lua";
+
 /// Prepended to the scripts that use them (with_lua_checks), after read_failed.
 ///   can_step(v, by)       true when INCR / HINCRBY by `by` (1 or -1) accepts the string `v`:
 ///                         a 64-bit integer as Redis writes one (no '+', no leading zero, no

@@ -159,6 +159,11 @@ return {0, mutex_leave(KEYS[1], ARGV[2])}
         return out;
     }
 
+    /// force_unlock_script on a string key: a key of another type is not a mutex's lock.
+    static bool force_unlock(const connection& c, const lock_keys& k, std::string_view server) {
+        return eval_integer(c, force_unlock_script(), {k.name}, {k.channel, "string"}, k.name, server) == 1;
+    }
+
     static long long release(const connection& c, const lock_keys& k, std::string_view token,
                              std::string_view server, long long* woken = nullptr) {
         return release_by(release_script(), c, k, token, server, woken);
