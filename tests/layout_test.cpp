@@ -620,6 +620,34 @@ std::vector<half_write_case> half_write_cases() {
                        l.unlock();
                    }});
 
+    // A hash that is not a read/write lock: no mode (a Redisson RLock at its name) or a mode
+    // that is neither read nor write. Before, the first was taken as free and joined (its
+    // holder and ours both held it), the second refused for ever as if held.
+    out.push_back({"read_write_lock write: an acquire on a hash without a mode", errc::wrong_type,
+                   [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name);
+                       x.run({"HSET", x.name, "3d04:1", "1"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       (void)l.try_lock();
+                   }});
+    out.push_back({"read_write_lock read: an acquire on a hash without a mode", errc::wrong_type,
+                   [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name, fenced);
+                       x.run({"HSET", x.name, "3d04:1", "1"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       (void)l.try_lock_shared();
+                   }});
+    out.push_back({"read_write_lock read: an acquire on a hash whose mode is neither", errc::wrong_type,
+                   [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name);
+                       x.run({"HSET", x.name, "mode", "upgrade"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       (void)l.try_lock_shared();
+                   }});
+
     // Releases of a key replaced by another type: "not held" (lock_lost), nothing touched.
     out.push_back({"mutex: a release of a key that became a hash", errc::lock_lost,
                    [](half_write_ctx& x) {

@@ -101,9 +101,15 @@ local function held_level(field)
 end
 -- How both acquire scripts begin: the mode, and the fencing counter checked when `fenced` is
 -- '1' (KEYS[1] the hash, KEYS[2] the counter). Returns mode, the counter's error reply or
--- nil, and whether the counter existed.
+-- nil, and whether the counter existed. A hash whose mode is neither 'read' nor 'write' (none:
+-- a Redisson RLock at this name, say) is not a read/write lock: an error reply, not "free".
 local function begin_acquire(fenced)
     local mode = redis.call('hget', KEYS[1], 'mode')
+    if mode ~= 'read' and mode ~= 'write' and (mode or redis.call('exists', KEYS[1]) == 1) then
+        return mode, redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a hash but not a ' ..
+            'read/write lock (its mode is ' .. (mode and ("'" .. mode .. "'") or 'missing') ..
+            '); nothing was changed')
+    end
     local bad, had = counter_if(fenced, KEYS[2])
     return mode, bad, had
 end
