@@ -95,7 +95,7 @@ for i = 1, #KEYS / 2 do
         if got and not can_step(got, -1) then return bad_count(key, value) end
     end
     if failed then return failed end
-    if got and (ARGV[2 * i - 1] == 'm' or (tonumber(got) or 0) <= 1) then
+    if got and (ARGV[2 * i - 1] == 'm' or reentrant_last(got)) then
         local refused = channel_refused(KEYS[2 * i])
         if refused then return refused end
     end

@@ -220,7 +220,7 @@ public:
             throw error(errc::not_owner, name_, "", "unlock by a thread that does not hold the red_lock");
         }
         released out;
-        std::size_t unanswered = 0;
+        std::size_t may_hold = 0;  // unanswered, or refused: may still hold our key
         std::optional<error> refused;  // the first node that answered with an error
         const std::vector<node_result> results = release_all(token);
         for (std::size_t i = 0; i < results.size(); ++i) {
@@ -231,10 +231,10 @@ public:
             } else if (r.reply && r.reply->type == REDIS_REPLY_ERROR) {
                 // Refused (an ACL, OOM, a script error): not "not held", and our key is still
                 // there as far as we know; the owner hears the error itself.
-                ++unanswered;
+                ++may_hold;
                 if (!refused) refused = make_error(nullptr, r.reply.get(), name_, nodes_[i]->ep.name);
             }
-            if (r.failure) ++unanswered;  // paused, slow or unreachable: may still hold our key
+            if (r.failure) ++may_hold;  // paused, slow or unreachable: may still hold our key
         }
         // Reported here, once, as basic_lock's unlock reports a lost hold: a watched hold whose
         // validity ran out before any watchdog tick said so (the process was paused, say), and
@@ -246,7 +246,7 @@ public:
         // "not held" count against the hold. Only a leased hold past its validity is expected
         // to be gone.
         const bool expected = was_lost && !watched;
-        const bool short_of_quorum = out.nodes + unanswered < quorum() && !expected;
+        const bool short_of_quorum = out.nodes + may_hold < quorum() && !expected;
         if (refused && out.nodes < quorum() && !short_of_quorum && !expected && group) {
             // Not released on a majority because nodes refused: told as their error (the
             // keys they kept end with their lease), as a refused mutex unlock is.

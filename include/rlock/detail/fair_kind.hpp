@@ -237,7 +237,7 @@ return 0
     /// Evicts first, so that queue keys of another type fail it with nothing deleted.
     static const script& force_unlock_script() {
         static const script s(with_fair_helpers(std::string(lua_not_a_lock) + R"lua(
-local bad = not_a_lock(redis.pcall('hlen', KEYS[1]), KEYS[1], 'hash')
+local bad = not_a_lock(KEYS[1], 'hash')
 if bad then return bad end
 local refused = channel_refused(KEYS[4] .. ':' .. (redis.call('lindex', KEYS[2], 0) or ''))
 if refused then return refused end

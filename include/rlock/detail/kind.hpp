@@ -64,9 +64,7 @@ struct acquire_result {
 /// Returns 1 when a key was deleted, else 0.
 inline const script& force_unlock_script() {
     static const script s(std::string(lua_not_a_lock) + with_channel_check(R"lua(
-local probe
-if ARGV[2] == 'hash' then probe = redis.pcall('hlen', KEYS[1]) else probe = redis.pcall('get', KEYS[1]) end
-local bad = not_a_lock(probe, KEYS[1], ARGV[2])
+local bad = not_a_lock(KEYS[1], ARGV[2])
 if bad then return bad end
 local refused = channel_refused(ARGV[1])
 if refused then return refused end

@@ -42,13 +42,15 @@ local function channel_refused(channel)
 end
 )lua";
 
-/// not_a_lock(v, key, shape): nil when `v`, what redis.pcall answered for a read of `key` that
-/// only a key of the lock's type accepts (GET: a string; HLEN: a hash), is not an error; else the
-/// error reply to return: WRONGTYPE naming the key for a key of another type, or the read's own
-/// error. force_unlock deletes whoever holds the lock, but never a key that is not a lock of
-/// its kind (a list, a Redisson hash at a mutex's name): that is another's data.
+/// not_a_lock(key, shape): reads `key` with a command only a key of the lock's `shape` accepts
+/// ('string': GET; 'hash': HLEN), under pcall; nil when that read worked (or found no key),
+/// else the error reply to return: WRONGTYPE naming the key for a key of another type, or the
+/// read's own error. force_unlock deletes whoever holds the lock, but never a key that is not a
+/// lock of its kind (a list, a Redisson hash at a mutex's name): that is another's data.
 inline constexpr std::string_view lua_not_a_lock = R"lua(
-local function not_a_lock(v, key, shape)
+local function not_a_lock(key, shape)
+    local v
+    if shape == 'hash' then v = redis.pcall('hlen', key) else v = redis.pcall('get', key) end
     if type(v) == 'table' and v.err then
         if string.find(v.err, 'WRONGTYPE', 1, true) then
             return redis.error_reply('WRONGTYPE ' .. key .. ' is not a ' .. shape ..

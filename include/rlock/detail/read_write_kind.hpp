@@ -142,7 +142,7 @@ struct rw_kind_base : kind_defaults {
     /// KEYS[1] lock hash; ARGV[1] channel. Returns 1 when it was held.
     static const script& force_unlock_script() {
         static const script s(with_rw_helpers(std::string(lua_not_a_lock) + with_channel_check(R"lua(
-local bad = not_a_lock(redis.pcall('hlen', KEYS[1]), KEYS[1], 'hash')
+local bad = not_a_lock(KEYS[1], 'hash')
 if bad then return bad end
 if redis.call('exists', KEYS[1]) == 0 then return 0 end
 local refused = channel_refused(ARGV[1])

@@ -32,6 +32,8 @@ end
     ///   reentrant_read(key, holder)     the holder's count as Redis stores it (a string), false
     ///                                   when it has none (or the key is of another type), or
     ///                                   nil and the error reply to return
+    ///   reentrant_last(count)           whether a release at `count` (as read) is the last
+    ///                                   level: the one that deletes the key and publishes
     ///   reentrant_leave(key, channel, holder, count)  one level less (`count` as read): the
     ///                                   levels left, or 0 when the last one deleted the key and
     ///                                   woke the waiters, and then also how many subscribers
@@ -42,8 +44,11 @@ local function reentrant_read(key, holder)
     if read_failed(v) then return nil, v end
     return type(v) == 'string' and v
 end
+local function reentrant_last(count)
+    return (tonumber(count) or 0) <= 1
+end
 local function reentrant_leave(key, channel, holder, count)
-    if (tonumber(count) or 0) > 1 then
+    if not reentrant_last(count) then
         return redis.call('hincrby', key, holder, -1)
     end
     redis.call('del', key)
@@ -93,7 +98,7 @@ return {1, n, token}
 local count, failed = reentrant_read(KEYS[1], ARGV[1])
 if failed then return failed end
 if not count then return -1 end
-if (tonumber(count) or 0) <= 1 then
+if reentrant_last(count) then
     local refused = channel_refused(ARGV[2])
     if refused then return refused end
 end
