@@ -222,6 +222,7 @@ int clock_jumps(int port, const std::string& name, const std::string& file) {
 //   fenced read of counter       the read of a non-atomic read-modify-write; refused, and the
 //                                write skipped, if token < the highest token the resource saw
 //   sleep 3 ms                   a window for faults
+//   W <id> <value + 1>           written and flushed before the write is sent
 //   fenced write of value + 1    accepted only if token >= the highest token the resource saw
 //   E <id> <pid> <token> <start> <end> <write at> <lost> <accepted|refused|error> <value>
 //   unlock()
@@ -400,7 +401,12 @@ int safety_loop(Lock& lock, bool reenter, const std::string& id, int resource_po
         const std::string next = std::to_string(value + 1);
         const long long write_at = now_ns();
         rlock::detail::reply_ptr w;
-        if (read) w = res.run({"EVAL", fenced_set, "3", counter, high, refusals, fence, next});
+        if (read) {
+            // Logged before it is sent: a worker killed after its write reached the resource
+            // but before the E line leaves a write the resource may have accepted.
+            log.line("W " + id + " " + next);
+            w = res.run({"EVAL", fenced_set, "3", counter, high, refusals, fence, next});
+        }
         const char* verdict = read_refused                          ? "refused"
                               : !w || w->type != REDIS_REPLY_INTEGER ? "error"
                               : w->integer == 1                      ? "accepted"
