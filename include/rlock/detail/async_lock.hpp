@@ -339,7 +339,7 @@ public:
                   clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
                   completion handler)
         : async_waiter(waits, deadline), site_(std::move(site)), lease_(lease), owner_(owner),
-          race_(site_->core_->lost_races(site_->name())) {
+          race_(site_->core_->races(site_->name())) {
         done = std::move(handler);
     }
 
@@ -422,6 +422,10 @@ public:
                 settle(nullptr);
                 deliver();
                 return;
+            }
+            // Before joining (and subscribing): the clients already waiting are its rivals.
+            if constexpr (Kind::races) {
+                if (race_.wants_rivals()) race_.note_rivals(site_->subscribers(channel));
             }
             const wait_hint hint{r.ttl, r.holder_publishes, std::move(r.holder)};
             waits.join(shared_from_this(), key, channel, Kind::shared, Kind::heartbeat(site_->options_),

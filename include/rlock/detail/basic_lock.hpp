@@ -186,7 +186,7 @@ private:
                 // none at all when the lock is not contended; it is not a poll: the wait below
                 // still ends on the unlock message or the holder's TTL.
                 const std::chrono::microseconds pause =
-                    race_pacing(core_->lost_races(name())).newcomer_pause(core_->courtesy_left(name()));
+                    race_pacing(core_->races(name())).newcomer_pause(core_->courtesy_left(name()));
                 if (pause.count() > 0) std::this_thread::sleep_until(std::min(deadline, clock::now() + pause));
             }
         }
@@ -207,7 +207,13 @@ private:
                     if (armed) self->give_up(value);
                 }
             } leave{this, value};
-            subscriber::subscription sub(*core_->sub, Kind::wait_channel(keys_, value));
+            const std::string channel = Kind::wait_channel(keys_, value);
+            race_pacing race(core_->races(name()));
+            // Before subscribing: the clients already waiting are this waiter's rivals.
+            if constexpr (Kind::races) {
+                if (race.wants_rivals()) race.note_rivals(site::subscribers(channel));
+            }
+            subscriber::subscription sub(*core_->sub, channel);
             // This client's waiters for the lock take turns, by kind: a message makes the
             // first try, not all of them (each of which would be refused but one).
             sub.take_turns(&Kind::info);
@@ -219,7 +225,6 @@ private:
             // is exactly "until the message or the TTL".
             std::chrono::milliseconds fallback(10);
             silent_holder_looks looks;  // behind a holder that will not publish its release
-            race_pacing race(core_->lost_races(name()));
             const std::chrono::milliseconds heartbeat = Kind::heartbeat(options_);
             bool woken = false;  // the last wait ended with a message (an unlock, mostly)
             for (;;) {

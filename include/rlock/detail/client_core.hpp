@@ -79,6 +79,18 @@ inline client_options validated(client_options o) {
     return o;
 }
 
+/// What one client has seen of the races for a lock (race_pacing, wait_pacing.hpp; names
+/// share these by hash).
+struct race_record {
+    /// How much the client's waiters have been losing races for the lock lately: +2 per race
+    /// lost, -1 per acquisition, at most 8.
+    std::atomic<int> lost{0};
+    /// How many other clients were waiting for the lock when a waiter of this client last
+    /// asked the server (PUBSUB NUMSUB of its channel), and when (steady_clock ticks).
+    std::atomic<int> rivals{0};
+    std::atomic<std::chrono::steady_clock::rep> rivals_at{0};
+};
+
 /// Everything a client owns. Shared with the watchdog thread so that a client destroyed from
 /// inside on_lock_lost (on that thread) stays alive until the thread has left.
 class client_core : public std::enable_shared_from_this<client_core> {
@@ -194,11 +206,11 @@ public:
     /// script too (not a plain SET), so that a user who may not run scripts (an ACL without
     /// EVALSHA) is refused at lock(), with nothing written, rather than at unlock().
     std::atomic<bool> scripts_allowed{false};
-    /// How much this client's waiters for `lock` have been losing races for it lately
-    /// (race_pacing, wait_pacing.hpp). Names share 64 counters by hash: a shared one only makes
-    /// a waiter yield when it need not.
-    std::atomic<int>& lost_races(std::string_view lock) {
-        return lost_races_[std::hash<std::string_view>{}(lock) % lost_races_.size()];
+    /// What this client's waiters for `lock` have seen of the races for it (race_pacing,
+    /// wait_pacing.hpp). Names share 64 records by hash: a shared one only makes a waiter
+    /// yield when it need not.
+    race_record& races(std::string_view lock) {
+        return races_[std::hash<std::string_view>{}(lock) % races_.size()];
     }
     /// A release of `lock` by this client whose unlock message reached subscribers (other
     /// clients' waiters, or this one's) opens a short courtesy: until it ends, a new acquire of
@@ -206,7 +218,7 @@ public:
     /// that locks again right after its unlock does not beat, every time, the waiters its own
     /// message has just woken (docs/benchmarks.md, "loops that come back at once"). A woken
     /// waiter takes the lock within a hand-over (about 0.2 ms here); when none does, the lock
-    /// stays free for at most the courtesy. Names share 64 slots by hash, as lost_races does.
+    /// stays free for at most the courtesy. Names share 64 slots by hash, as races() does.
     void note_woken(std::string_view lock) noexcept {
         courtesy_slot(lock).store((clock::now() + release_courtesy).time_since_epoch().count(),
                                   std::memory_order_relaxed);
@@ -225,7 +237,7 @@ public:
     detail::watchdog& watch() noexcept { return watchdog_; }
 
 private:
-    std::array<std::atomic<int>, 64> lost_races_{};
+    std::array<race_record, 64> races_{};
     std::atomic<clock::rep>& courtesy_slot(std::string_view lock) const noexcept {
         return courtesy_until_[std::hash<std::string_view>{}(lock) % courtesy_until_.size()];
     }

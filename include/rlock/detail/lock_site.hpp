@@ -208,6 +208,24 @@ public:
                         " ms; it was undone");
     }
 
+    // How many clients listen on `channel` (PUBSUB NUMSUB; SHARDNUMSUB with sharded pub/sub):
+    // the waiters a new one races with (race_pacing). -1 when the server does not say (an ACL
+    // without PUBSUB, a broken connection): pacing then keeps what it had. Reads only.
+    long long subscribers(const std::string& channel) const noexcept {
+        try {
+            return core_->pool.run(name(), on_break::fail, [&](const connection& c) {
+                reply_ptr r = command(c, {"PUBSUB", c.sharded_publish ? "SHARDNUMSUB" : "NUMSUB", channel});
+                if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                    r->element[1]->type != REDIS_REPLY_INTEGER) {
+                    return -1LL;
+                }
+                return r->element[1]->integer;
+            }, Kind::follows_ask);
+        } catch (...) {
+            return -1;
+        }
+    }
+
     // A waiter that gives up leaves nothing behind (fair_lock: its queue entry). Best effort:
     // what it cannot reach is evicted after fair_lock_wait_timeout.
     void give_up(const std::string& value) const noexcept {

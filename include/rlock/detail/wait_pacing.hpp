@@ -20,71 +20,98 @@ namespace rlock::detail {
 /// favours the newest waiter (Redis writes a message to a channel's newest subscriber first,
 /// and a newcomer's tries are often in flight as the lock frees), a loser keeps losing, and the
 /// wait's tail grows geometrically (docs/benchmarks.md, "Contention"). So, while this client
-/// has been losing such races for the lock (`lost_races` > 0, shared by the client's waiters
-/// of that name), a waiter's tries are held back by its youth: its first try in the loop by
-/// 2 * yield_step, its second by yield_step, later ones not at all. The oldest waiter, woken
-/// with the others, is then first to Redis. A waiter that has no rival never loses a race, and
-/// pays nothing. This is a short pause before a try, never a poll. Only for kinds whose waiters
-/// race (kind_defaults::races): a queued kind's names would bump counters shared by hash.
+/// has been losing such races for the lock, a waiter's tries are held back by its youth: try i
+/// of its wait (counted from 0) by yield_step * (R - i), where R is the number of other clients
+/// waiting for the lock as the server last counted them (race_record::rivals; at least 2, at
+/// most 8). A waiter that has lost a race to each rival ahead of it pays nothing; woken
+/// together with younger ones, it is first to Redis. R is counted by the server, not learnt
+/// from this client's own waits: a client whose waiters wait long must not yield longer for it.
+/// A waiter that has no rival never loses a race, and pays nothing. This is a short pause
+/// before a try, never a poll. Only for kinds whose waiters race (kind_defaults::races): a
+/// queued kind's names would bump records shared by hash.
 class race_pacing {
 public:
-    explicit race_pacing(std::atomic<int>& lost_races) noexcept : lost_races_(lost_races) {}
+    explicit race_pacing(race_record& record) noexcept : record_(record) {}
 
-    /// Before each try of the wait loop. Not a poll: the one bounded pause pause() describes
-    /// (at most 200 µs, only for a wait's first two tries while this client loses races for
-    /// the lock); the wait itself still ends on the unlock message or the holder's TTL.
+    /// Before each try of the wait loop. Not a poll: the one bounded pause pause() describes;
+    /// the wait itself still ends on the unlock message or the holder's TTL.
     void before_try() const {
         const std::chrono::microseconds p = pause();
         if (p.count() > 0) std::this_thread::sleep_for(p);
     }
 
     /// The pause before_try() makes: an asynchronous waiter waits it on a timer instead.
-    /// A fixed pause, and a defensible one: at most 200 µs, before the first two tries of a
-    /// wait only, and only while this client is losing races for the lock. It orders woken
-    /// waiters; the wait itself still ends on the unlock message or the holder's TTL.
+    /// At most 800 µs, only before a wait's first R tries, and only while this client is
+    /// losing races for the lock. It orders woken waiters by age; the wait itself still ends
+    /// on the unlock message or the holder's TTL.
     std::chrono::microseconds pause() const {
-        if (round_ >= yield_rounds || lost_races_.load(std::memory_order_relaxed) == 0) {
-            return std::chrono::microseconds(0);
-        }
-        return yield_step * (yield_rounds - round_);
+        if (record_.lost.load(std::memory_order_relaxed) == 0) return std::chrono::microseconds(0);
+        const int rounds = std::clamp(record_.rivals.load(std::memory_order_relaxed),
+                                      min_yield_rounds, max_yield_rounds);
+        if (round_ >= rounds) return std::chrono::microseconds(0);
+        return yield_step * (rounds - round_);
     }
 
-    /// The pause before a newcomer's first attempt (before it waits at all): twice the loop's
-    /// first pause (400 µs), and likewise only while this client loses races for the lock.
-    /// A newcomer that tries at once lands, as often as not, just after a release and beats
-    /// the waiters that release woke; held back this long, it comes after the oldest of them
-    /// has taken the lock. Measured (W=4, H=1 ms, A=1 ms; docs/benchmarks.md): asynchronous
-    /// mutex, with the loop's 200 µs the newest waiter won 19-20 % of hand-overs and the worst
-    /// p99 wait was 8.3-8.9 ms, with 400 µs 1 % and 3.2-6.2 ms, with 800 µs the second oldest
-    /// won a third and the p99 was 10 ms; blocking mutex (no pause before), p99 6.7-7.5 ms
-    /// against 4.9-5.6 ms with it.
+    /// Whether a waiter about to wait should count the rivals (subscribers of the lock's
+    /// channel) for this record: while this client loses races for the lock, at most every
+    /// 20 ms (records are shared by the client's waiters of a name).
+    bool wants_rivals() const noexcept {
+        if (record_.lost.load(std::memory_order_relaxed) == 0) return false;
+        const auto at = record_.rivals_at.load(std::memory_order_relaxed);
+        return std::chrono::steady_clock::now().time_since_epoch().count() - at >=
+               std::chrono::steady_clock::duration(rivals_every).count();
+    }
+    /// What the count found: `subscribers` of the lock's channel before this waiter subscribed
+    /// (-1: the server did not say; R then stays as it was).
+    void note_rivals(long long subscribers) noexcept {
+        record_.rivals_at.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                                std::memory_order_relaxed);
+        if (subscribers >= 0) {
+            record_.rivals.store(static_cast<int>(std::min<long long>(subscribers, max_yield_rounds)),
+                                 std::memory_order_relaxed);
+        }
+    }
+
+    /// The pause before a newcomer's first attempt (before it waits at all): 400 µs, only
+    /// while this client loses races for the lock. A newcomer that tries at once lands, as
+    /// often as not, just after a release and beats the waiters that release woke; held back
+    /// this long, it comes after the oldest of them has taken the lock. Measured (W=4, H=1 ms,
+    /// A=1 ms; docs/benchmarks.md): asynchronous mutex, with 200 µs the newest waiter won
+    /// 19-20 % of hand-overs and the worst p99 wait was 8.3-8.9 ms, with 400 µs 1 % and
+    /// 3.2-6.2 ms, with 800 µs the second oldest won a third and the p99 was 10 ms; blocking
+    /// mutex (no pause before), p99 6.7-7.5 ms against 4.9-5.6 ms with it.
     /// `courtesy`: what is left of this client's courtesy after its own release woke waiters
     /// (client_core::courtesy_left); the pause is the larger of the two.
     std::chrono::microseconds newcomer_pause(std::chrono::microseconds courtesy) const {
-        return std::max(courtesy, round_ == 0 ? 2 * pause() : pause());
+        if (record_.lost.load(std::memory_order_relaxed) == 0) return courtesy;
+        return std::max(courtesy, newcomer_step);
     }
 
-    /// After each try: `woken` when the wait before it ended with a message. Keeps lost_races:
-    /// -1 for an acquisition; +2 (up to max_lost_races) when a try an unlock message woke was
+    /// After each try: `woken` when the wait before it ended with a message. Keeps `lost`:
+    /// -1 for an acquisition; +2 (up to max_lost) when a try an unlock message woke was
     /// beaten by another waiter, i.e. the lock is raced for.
     void after_try(const acquire_result& r, bool woken) {
         ++round_;
-        const int now = lost_races_.load(std::memory_order_relaxed);
+        const int now = record_.lost.load(std::memory_order_relaxed);
         if (r.acquired) {
-            if (now > 0) lost_races_.fetch_sub(1, std::memory_order_relaxed);
-        } else if (woken && r.ttl != -2 && now < max_lost_races) {
-            lost_races_.fetch_add(2, std::memory_order_relaxed);
+            if (now > 0) record_.lost.fetch_sub(1, std::memory_order_relaxed);
+        } else if (woken && r.ttl != -2 && now < max_lost) {
+            record_.lost.fetch_add(2, std::memory_order_relaxed);
         }
     }
 
 private:
-    static constexpr int max_lost_races = 8;
+    static constexpr int max_lost = 8;
     static constexpr std::chrono::microseconds yield_step{100};
-    // Two rounds suit a handful of waiters (more rounds would hold back the oldest of three,
-    // measured: busy 0.80 instead of 0.90 at W=4; docs/benchmarks.md).
-    static constexpr int yield_rounds = 2;
+    static constexpr std::chrono::microseconds newcomer_step{400};
+    static constexpr std::chrono::milliseconds rivals_every{20};
+    // Behind one or two rivals, two rounds (measured at W=4: more fixed rounds held back the
+    // oldest of three, busy 0.80 instead of 0.90; docs/benchmarks.md). Behind more, one round
+    // per rival, so that the oldest of seven is still first; at most 800 µs for the newest.
+    static constexpr int min_yield_rounds = 2;
+    static constexpr int max_yield_rounds = 8;
 
-    std::atomic<int>& lost_races_;
+    race_record& record_;
     int round_ = 0;  // tries made in this wait loop
 };
 
