@@ -118,6 +118,8 @@ struct wait_group {
     engine::timer_id retry = 0;
     std::atomic<bool> posted{false};  // a pump is queued on the engine (set by the subscriber)
     bool paused = false;     // the head's race pause has been waited: its pump attempts now
+    engine::timer_id pause_timer = 0;  // the head is waiting out its race pause
+    bool woken_in_pause = false;       // news came before or during that pause
     bool confirmed = false;  // a pump has followed the subscription's first bump
     std::chrono::milliseconds fallback{10};
     silent_holder_looks looks;
@@ -183,6 +185,7 @@ public:
         std::vector<std::shared_ptr<async_waiter>> all;
         for (auto& [key, g] : groups_) {
             core.eng.cancel(g->retry);
+            core.eng.cancel(g->pause_timer);
             for (auto& w : g->queue) all.push_back(w);
         }
         for (auto& w : all) {
@@ -229,6 +232,12 @@ private:
     // `g` by value: leave() may erase the map's reference to it while this runs.
     void pump(std::shared_ptr<wait_group> g, bool woken) {  // NOLINT(performance-unnecessary-value-param)
         g->posted.store(false);
+        if (g->pause_timer != 0) {
+            // The head is waiting out its race pause: the try after it serves this news too (a
+            // message must not cut the pause short, or the young would try with the old).
+            g->woken_in_pause = g->woken_in_pause || woken;
+            return;
+        }
         core.eng.cancel(g->retry);
         g->retry = 0;
         if (core.eng.stopping()) return;
@@ -236,8 +245,12 @@ private:
             const std::chrono::microseconds pause = g->queue.front()->pause_before_try();
             if (pause.count() > 0) {
                 g->paused = true;
-                g->retry = core.eng.at(clock::now() + pause, [this, key = g->key, serial = g->serial, woken] {
-                    if (std::shared_ptr<wait_group> now = current(key, serial)) pump(now, woken);
+                g->woken_in_pause = woken;
+                g->pause_timer = core.eng.at(clock::now() + pause, [this, key = g->key, serial = g->serial] {
+                    if (std::shared_ptr<wait_group> now = current(key, serial)) {
+                        now->pause_timer = 0;
+                        pump(now, now->woken_in_pause);
+                    }
                 });
                 return;
             }
@@ -296,6 +309,8 @@ private:
         if (!g->queue.empty()) return;
         core.eng.cancel(g->retry);
         g->retry = 0;
+        core.eng.cancel(g->pause_timer);
+        g->pause_timer = 0;
         auto it = groups_.find(g->key);
         if (it != groups_.end() && it->second.get() == g) groups_.erase(it);
     }
@@ -409,6 +424,21 @@ public:
             if (core.eng.stopping()) {
                 throw error(errc::connection_failed, site_->name(), site_->server(),
                             "the client was destroyed before this asynchronous acquire started");
+            }
+            if constexpr (Kind::races) {
+                // While this client loses races for the lock, it subscribes (joins) before it
+                // tries at all (race_pacing::subscribes_first): its first try is the group's,
+                // held back by its youth. Nothing is known of the holder yet (-3): the group
+                // waits for its subscription's confirmation, bounded by the fallback (10 ms)
+                // as for any waiter. Behind waiters already queued, it waits its turn.
+                if (may_wait && race_.subscribes_first() && clock::now() < deadline) {
+                    if (race_.wants_rivals()) race_.note_rivals(site_->subscribers(channel));
+                    wait_group* g = waits.find(key);
+                    const wait_hint hint{-3, true, {}};
+                    waits.join(shared_from_this(), key, channel, Kind::shared,
+                               Kind::heartbeat(site_->options_), g && !g->queue.empty() ? nullptr : &hint);
+                    return;
+                }
             }
             sent_ = clock::now();
             acquire_result r = site_->attempt(value_, lease_, may_wait ? try_kind::first : try_kind::only);

@@ -176,6 +176,8 @@ private:
         if (watched) lease = watchdog;
         std::string value = Kind::value_for(*core_, thread, Kind::reentrant);
         const bool may_wait = clock::now() < deadline;
+        // Whether this newcomer subscribes before its first try (race_pacing::subscribes_first).
+        bool subscribe_first = false;
         if constexpr (Kind::races) {
             if (may_wait) {
                 // A newcomer lets the waiters a release has just woken go first: those of this
@@ -184,15 +186,21 @@ private:
                 // not a wait for news: nothing is published when a woken waiter takes the lock.
                 // Bounded (at most 1 ms, the courtesy; 400 µs otherwise), once per call, and
                 // none at all when the lock is not contended; it is not a poll: the wait below
-                // still ends on the unlock message or the holder's TTL.
-                const std::chrono::microseconds pause =
-                    race_pacing(core_->races(name())).newcomer_pause(core_->courtesy_left(name()));
+                // still ends on the unlock message or the holder's TTL. Behind three rivals or
+                // more it subscribes before it tries at all (race_pacing::subscribes_first):
+                // its first try is then the wait loop's, held back by its youth.
+                const race_pacing pacing(core_->races(name()));
+                const std::chrono::microseconds pause = pacing.newcomer_pause(core_->courtesy_left(name()));
                 if (pause.count() > 0) std::this_thread::sleep_until(std::min(deadline, clock::now() + pause));
+                subscribe_first = pacing.subscribes_first();
             }
         }
 
         auto sent = clock::now();
-        acquire_result r = attempt(value, lease, may_wait ? try_kind::first : try_kind::only);
+        // (Its deadline past after the courtesy, it tries now: every call tries at least once.)
+        acquire_result r = subscribe_first && clock::now() < deadline
+                               ? acquire_result{}
+                               : attempt(value, lease, may_wait ? try_kind::first : try_kind::only);
         if (!r.acquired) {
             if (clock::now() >= deadline) {
                 if (may_wait) give_up(value);  // it may have queued

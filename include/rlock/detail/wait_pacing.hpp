@@ -49,6 +49,9 @@ public:
         const int rounds = std::clamp(record_.rivals.load(std::memory_order_relaxed),
                                       min_yield_rounds, max_yield_rounds);
         if (round_ >= rounds) return std::chrono::microseconds(0);
+        // A newcomer that subscribed first: its first try, which no message times, waits at
+        // least newcomer_step, so that a release just before it goes to the oldest it woke.
+        if (round_ == 0 && subscribes_first()) return std::max(newcomer_step, yield_step * rounds);
         return yield_step * (rounds - round_);
     }
 
@@ -72,18 +75,30 @@ public:
         }
     }
 
-    /// The pause before a newcomer's first attempt (before it waits at all): 400 µs, only
+    /// Whether a newcomer subscribes before its first try: while this client loses races for
+    /// the lock and at least three other clients wait for it. A newcomer that tried at once
+    /// landed, now and then, in the moment between a release and the oldest woken waiter's
+    /// try, and took the lock from it; so did its first try after subscribing, which no
+    /// message times either. Subscribed first, it has one such try, the wait loop's first,
+    /// held back the longest (pause()). Measured (W=8, H=1 ms, A=1 ms; docs/benchmarks.md):
+    /// the oldest of seven waiters won 98-99 % of hand-overs instead of 43-50 %, the worst p99
+    /// wait 10-15 ms instead of 18-23.
+    bool subscribes_first() const noexcept {
+        return record_.lost.load(std::memory_order_relaxed) > 0 &&
+               record_.rivals.load(std::memory_order_relaxed) >= subscribe_first_rivals;
+    }
+
+    /// The pause before a newcomer's first attempt when it does not subscribe first: 400 µs
     /// while this client loses races for the lock. A newcomer that tries at once lands, as
     /// often as not, just after a release and beats the waiters that release woke; held back
     /// this long, it comes after the oldest of them has taken the lock. Measured (W=4, H=1 ms,
     /// A=1 ms; docs/benchmarks.md): asynchronous mutex, with 200 µs the newest waiter won
     /// 19-20 % of hand-overs and the worst p99 wait was 8.3-8.9 ms, with 400 µs 1 % and
-    /// 3.2-6.2 ms, with 800 µs the second oldest won a third and the p99 was 10 ms; blocking
-    /// mutex (no pause before), p99 6.7-7.5 ms against 4.9-5.6 ms with it.
+    /// 3.2-6.2 ms, with 800 µs the second oldest won a third and the p99 was 10 ms.
     /// `courtesy`: what is left of this client's courtesy after its own release woke waiters
     /// (client_core::courtesy_left); the pause is the larger of the two.
     std::chrono::microseconds newcomer_pause(std::chrono::microseconds courtesy) const {
-        if (record_.lost.load(std::memory_order_relaxed) == 0) return courtesy;
+        if (record_.lost.load(std::memory_order_relaxed) == 0 || subscribes_first()) return courtesy;
         return std::max(courtesy, newcomer_step);
     }
 
@@ -103,8 +118,12 @@ public:
 private:
     static constexpr int max_lost = 8;
     static constexpr std::chrono::microseconds yield_step{100};
-    static constexpr std::chrono::microseconds newcomer_step{400};
     static constexpr std::chrono::milliseconds rivals_every{20};
+    static constexpr std::chrono::microseconds newcomer_step{400};  // newcomer_pause()
+    // Subscribing first costs a newcomer a round trip before its first try, which a lone
+    // waiter would have spent holding the lock: behind one or two rivals the newcomer's pause
+    // alone keeps the order (the oldest of three won 97-99 % of hand-overs), so it tries first.
+    static constexpr int subscribe_first_rivals = 3;
     // Behind one or two rivals, two rounds (measured at W=4: more fixed rounds held back the
     // oldest of three, busy 0.80 instead of 0.90; docs/benchmarks.md). Behind more, one round
     // per rival, so that the oldest of seven is still first; at most 800 µs for the newest.
