@@ -432,7 +432,7 @@ public:
                 // waits for its subscription's confirmation, bounded by the fallback (10 ms)
                 // as for any waiter. Behind waiters already queued, it waits its turn.
                 if (may_wait && race_.subscribes_first() && clock::now() < deadline) {
-                    if (race_.wants_rivals()) race_.note_rivals(site_->subscribers(channel));
+                    race_.count_rivals([&] { return site_->subscribers(channel); });
                     wait_group* g = waits.find(key);
                     const wait_hint hint{-3, true, {}};
                     waits.join(shared_from_this(), key, channel, Kind::shared,
@@ -454,9 +454,7 @@ public:
                 return;
             }
             // Before joining (and subscribing): the clients already waiting are its rivals.
-            if constexpr (Kind::races) {
-                if (race_.wants_rivals()) race_.note_rivals(site_->subscribers(channel));
-            }
+            if constexpr (Kind::races) race_.count_rivals([&] { return site_->subscribers(channel); });
             const wait_hint hint{r.ttl, r.holder_publishes, std::move(r.holder)};
             waits.join(shared_from_this(), key, channel, Kind::shared, Kind::heartbeat(site_->options_),
                        &hint);

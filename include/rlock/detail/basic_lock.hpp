@@ -176,6 +176,7 @@ private:
         if (watched) lease = watchdog;
         std::string value = Kind::value_for(*core_, thread, Kind::reentrant);
         const bool may_wait = clock::now() < deadline;
+        race_pacing race(core_->races(name()));  // against waiters of other clients
         // Whether this newcomer subscribes before its first try (race_pacing::subscribes_first).
         bool subscribe_first = false;
         if constexpr (Kind::races) {
@@ -189,10 +190,9 @@ private:
                 // still ends on the unlock message or the holder's TTL. Behind three rivals or
                 // more it subscribes before it tries at all (race_pacing::subscribes_first):
                 // its first try is then the wait loop's, held back by its youth.
-                const race_pacing pacing(core_->races(name()));
-                const std::chrono::microseconds pause = pacing.newcomer_pause(core_->courtesy_left(name()));
+                const std::chrono::microseconds pause = race.newcomer_pause(core_->courtesy_left(name()));
                 if (pause.count() > 0) std::this_thread::sleep_until(std::min(deadline, clock::now() + pause));
-                subscribe_first = pacing.subscribes_first();
+                subscribe_first = race.subscribes_first();
             }
         }
 
@@ -216,11 +216,8 @@ private:
                 }
             } leave{this, value};
             const std::string channel = Kind::wait_channel(keys_, value);
-            race_pacing race(core_->races(name()));
             // Before subscribing: the clients already waiting are this waiter's rivals.
-            if constexpr (Kind::races) {
-                if (race.wants_rivals()) race.note_rivals(site::subscribers(channel));
-            }
+            if constexpr (Kind::races) race.count_rivals([&] { return site::subscribers(channel); });
             subscriber::subscription sub(*core_->sub, channel);
             // This client's waiters for the lock take turns, by kind: a message makes the
             // first try, not all of them (each of which would be refused but one).

@@ -55,22 +55,22 @@ public:
         return yield_step * (rounds - round_);
     }
 
-    /// Whether a waiter about to wait should count the rivals (subscribers of the lock's
-    /// channel) for this record: while this client loses races for the lock, at most every
-    /// 20 ms (records are shared by the client's waiters of a name).
-    bool wants_rivals() const noexcept {
-        if (record_.lost.load(std::memory_order_relaxed) == 0) return false;
-        const auto at = record_.rivals_at.load(std::memory_order_relaxed);
-        return std::chrono::steady_clock::now().time_since_epoch().count() - at >=
-               std::chrono::steady_clock::duration(rivals_every).count();
-    }
-    /// What the count found: `subscribers` of the lock's channel before this waiter subscribed
-    /// (-1: the server did not say; R then stays as it was).
-    void note_rivals(long long subscribers) noexcept {
-        record_.rivals_at.store(std::chrono::steady_clock::now().time_since_epoch().count(),
-                                std::memory_order_relaxed);
-        if (subscribers >= 0) {
-            record_.rivals.store(static_cast<int>(std::min<long long>(subscribers, max_yield_rounds)),
+    /// Before a waiter subscribes: while this client loses races for the lock, and at most
+    /// every 20 ms per record (shared by the client's waiters of a name), counts the rivals
+    /// with `subscribers()` — the subscribers of the lock's channel, or -1 when the server does
+    /// not say (R then stays as it was).
+    template <class Count>
+    void count_rivals(Count&& subscribers) {
+        if (record_.lost.load(std::memory_order_relaxed) == 0) return;
+        const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+        if (now - record_.rivals_at.load(std::memory_order_relaxed) <
+            std::chrono::steady_clock::duration(rivals_every).count()) {
+            return;
+        }
+        record_.rivals_at.store(now, std::memory_order_relaxed);
+        const long long n = subscribers();
+        if (n >= 0) {
+            record_.rivals.store(static_cast<int>(std::min<long long>(n, max_yield_rounds)),
                                  std::memory_order_relaxed);
         }
     }
