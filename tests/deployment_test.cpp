@@ -15,9 +15,11 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "rlock/rlock.hpp"
@@ -236,6 +238,79 @@ TEST(acl, a_release_the_acl_forbids_is_reported_as_that_error_not_as_a_lost_lock
     EXPECT_NE(lost.last_message.find("app:acl-reentrant"), std::string::npos) << lost.last_message;
     // Nothing was claimed released: both keys still there, for their leases.
     EXPECT_EQ(s.integer({"EXISTS", "app:acl-mutex", "app:acl-reentrant"}), 2);
+}
+
+// Found in review: the batch renewal scripts read each hold with pcall and counted any error
+// as "gone", so a watched hold whose renewal the ACL refused was told lock_lost while Redis
+// still had it. Now the refusal is that hold's answer: its owner is told the ACL's error, once,
+// the hold is kept, and renewals resume once the ACL allows them again.
+TEST(acl, a_renewal_the_acl_refuses_is_reported_as_that_error_not_as_a_lost_lock) {
+    redis_server s;
+    std::vector<std::string> rules = words(minimal_acl);
+    for (const std::string& w : words(synchronizer_acl)) rules.push_back(w);
+    rlock_test::lost_log unused;
+    rlock::client_options o = as_locker(s, rules, unused);
+    std::mutex mu;
+    std::vector<std::pair<std::string, rlock::error>> told;
+    o.on_lock_lost = [&](std::string_view lock, const rlock::error& why) {
+        std::lock_guard<std::mutex> g(mu);
+        told.emplace_back(std::string(lock), why);
+    };
+    o.lock_watchdog_timeout = 3s;  // a tick every second
+    rlock::client c(o);
+    rlock::mutex m(c, "app:renew-mutex");
+    rlock::reentrant_lock r(c, "app:renew-reentrant");
+    rlock::fair_lock f(c, "app:renew-fair");
+    rlock::read_write_lock w(c, "app:renew-write");
+    rlock::read_write_lock rd(c, "app:renew-read");
+    rlock::permit_expirable_semaphore ps(c, "app:renew-permits");
+    ASSERT_TRUE(ps.try_set_permits(1));
+    m.lock();
+    r.lock();
+    f.lock();
+    w.lock();
+    rd.lock_shared();
+    rlock::permit p = ps.acquire();
+    // What each renewal script reads a hold with (the acquires above needed some of them).
+    s.cmd({"ACL", "SETUSER", "locker", "-get", "-hget", "-hexists", "-type"});
+    const std::vector<std::string> names = {"app:renew-mutex", "app:renew-reentrant", "app:renew-fair",
+                                            "app:renew-write", "app:renew-read", "app:renew-permits"};
+    auto told_count = [&] {
+        std::lock_guard<std::mutex> g(mu);
+        return told.size();
+    };
+    for (int i = 0; i < 100 && told_count() < names.size(); ++i) std::this_thread::sleep_for(50ms);
+    s.cmd({"ACL", "SETUSER", "locker", "+get", "+hget", "+hexists", "+type"});
+    {
+        std::lock_guard<std::mutex> g(mu);
+        ASSERT_EQ(told.size(), names.size());
+        for (const std::string& name : names) {
+            const auto it = std::find_if(told.begin(), told.end(), [&](const auto& t) { return t.first == name; });
+            ASSERT_NE(it, told.end()) << name << " was not told";
+            EXPECT_EQ(it->second.value(), rlock::errc::auth_failed) << it->second.what();
+            EXPECT_NE(std::string(it->second.what()).find(name), std::string::npos) << it->second.what();
+            EXPECT_NE(std::string(it->second.what()).find("can't"), std::string::npos) << it->second.what();
+        }
+    }
+    // The holds were kept: the next tick renews them (every key's TTL back near 3 s), and no
+    // one is told anything more.
+    auto renewed = [&] {
+        return s.integer({"PTTL", "app:renew-mutex"}) > 2500 && s.integer({"PTTL", "app:renew-read"}) > 2500;
+    };
+    for (int i = 0; i < 100 && !renewed(); ++i) std::this_thread::sleep_for(50ms);
+    EXPECT_TRUE(renewed()) << "no renewal after the ACL allowed it again";
+    EXPECT_FALSE(m.lost());
+    EXPECT_FALSE(p.lost());
+    EXPECT_NO_THROW(m.unlock());
+    EXPECT_NO_THROW(r.unlock());
+    EXPECT_NO_THROW(f.unlock());
+    EXPECT_NO_THROW(w.unlock());
+    EXPECT_NO_THROW(rd.unlock_shared());
+    EXPECT_NO_THROW(p.release());
+    EXPECT_EQ(told_count(), names.size());
+    EXPECT_EQ(s.integer({"EXISTS", "app:renew-mutex", "app:renew-reentrant", "app:renew-fair",
+                         "app:renew-write", "app:renew-read"}),
+              0);
 }
 
 /// Every key with its value (DUMP: type and contents, not the TTL), sorted: what a refused

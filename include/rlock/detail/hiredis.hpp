@@ -102,8 +102,12 @@ inline error make_error(const redisContext* ctx, const redisReply* reply, std::s
             code = errc::connection_failed;
             origin.readonly = true;
         }
+        // An ACL's refusal inside a script comes as "ERR The user executing the script
+        // can't ..." (Redis 7.0) or "ERR ACL failure in script: ..." (7.2 and later).
         if (what.substr(0, 6) == "NOAUTH" || what.substr(0, 9) == "WRONGPASS" ||
-            what.substr(0, 6) == "NOPERM") {
+            what.substr(0, 6) == "NOPERM" ||
+            what.find("user executing the script can't") != std::string_view::npos ||
+            what.find("ACL failure in script") != std::string_view::npos) {
             code = errc::auth_failed;
         }
         return error_access::with_origin(code, lock, server, what, std::move(origin));

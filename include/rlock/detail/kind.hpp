@@ -78,14 +78,18 @@ return 0
 }
 
 /// The text of a batch renewal script (the watchdog's, one per kind): KEYS[i] lock keys;
-/// ARGV[1] lease ms, ARGV[i+1] the value that holds KEYS[i]. `held` is a Lua condition, true
-/// when ARGV[i + 1] still holds KEYS[i]; `extend` the statement that renews KEYS[i]. Returns
-/// one integer per key: 1 renewed, 0 gone or someone else's (a renewal never creates a key).
-inline std::string batch_renew_lua(std::string_view held, std::string_view extend) {
-    std::string body = "local out = {}\nfor i = 1, #KEYS do\n    if ";
+/// ARGV[1] lease ms, ARGV[i+1] the value that holds KEYS[i]. `read` is a redis.pcall that reads
+/// KEYS[i] (its answer is `got`), `held` a Lua condition on `got`, true when ARGV[i + 1] still
+/// holds KEYS[i]; `extend` the statement that renews KEYS[i]. Returns one reply per key: 1
+/// renewed, 0 gone or someone else's (a key of another type among them: a renewal never creates
+/// a key), or the error that refused the read (an ACL's): that hold's owner is told that
+/// error, not that the lock is lost, and the other keys of the batch are renewed all the same.
+inline std::string batch_renew_lua(std::string_view read, std::string_view held, std::string_view extend) {
+    std::string body = "local out = {}\nfor i = 1, #KEYS do\n    local got = ";
+    body.append(read).append("\n    if read_failed(got) then\n        out[i] = got\n    elseif ");
     body.append(held).append(" then\n        ").append(extend);
     body.append("\n        out[i] = 1\n    else\n        out[i] = 0\n    end\nend\nreturn out\n");
-    return body;
+    return with_read_failed(body);
 }
 
 /// An acquire script call: KEYS[1] the lock key, KEYS[2] the fencing counter only when fencing

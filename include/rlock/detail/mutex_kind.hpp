@@ -88,8 +88,8 @@ return {0, mutex_leave(KEYS[1], ARGV[2])}
 
     /// Batch compare-and-pexpire (batch_renew_lua): ARGV[i+1] the token of KEYS[i].
     static const script& renew_script() {
-        static const script s(batch_renew_lua(
-            "redis.pcall('get', KEYS[i]) == ARGV[i + 1]", "redis.call('pexpire', KEYS[i], ARGV[1])"));
+        static const script s(batch_renew_lua("redis.pcall('get', KEYS[i])", "got == ARGV[i + 1]",
+                                              "redis.call('pexpire', KEYS[i], ARGV[1])"));
         return s;
     }
 

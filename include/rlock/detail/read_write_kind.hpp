@@ -246,15 +246,19 @@ return {0, redis.call('publish', ARGV[2], '0')}
 
     /// Batch renewal of read holds, each renewing only its own hold keys (never another
     /// reader's, never re-creating one): KEYS[i] lock hashes; ARGV[1] lease ms, ARGV[i+1] holder
-    /// id. A holder whose field or any of whose hold keys is gone is reported 0 (lost).
+    /// id. A holder whose field or any of whose hold keys is gone is reported 0 (lost); an error
+    /// reading its field (an ACL's refusal) is that hold's reply, told to its owner as itself.
     static const script& renew_script() {
         static const script s(with_rw_helpers(R"lua(
 local out = {}
 for i = 1, #KEYS do
     local holder = ARGV[i + 1]
-    local count = tonumber(redis.pcall('hget', KEYS[i], holder))
+    local got = redis.pcall('hget', KEYS[i], holder)
+    local count = tonumber(got)  -- nil for no field, and for an error
     local ok = 0
-    if count then
+    if read_failed(got) then
+        ok = got
+    elseif count then
         ok = 1
         for n = 1, count do
             if redis.call('exists', hold_key(KEYS[i], holder, n)) == 0 then ok = 0 end
@@ -363,10 +367,10 @@ return {0, redis.call('publish', ARGV[2], '1')}
     /// hash's TTL only ever grows here: the writer may also hold longer-leased read holds
     /// (before a downgrade), whose lease the hash must keep.
     static const script& renew_script() {
-        static const script s(batch_renew_lua("redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1",
-                            "if redis.call('pttl', KEYS[i]) < tonumber(ARGV[1]) then\n"
-                            "            redis.call('pexpire', KEYS[i], ARGV[1])\n"
-                            "        end"));
+        static const script s(batch_renew_lua("redis.pcall('hexists', KEYS[i], ARGV[i + 1])", "got == 1",
+                                              "if redis.call('pttl', KEYS[i]) < tonumber(ARGV[1]) then\n"
+                                              "            redis.call('pexpire', KEYS[i], ARGV[1])\n"
+                                              "        end"));
         return s;
     }
 

@@ -112,8 +112,8 @@ return left
     /// Batch renewal (Redisson's renewExpiration, many at once; batch_renew_lua): ARGV[i+1]
     /// the holder id for KEYS[i].
     static const script& renew_script() {
-        static const script s(batch_renew_lua("redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1",
-                            "redis.call('pexpire', KEYS[i], ARGV[1])"));
+        static const script s(batch_renew_lua("redis.pcall('hexists', KEYS[i], ARGV[i + 1])", "got == 1",
+                                              "redis.call('pexpire', KEYS[i], ARGV[1])"));
         return s;
     }
 

@@ -347,15 +347,17 @@ return {have + ended, redis.call('zcount', KEYS[2], '(' .. now, '+inf')}
 
     /// The watchdog's batch renewal of watched permits: KEYS[i] a timeout set, ARGV[i + 1] the
     /// ids of one handle, packed; each handle's leases are set to end ARGV[1] ms from now when
-    /// every one is taken with its lease running (1), else 0 (lost) with nothing written.
+    /// every one is taken with its lease running (1), else 0 (lost) with nothing written, or
+    /// the error that refused reading the set (an ACL's), told to that handle's owner as itself.
     static const script& renew() {
-        static const script s(with_prelude(R"lua(
+        static const script s(with_read_failed(with_prelude(R"lua(
 local now = server_ms()
 local out = {}
 for i = 1, #KEYS do
     local ids = each_id(ARGV[i + 1])
     local ok = redis.pcall('type', KEYS[i])
-    ok = (type(ok) == 'table' and ok.ok) == 'zset'
+    local refused = read_failed(ok) and ok
+    ok = not refused and (type(ok) == 'table' and ok.ok) == 'zset'
     for _, id in ipairs(ids) do
         if not ok then break end
         ok = live(KEYS[i], id, now)
@@ -365,10 +367,10 @@ for i = 1, #KEYS do
             redis.call('zadd', KEYS[i], 'XX', now + tonumber(ARGV[1]), id)
         end
     end
-    out[i] = ok and 1 or 0
+    out[i] = refused or (ok and 1 or 0)
 end
 return out
-)lua"));
+)lua")));
         return s;
     }
 };
