@@ -102,7 +102,7 @@ struct turn {
 
 [[noreturn]] void usage(const char* why) {
     bench::usage_exit("contention",
-                      "[--kind mutex|reentrant|fair|rw-write|semaphore|permits|async-mutex|async-reentrant|async-fair|async-rw-write] [--workers N] [--permits N] [--hold-ms MS] [--away-ms MS] [--seconds S] [--uri redis://127.0.0.1:PORT] [--name LOCK] [--observe] [--detail]",
+                      "[--kind mutex|reentrant|fair|rw-write|semaphore|permits|async-mutex|async-reentrant|async-fair|async-rw-write|floor] [--workers N] [--permits N] [--hold-ms MS] [--away-ms MS] [--seconds S] [--uri redis://127.0.0.1:PORT] [--name LOCK] [--observe] [--detail]",
                       why);
 }
 
@@ -211,6 +211,62 @@ struct async_form {
     rlock::hold h;
 };
 
+/// The floor (--kind floor): a hand-over at the protocol's minimum, written by hand on hiredis
+/// for this benchmark and for nothing else. `SET NX PX` takes the lock; one script deletes the
+/// key when it holds the worker's token and publishes; each worker is subscribed for the whole
+/// run, and a waiting worker's own thread reads its subscription socket. So a hand-over is one
+/// release round trip, the message and one `SET` round trip, with no subscriber thread, no
+/// `SUBSCRIBE` per wait and no pacing. Not a lock to copy: every release wakes every worker, a
+/// stale message costs a refused `SET`, and the race goes to whoever is first.
+class floor_lock {
+public:
+    floor_lock(rlock::client& c, const std::string& name)
+        : name_(name), channel_("bench:floor:{" + name + "}"), token_(std::to_string(::getpid())) {
+        const rlock::client_options& o = c.options();
+        cmd_.reset(redisConnect(o.host.c_str(), o.port));
+        sub_.reset(redisConnect(o.host.c_str(), o.port));
+        if (!cmd_ || cmd_->err || !sub_ || sub_->err) throw std::runtime_error("floor: cannot connect");
+        rlock::detail::reply_ptr r = rlock::detail::command(
+            cmd_.get(), {"SCRIPT", "LOAD",
+                         "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) "
+                         "return redis.call('publish', ARGV[2], '0') end return -1"});
+        if (!r || r->type != REDIS_REPLY_STRING) throw std::runtime_error("floor: SCRIPT LOAD failed");
+        sha_ = std::string(rlock::detail::reply_text(r.get()));
+        r = rlock::detail::command(sub_.get(), {"SUBSCRIBE", channel_});
+        if (!r || r->type != REDIS_REPLY_ARRAY) throw std::runtime_error("floor: SUBSCRIBE failed");
+        const timeval bound{0, 100'000};  // never needed: every release publishes
+        redisSetTimeout(sub_.get(), bound);
+    }
+    void lock() {
+        for (;;) {
+            rlock::detail::reply_ptr r =
+                rlock::detail::command(cmd_.get(), {"SET", name_, token_, "NX", "PX", "30000"});
+            if (!r) throw std::runtime_error("floor: SET failed");
+            if (r->type == REDIS_REPLY_STATUS) return;
+            void* raw = nullptr;
+            if (redisGetReply(sub_.get(), &raw) != REDIS_OK) {
+                if (sub_->err != REDIS_ERR_IO || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+                    throw std::runtime_error(std::string("floor: ") + sub_->errstr);
+                }
+                sub_->err = 0;  // timed out: hiredis marks the context failed; go on
+                sub_->errstr[0] = '\0';
+            }
+            rlock::detail::reply_ptr message(static_cast<redisReply*>(raw));
+        }
+    }
+    void unlock() {
+        rlock::detail::reply_ptr r =
+            rlock::detail::command(cmd_.get(), {"EVALSHA", sha_, "1", name_, token_, channel_});
+        if (!r || r->type != REDIS_REPLY_INTEGER || r->integer < 0) {
+            throw std::runtime_error("floor: release failed");
+        }
+    }
+
+private:
+    rlock::detail::context_ptr cmd_, sub_;
+    std::string name_, channel_, token_, sha_;
+};
+
 using worker_fn = int (*)(const options&);
 
 // One row per lock kind.
@@ -225,6 +281,7 @@ constexpr std::pair<std::string_view, worker_fn> kinds[] = {
     {"async-reentrant", run_worker<async_form<rlock::reentrant_lock>>},
     {"async-fair", run_worker<async_form<rlock::fair_lock>>},
     {"async-rw-write", run_worker<async_form<rlock::read_write_lock>>},
+    {"floor", run_worker<floor_lock>},  // the hand-written hand-over at the protocol's minimum
 };
 
 worker_fn find_kind(std::string_view name) {
