@@ -234,7 +234,7 @@ private:
             bool woken = false;  // the last wait ended with a message (an unlock, mostly)
             for (;;) {
                 core_->throw_if_destroyed(name(), "the client was destroyed while this thread waited");
-                if constexpr (Kind::races) race.before_try();
+                if constexpr (Kind::races) race.before_try(deadline);
                 const std::uint64_t seen = sub.generation();
                 sent = clock::now();
                 r = attempt(value, lease, try_kind::waiting);

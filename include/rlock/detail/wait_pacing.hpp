@@ -33,11 +33,14 @@ class race_pacing {
 public:
     explicit race_pacing(race_record& record) noexcept : record_(record) {}
 
-    /// Before each try of the wait loop. Not a poll: the one bounded pause pause() describes;
-    /// the wait itself still ends on the unlock message or the holder's TTL.
-    void before_try() const {
+    /// Before each try of the wait loop. Not a poll: the one bounded pause pause() describes,
+    /// cut at `deadline` (the try then is the wait's last); the wait itself still ends on the
+    /// unlock message or the holder's TTL.
+    void before_try(std::chrono::steady_clock::time_point deadline) const {
         const std::chrono::microseconds p = pause();
-        if (p.count() > 0) std::this_thread::sleep_for(p);
+        if (p.count() > 0) {
+            std::this_thread::sleep_until(std::min(deadline, std::chrono::steady_clock::now() + p));
+        }
     }
 
     /// The pause before_try() makes: an asynchronous waiter waits it on a timer instead.
