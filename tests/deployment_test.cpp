@@ -215,27 +215,34 @@ TEST(acl, the_documented_synchronizer_rules_run_semaphores_latches_and_permits) 
 }
 
 TEST(acl, a_release_the_acl_forbids_is_reported_as_that_error_not_as_a_lost_lock) {
-    // The release scripts read the key with pcall, so that a key of another type is an answer
-    // ("not held"); any other error (here the ACL's refusal) must reach the owner as itself.
+    // A release the ACL refuses (here GET and HGET, taken away once the locks are held) must
+    // reach the owner as that error, once, not as "lost", and claim nothing released. A
+    // watchdog tick in between may be the one that tells (a refused renewal): either way, once.
     redis_server s;
-    std::vector<std::string> rules;
-    for (const std::string& w : words(minimal_acl)) {
-        if (w != "+get" && w != "+hget") rules.push_back(w);
-    }
-    rlock_test::lost_log lost;
-    rlock::client c(as_locker(s, rules, lost));
+    rlock_test::lost_log unused;
+    rlock::client_options o = as_locker(s, words(minimal_acl), unused);
+    std::mutex mu;
+    std::vector<std::pair<std::string, rlock::error>> told;
+    o.on_lock_lost = [&](std::string_view lock, const rlock::error& why) {
+        std::lock_guard<std::mutex> g(mu);
+        told.emplace_back(std::string(lock), why);
+    };
+    rlock::client c(o);
     rlock::mutex m(c, "app:acl-mutex");
     rlock::reentrant_lock r(c, "app:acl-reentrant");
-    m.lock();  // SET: allowed
-    r.lock();  // EXISTS, HINCRBY, PEXPIRE: allowed
+    m.lock();
+    r.lock();
+    s.cmd({"ACL", "SETUSER", "locker", "-get", "-hget"});
     EXPECT_NO_THROW(m.unlock());
-    EXPECT_EQ(lost.calls.load(), 1);
-    EXPECT_NE(lost.code.load(), static_cast<int>(rlock::errc::lock_lost)) << lost.last_message;
-    EXPECT_NE(lost.last_message.find("app:acl-mutex"), std::string::npos) << lost.last_message;
     EXPECT_NO_THROW(r.unlock());
-    EXPECT_EQ(lost.calls.load(), 2);
-    EXPECT_NE(lost.code.load(), static_cast<int>(rlock::errc::lock_lost)) << lost.last_message;
-    EXPECT_NE(lost.last_message.find("app:acl-reentrant"), std::string::npos) << lost.last_message;
+    std::lock_guard<std::mutex> g(mu);
+    ASSERT_EQ(told.size(), 2u);
+    for (const char* name : {"app:acl-mutex", "app:acl-reentrant"}) {
+        const auto it = std::find_if(told.begin(), told.end(), [&](const auto& t) { return t.first == name; });
+        ASSERT_NE(it, told.end()) << name << " was not told";
+        EXPECT_EQ(it->second.value(), rlock::errc::auth_failed) << it->second.what();
+        EXPECT_NE(std::string(it->second.what()).find(name), std::string::npos) << it->second.what();
+    }
     // Nothing was claimed released: both keys still there, for their leases.
     EXPECT_EQ(s.integer({"EXISTS", "app:acl-mutex", "app:acl-reentrant"}), 2);
 }
@@ -289,7 +296,7 @@ TEST(acl, a_renewal_the_acl_refuses_is_reported_as_that_error_not_as_a_lost_lock
             ASSERT_NE(it, told.end()) << name << " was not told";
             EXPECT_EQ(it->second.value(), rlock::errc::auth_failed) << it->second.what();
             EXPECT_NE(std::string(it->second.what()).find(name), std::string::npos) << it->second.what();
-            EXPECT_NE(std::string(it->second.what()).find("can't"), std::string::npos) << it->second.what();
+            EXPECT_NE(std::string(it->second.what()).find("NOPERM"), std::string::npos) << it->second.what();
         }
     }
     // The holds were kept: the next tick renews them (every key's TTL back near 3 s), and no
@@ -326,6 +333,83 @@ std::string state_of(const redis_server& s) {
     std::string all;
     for (const std::string& e : out) all += e + "\n";
     return all;
+}
+
+// Found by an outside probe: the scripts asked the ACL only about PUBLISH, so a command the
+// ACL refused after a script's first write failed it with that write made (Redis does not
+// roll back): -pexpire left a reentrant hash with no TTL at all, -time a fenced lock key no
+// one held for a whole lease, -pttl a contended fair_lock's queue entry, which then kept the
+// free lock from everyone else. Now every script asks about each command it uses before it
+// begins. Each call here either works or fails with auth_failed, changing nothing.
+TEST(acl, a_command_the_acl_refuses_fails_the_call_and_changes_nothing) {
+    redis_server s;
+    rlock::client admin(s.options());
+    rlock::client_options o = s.options();
+    o.username = "locker";
+    o.password = "pw";
+    rlock::lock_options fenced;
+    fenced.fencing = true;
+    for (const char* deny : {"-pexpire", "-time", "-pttl", "-hincrby", "-hset", "-rpush", "-zadd", "-incr",
+                             "-lindex", "-exists", "-hget", "-set"}) {
+        s.cmd({"ACL", "SETUSER", "locker", "reset", "on", ">pw", "allkeys", "allchannels", "+@all", deny});
+        rlock::client c(o);
+        // Each case: the admin's hold first (or none), then one call of c's.
+        struct one_case {
+            const char* what;
+            std::function<void()> hold, unhold;  // the admin's, or none
+            std::function<bool()> call;          // c's try
+            std::function<void()> undo;          // c's unlock after a success
+        };
+        rlock::mutex am(admin, "app:m");
+        rlock::reentrant_lock ar(admin, "app:r");
+        rlock::fair_lock af(admin, "app:f");
+        rlock::read_write_lock aw(admin, "app:w");
+        rlock::mutex m(c, "app:m", fenced);
+        rlock::reentrant_lock r(c, "app:r", fenced);
+        rlock::fair_lock f(c, "app:f", fenced);
+        rlock::read_write_lock w(c, "app:w", fenced);
+        const std::vector<one_case> cases = {
+            {"fenced mutex, free", nullptr, nullptr, [&] { return m.try_lock(); }, [&] { m.unlock(); }},
+            {"fenced reentrant_lock, free", nullptr, nullptr, [&] { return r.try_lock(); }, [&] { r.unlock(); }},
+            {"fenced fair_lock, free", nullptr, nullptr, [&] { return f.try_lock(); }, [&] { f.unlock(); }},
+            {"fenced write side, free", nullptr, nullptr, [&] { return w.try_lock(); }, [&] { w.unlock(); }},
+            {"fenced read side, free", nullptr, nullptr, [&] { return w.try_lock_shared(); },
+             [&] { w.unlock_shared(); }},
+            {"mutex, held", [&] { am.lock(); }, [&] { am.unlock(); }, [&] { return m.try_lock_for(100ms); },
+             [&] { m.unlock(); }},
+            {"reentrant_lock, held", [&] { ar.lock(); }, [&] { ar.unlock(); },
+             [&] { return r.try_lock_for(100ms); }, [&] { r.unlock(); }},
+            {"fair_lock, held", [&] { af.lock(); }, [&] { af.unlock(); }, [&] { return f.try_lock_for(100ms); },
+             [&] { f.unlock(); }},
+            {"write side, held", [&] { aw.lock(); }, [&] { aw.unlock(); }, [&] { return w.try_lock_for(100ms); },
+             [&] { w.unlock(); }},
+        };
+        for (const one_case& k : cases) {
+            s.cmd({"FLUSHALL"});
+            if (k.hold) k.hold();
+            const std::string before = state_of(s);
+            const std::string where = std::string(deny) + ", " + k.what;
+            try {
+                const bool got = k.call();
+                if (got && k.hold) ADD_FAILURE() << where << ": acquired a lock the admin holds";
+                if (!got && !k.hold) ADD_FAILURE() << where << ": refused a free lock without an error";
+                if (!got) {
+                    EXPECT_EQ(state_of(s), before) << where << ": a wait that ran out left something";
+                }
+                if (got) {
+                    try {
+                        k.undo();  // may be refused in turn: told as that error, the key ends with its lease
+                    } catch (const rlock::error& e) {
+                        EXPECT_EQ(e.value(), rlock::errc::auth_failed) << where << ", unlock: " << e.what();
+                    }
+                }
+            } catch (const rlock::error& e) {
+                EXPECT_EQ(e.value(), rlock::errc::auth_failed) << where << ": " << e.what();
+                EXPECT_EQ(state_of(s), before) << where << ": " << e.what();
+            }
+            if (k.unhold) k.unhold();
+        }
+    }
 }
 
 // Found in review: a script that publishes did so last, after its writes. A user whose ACL

@@ -230,6 +230,8 @@ inline reply_ptr run_command(const connection& c, std::initializer_list<std::str
 }
 
 inline long long reply_integer(const redisReply* r, std::string_view lock, std::string_view server) {
+    // An error reply is itself (an ACL's NOPERM is auth_failed), not a malformed answer.
+    if (r && r->type == REDIS_REPLY_ERROR) throw make_error(static_cast<const redisContext*>(nullptr), r, lock, server);
     if (!r || r->type != REDIS_REPLY_INTEGER) {
         throw error(errc::protocol_error, lock, server, "expected an integer reply");
     }

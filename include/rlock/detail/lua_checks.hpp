@@ -8,6 +8,8 @@
 // nothing more; a check that fails returns an error reply that names the key and says that
 // nothing was changed (`WRONGTYPE ...` for a key of another type, which rlock reports as
 // errc::wrong_type; `ERR ...` for a value, errc::server_error).
+// An ACL's refusal of a command is asked about before anything else: every script begins by
+// asking redis.acl_check_cmd about each command it names (script.hpp, with_acl_check).
 #pragma once
 
 #include <string>
@@ -94,6 +96,7 @@ local function bad_count(key, field)
     return redis.error_reply('ERR the reentry count of ' .. field .. ' in ' .. key ..
         ' is not an integer HINCRBY can step; nothing was changed')
 end
+-- acl: asked where used (fencing's commands are asked about in check_counter, when fenced)
 local function check_counter(key)
     local v = redis.pcall('get', key)
     if type(v) == 'table' then
@@ -109,6 +112,15 @@ local function check_counter(key)
             ' is not an integer from 0 to 2^53 - 1 (INCR refuses a non-integer or the int64' ..
             ' limit; a larger token would lose precision in Lua); nothing was changed')
     end
+    if redis.acl_check_cmd then
+        local need = v and {{'incr', key}} or {{'time'}, {'set', key, '1'}}
+        for _, c in ipairs(need) do
+            if not redis.acl_check_cmd(unpack(c)) then
+                return redis.error_reply("NOPERM this user has no permissions to run the '" .. c[1] ..
+                    "' command, which fencing needs; nothing was changed")
+            end
+        end
+    end
     return nil, v
 end
 local function counter_if(fenced, key)
@@ -122,6 +134,7 @@ local function next_token(key, had)
     redis.call('set', key, seed)
     return tonumber(seed)
 end
+-- acl: end
 )lua";
 
 /// `body` with read_failed before it.

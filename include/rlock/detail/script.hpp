@@ -4,6 +4,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <initializer_list>
 #include <string>
@@ -24,7 +25,7 @@ namespace rlock::detail {
 /// script runs in, which SPUBLISH requires.
 class script {
 public:
-    explicit script(std::string text) : body_(std::move(text)), sha_(sha1_hex(body_)) {
+    explicit script(std::string text) : body_(with_acl_check(text)), sha_(sha1_hex(body_)) {
         static constexpr std::string_view classic = "'publish'", sharded = "'spublish'";
         const std::string_view body = body_;
         std::size_t at = body.find(classic);
@@ -46,6 +47,66 @@ public:
     }
 
 private:
+    /// `text` with a first statement that asks the ACL (redis.acl_check_cmd, Redis 7) about
+    /// every command the text names (`redis.call('cmd'` or `redis.pcall('cmd'`), PUBLISH
+    /// aside (its check names the channel: lua_checks.hpp, channel_refused). Redis does not roll
+    /// back a script: a user whose ACL refused a command after the script's first write
+    /// (PEXPIRE after HINCRBY, TIME or PTTL after the lock key was set) was left a key without a
+    /// TTL, or one no one owned, or a fair queue entry. Now such a user gets NOPERM naming the
+    /// command, and nothing is changed. Each command is asked with whole arguments and KEYS[1]
+    /// as its key (Redis 7.0 crashes on a key command asked without its arguments; the declared
+    /// keys themselves are checked by EVAL). A helper whose commands are asked about only where
+    /// a call needs them (fencing's, lua_checks.hpp: a user without fencing needs no INCR or
+    /// TIME) is marked and left out. A script without keys, and Redis 6, which has no
+    /// acl_check_cmd, ask nothing.
+    static std::string with_acl_check(const std::string& text) {
+        // A command's arguments after its key ("" for TIME: no key).
+        static constexpr std::pair<std::string_view, std::string_view> shapes[] = {
+            {"decrby", ", '1'"}, {"del", ""}, {"exists", ""}, {"get", ""}, {"hdel", ", 'f'"},
+            {"hexists", ", 'f'"}, {"hget", ", 'f'"}, {"hincrby", ", 'f', '1'"}, {"hkeys", ""},
+            {"hlen", ""}, {"hmget", ", 'f'"}, {"hset", ", 'f', 'v'"}, {"incr", ""}, {"incrby", ", '1'"},
+            {"lindex", ", '0'"}, {"lpop", ""}, {"lrange", ", '0', '1'"}, {"lrem", ", '0', 'v'"},
+            {"pexpire", ", '1'"}, {"pttl", ""}, {"rpush", ", 'v'"}, {"set", ", 'v'"}, {"time", ""},
+            {"type", ""}, {"zadd", ", '1', 'm'"}, {"zcount", ", '0', '1'"}, {"zincrby", ", '1', 'm'"},
+            {"zrange", ", '0', '1'"}, {"zrangebyscore", ", '0', '1'"}, {"zrem", ", 'm'"},
+            {"zrevrange", ", '0', '1'"}, {"zscore", ", 'm'"}};
+        // Helpers whose commands are asked about where they are used (fencing's: lua_checks.hpp)
+        // are marked; their text is not scanned.
+        static constexpr std::string_view from_mark = "-- acl: asked where used", to_mark = "-- acl: end";
+        const std::size_t skip_from = text.find(from_mark);
+        const std::size_t skip_to = skip_from == std::string::npos ? skip_from : text.find(to_mark, skip_from);
+        std::vector<std::string_view> used;
+        for (const std::string_view call : {std::string_view("redis.call('"), std::string_view("redis.pcall('")}) {
+            for (std::size_t at = text.find(call); at != std::string::npos; at = text.find(call, at)) {
+                at += call.size();
+                if (skip_to != std::string::npos && at > skip_from && at < skip_to) continue;
+                const std::size_t end = text.find('\'', at);
+                if (end == std::string::npos) break;
+                const std::string_view name = std::string_view(text).substr(at, end - at);
+                for (const auto& [known, rest] : shapes) {
+                    if (known == name) used.push_back(known);
+                }
+            }
+        }
+        if (used.empty()) return text;
+        std::sort(used.begin(), used.end());
+        used.erase(std::unique(used.begin(), used.end()), used.end());
+        std::string out = "if redis.acl_check_cmd and KEYS[1] then\n    local k = KEYS[1]\n    for _, c in ipairs({";
+        for (const std::string_view name : used) {
+            for (const auto& [known, rest] : shapes) {
+                if (known != name) continue;
+                out.append("\n        {'").append(name).append("'");
+                if (name != "time") out.append(", k");
+                out.append(rest).append("},");
+            }
+        }
+        out.append("\n    }) do\n        if not redis.acl_check_cmd(unpack(c)) then\n"
+                   "            return redis.error_reply(\"NOPERM this user has no permissions to run the '\" .. c[1] ..\n"
+                   "                \"' command, which this script needs; nothing was changed\")\n"
+                   "        end\n    end\nend\n");
+        return out + text;
+    }
+
     std::string body_;
     std::string sha_;
     std::string sharded_body_;  // empty when the script does not publish

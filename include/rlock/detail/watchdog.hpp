@@ -232,7 +232,12 @@ private:
                 redirected->push_back(&b);
                 continue;
             }
-            if (reply_is_error(reply.get(), "NOSCRIPT")) reply = run_script(c, b.call, "", ep.name);
+            if (reply_is_error(reply.get(), "NOSCRIPT")) {
+                // Sent again as EVAL; its answer is recorded as it is (an error reply, such as
+                // an ACL's refusal, is a refusal of the renewal, not a failed connection).
+                b.call.use(script_form::body, c);
+                reply = command_argv(c, b.call.argc(), b.call.argv(), b.call.lens());
+            }
             record(reply.get(), b, holds, r, c);
         }
     }
