@@ -335,6 +335,73 @@ std::string state_of(const redis_server& s) {
     return all;
 }
 
+// Found in review: a SUBSCRIBE the server refused (an ACL that does not grant the lock's
+// channel; Redis 7 grants none by default) was not read at all. The waiter polled, from 10 ms
+// up to once a second, for as long as it waited, and unlock() later failed on the same ACL.
+// Now the wait fails at once with the refusal, naming the lock and the channel, and leaves
+// nothing behind; a wait after the ACL is fixed is woken by the release as usual.
+TEST(acl, a_wait_whose_channel_the_acl_refuses_fails_with_that_refusal_and_leaves_nothing) {
+    redis_server s;
+    std::vector<std::string> rules;
+    for (const std::string& w : words(minimal_acl)) {
+        if (w[0] != '&') rules.push_back(w);  // no channel at all
+    }
+    for (const std::string& w : words(synchronizer_acl)) {
+        if (w[0] != '&') rules.push_back(w);
+    }
+    rlock_test::lost_log lost;
+    rlock::client c(as_locker(s, rules, lost));
+    rlock::client admin(s.options());
+    rlock::mutex held_m(admin, "app:sub-mutex");
+    rlock::fair_lock held_f(admin, "app:sub-fair");
+    rlock::semaphore sem(admin, "app:sub-sem");
+    rlock::red_lock held_r({&admin}, "app:sub-red");
+    held_m.lock();
+    held_f.lock();
+    held_r.lock();
+    ASSERT_TRUE(sem.try_set_permits(0));
+    const std::string before = state_of(s);
+
+    auto expect_refused = [&](const char* what, const std::string& lock, auto&& wait) {
+        try {
+            const bool got = wait();
+            ADD_FAILURE() << what << ": the wait returned " << got << " instead of failing";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::auth_failed) << what << ": " << e.what();
+            EXPECT_NE(std::string(e.what()).find(lock), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("refused to subscribe"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("NOPERM"), std::string::npos) << e.what();
+        }
+    };
+    rlock::mutex m(c, "app:sub-mutex");
+    rlock::fair_lock f(c, "app:sub-fair");
+    rlock::semaphore sm(c, "app:sub-sem");
+    expect_refused("mutex", "app:sub-mutex", [&] { return m.try_lock_for(5s); });
+    expect_refused("fair_lock", "app:sub-fair", [&] { return f.try_lock_for(5s); });
+    expect_refused("semaphore", "app:sub-sem", [&] { return sm.try_acquire_for(5s); });
+    rlock::red_lock r(std::vector<rlock::client*>{&c}, "app:sub-red");
+    expect_refused("red_lock", "app:sub-red", [&] { return r.try_lock_for(5s); });
+    expect_refused("async mutex", "app:sub-mutex", [&] {
+        return static_cast<bool>(m.async_try_lock_for(5s, rlock::use_future).get());
+    });
+    // Nothing left: no fair queue entry, no permit, no key changed.
+    EXPECT_EQ(state_of(s), before);
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+
+    // The ACL fixed: the next wait subscribes afresh and is woken by the release.
+    s.cmd({"ACL", "SETUSER", "locker", "&rlock_lock__channel:{app:*", "&redisson_lock__channel:{app:*"});
+    auto waiter = std::async(std::launch::async, [&] {
+        const bool got = m.try_lock_for(10s);
+        if (got) m.unlock();
+        return got;
+    });
+    std::this_thread::sleep_for(200ms);
+    held_m.unlock();
+    EXPECT_TRUE(waiter.get());
+    held_f.unlock();
+    held_r.unlock();
+}
+
 // Found by an outside probe: the scripts asked the ACL only about PUBLISH, so a command the
 // ACL refused after a script's first write failed it with that write made (Redis does not
 // roll back): -pexpire left a reentrant hash with no TTL at all, -time a fenced lock key no

@@ -398,6 +398,7 @@ public:
                     n->throw_if_destroyed(site_->name(), "the client of this node has been destroyed");
                 }
             }
+            if (sub_) sub_->throw_if_refused(site_->name(), site_->nodes().front()->ep.name);
             red_site::round r = site_->try_once(owner_, lease_, watched_);
             if (r.held) {
                 registry::hold_ptr record = make_hold(red_lock_info, site_->name(), r.held->value, owner_,
@@ -565,6 +566,9 @@ private:
             // Redlock's random delay between rounds, cut short by an unlock message from the
             // first node.
             if (!sub) sub.emplace(*site_->nodes().front()->sub, site_->channel());
+            // A channel the first node's ACL refuses: the wait fails with that refusal (as
+            // every kind's does) rather than waking at once each round.
+            sub->throw_if_refused(site_->name(), site_->nodes().front()->ep.name);
             const auto seen = sub->generation();
             auto until = now + site_->retry_pause();
             if (bounded) until = std::min(until, deadline);

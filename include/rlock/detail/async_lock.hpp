@@ -214,6 +214,21 @@ private:
         return it != groups_.end() && it->second->serial == serial ? it->second : nullptr;
     }
 
+    // The server refused the group's subscription (subscriber::subscription::throw_if_refused):
+    // every waiter of the group fails with that refusal. True when it did.
+    bool fail_if_refused(wait_group& g) {
+        if (g.queue.empty()) return false;
+        try {
+            g.sub->throw_if_refused(g.queue.front()->lock_name(), g.queue.front()->server());
+            return false;
+        } catch (const error&) {
+            const std::exception_ptr why = std::current_exception();
+            std::vector<std::shared_ptr<async_waiter>> all(g.queue.begin(), g.queue.end());
+            for (const auto& w : all) end(w, why);
+            return true;
+        }
+    }
+
     void post_pump(const std::string& key, std::uint64_t serial) noexcept {
         try {
             (void)core.eng.post([this, key, serial] {
@@ -241,6 +256,7 @@ private:
         core.eng.cancel(g->retry);
         g->retry = 0;
         if (core.eng.stopping()) return;
+        if (fail_if_refused(*g)) return;
         if (!g->queue.empty() && !g->paused) {
             const std::chrono::microseconds pause = g->queue.front()->pause_before_try();
             if (pause.count() > 0) {

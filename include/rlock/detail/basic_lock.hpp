@@ -234,6 +234,7 @@ private:
             bool woken = false;  // the last wait ended with a message (an unlock, mostly)
             for (;;) {
                 core_->throw_if_destroyed(name(), "the client was destroyed while this thread waited");
+                sub.throw_if_refused(name(), server());
                 if constexpr (Kind::races) race.before_try(deadline);
                 const std::uint64_t seen = sub.generation();
                 sent = clock::now();

@@ -216,16 +216,17 @@ return 0
 
     /// A waiter gives up: out of the queue and the deadlines at once; if that (or an eviction)
     /// changed the head while the lock is free, the new head is woken. Same KEYS/ARGV as the
-    /// release. Returns 0.
+    /// release. Returns 0. A user whose ACL refuses the channel still leaves the queue (a
+    /// waiter that gives up leaves nothing behind): only the wake-up is not sent, and the new
+    /// head then tries at its heartbeat.
     static const script& leave_script() {
         static const script s(with_fair_helpers(R"lua(
 local first = redis.call('lindex', KEYS[2], 0)
 local refused = channel_refused(KEYS[4] .. ':' .. ARGV[1])
-if refused then return refused end
 redis.call('zrem', KEYS[3], ARGV[1])
 redis.call('lrem', KEYS[2], 0, ARGV[1])
 local head = evict(KEYS[2], KEYS[3], now_ms())
-if head and head ~= first and redis.call('exists', KEYS[1]) == 0 then
+if not refused and head and head ~= first and redis.call('exists', KEYS[1]) == 0 then
     wake(KEYS[4], head)
 end
 return 0

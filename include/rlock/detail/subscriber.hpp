@@ -50,6 +50,9 @@ class subscriber {
         std::size_t waiters = 0;
         std::uint64_t generation = 0;
         bool active = false;  // the server confirmed SUBSCRIBE, with no UNSUBSCRIBE in flight
+        // The server's refusal of the last SUBSCRIBE (an ACL that does not grant the channel):
+        // the waiters cannot hear a release, and fail with it (subscription::throw_if_refused).
+        std::string refused;
         std::condition_variable cv;
         // The asynchronous waiters' subscriptions (subscription::on_change), called at each
         // bump under mu_.
@@ -120,6 +123,7 @@ public:
             if (on_change_) ch_->listeners.push_back(&on_change_);
             if (ch_->waiters++ == 0) {
                 ch_->active = false;
+                ch_->refused.clear();
                 s_.pending_.push_back(channel_);
                 s_.poke();
             }
@@ -140,11 +144,25 @@ public:
             }
         }
 
-        /// Waits until the server has confirmed the subscription, or `deadline`.
+        /// Waits until the server has confirmed the subscription (or refused it), or `deadline`.
         bool wait_active(clock::time_point deadline) {
             std::unique_lock<std::mutex> g(s_.mu_);
-            ch_->cv.wait_until(g, deadline, [&] { return ch_->active || s_.stopping_; });
+            ch_->cv.wait_until(g, deadline,
+                               [&] { return ch_->active || !ch_->refused.empty() || s_.stopping_; });
             return ch_->active;
+        }
+        /// Throws auth_failed, naming `lock` and `server`, when the server refused to subscribe
+        /// this client to the channel (an ACL that does not grant it): a waiter would not hear
+        /// the lock's release, and could only poll. The client's other channels are unaffected,
+        /// and a later waiter subscribes afresh (an ACL fixed meanwhile is seen).
+        void throw_if_refused(std::string_view lock, std::string_view server) const {
+            std::unique_lock<std::mutex> g(s_.mu_);
+            if (ch_->refused.empty()) return;
+            std::string why = "the server refused to subscribe this client to " + channel_ +
+                              ", where the lock's release is announced, so it cannot wait for the lock: " +
+                              ch_->refused;
+            g.unlock();
+            throw error(errc::auth_failed, lock, server, why);
         }
         bool active() const {
             std::lock_guard<std::mutex> g(s_.mu_);
@@ -170,7 +188,8 @@ public:
         bool wait_turn(std::uint64_t seen, clock::time_point deadline) {
             std::unique_lock<std::mutex> g(s_.mu_);
             return ch_->cv.wait_until(g, deadline, [&] {
-                return s_.stopping_ || (ch_->generation != seen && (!queued_ || my_turn_locked()));
+                return s_.stopping_ || !ch_->refused.empty() ||
+                       (ch_->generation != seen && (!queued_ || my_turn_locked()));
             });
         }
         /// Leaves the turns (the destructor does too). `took`: it leaves with the lock, so the
@@ -185,8 +204,9 @@ public:
         /// `deadline`. Returns whether it changed.
         bool wait(std::uint64_t seen, clock::time_point deadline) {
             std::unique_lock<std::mutex> g(s_.mu_);
-            return ch_->cv.wait_until(g, deadline,
-                                      [&] { return ch_->generation != seen || s_.stopping_; });
+            return ch_->cv.wait_until(g, deadline, [&] {
+                return ch_->generation != seen || !ch_->refused.empty() || s_.stopping_;
+            });
         }
 
     private:
@@ -260,6 +280,7 @@ private:
             // starts with the client, and a busy machine may run it late).
             if (on_reconnect_) on_reconnect_();
             inflight_.clear();
+            sent_.clear();
             {
                 std::lock_guard<std::mutex> g(mu_);
                 pending_.clear();
@@ -298,6 +319,7 @@ private:
             const std::size_t lens[2] = {sub ? 9u : 11u, name.size()};
             if (append_command(c, 2, argv, lens) != REDIS_OK) return false;
             ++inflight_[name];
+            sent_.emplace_back(name, sub);
         }
         int done = 0;
         while (!done) {
@@ -314,15 +336,38 @@ private:
         auto it = channels_.find(name);
         if (it != channels_.end() && it->second->waiters > 0) {
             it->second->active = true;
+            it->second->refused.clear();
             bump_locked(*it->second);
         }
     }
 
+    /// The server refused a SUBSCRIBE to `name` with `why`: its waiters are told.
+    void refused(const std::string& name, std::string_view why) {
+        std::lock_guard<std::mutex> g(mu_);
+        auto it = channels_.find(name);
+        if (it == channels_.end() || it->second->waiters == 0) return;
+        it->second->active = false;
+        it->second->refused = std::string(why);
+        bump_locked(*it->second);
+    }
+
     void on_reply(const redisReply* r) {
+        if (r && r->type == REDIS_REPLY_ERROR) {
+            // The answer to the oldest command sent: a SUBSCRIBE refused (an ACL's NOPERM).
+            if (sent_.empty()) return;
+            auto [name, sub] = std::move(sent_.front());
+            sent_.pop_front();
+            auto in = inflight_.find(name);
+            if (in != inflight_.end() && --in->second == 0) inflight_.erase(in);
+            if (sub && !inflight_.count(name)) refused(name, reply_text(r));
+            return;
+        }
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
         const std::string_view kind = reply_text(r->element[0]);
         const std::string name(reply_text(r->element[1]));
         if (kind == "subscribe" || kind == "unsubscribe") {
+            auto sent = std::find(sent_.begin(), sent_.end(), std::make_pair(name, kind == "subscribe"));
+            if (sent != sent_.end()) sent_.erase(sent);
             auto in = inflight_.find(name);
             if (in != inflight_.end() && --in->second == 0) inflight_.erase(in);
             if (kind != "subscribe" || inflight_.count(name)) return;
@@ -471,6 +516,10 @@ private:
             auto w = st.where.find(name);
             if (!sub || w == st.where.end() || w->second != s) return;
             st.where.erase(w);
+            if (reply_text(r).substr(0, 6) == "NOPERM") {
+                refused(name, reply_text(r));
+                return;
+            }
             const redirect d = parse_redirect(reply_text(r));
             if (d.kind == redirect::moved) {
                 ep_.slots->moved(d.slot, server_address{d.host.empty() ? s->at.host : d.host, d.port});
@@ -574,6 +623,9 @@ private:
     std::unordered_map<std::string, std::unique_ptr<channel_state>> channels_;
     std::vector<std::string> pending_;
     std::unordered_map<std::string, int> inflight_;  // the thread's own: replies still due
+    // The thread's own: the SUBSCRIBE (true) and UNSUBSCRIBE commands sent and not answered
+    // yet, oldest first (an error reply answers the oldest).
+    std::deque<std::pair<std::string, bool>> sent_;
     bool stopping_ = false;
     wake_pipe wake_;
     std::thread thread_;

@@ -77,6 +77,7 @@ bool wait_on_channel(client_core& core, const std::string& channel, std::string_
     std::chrono::milliseconds fallback(10);
     for (;;) {
         core.throw_if_destroyed(name, "the client was destroyed while this thread waited");
+        sub.throw_if_refused(name, core.ep.name);
         const std::uint64_t seen = sub.generation();
         tried = try_once();
         if (tried.done) return true;
