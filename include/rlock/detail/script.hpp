@@ -25,7 +25,7 @@ namespace rlock::detail {
 /// script runs in, which SPUBLISH requires.
 class script {
 public:
-    explicit script(std::string text) : body_(with_acl_check(text)), sha_(sha1_hex(body_)) {
+    explicit script(const std::string& text) : body_(with_acl_check(text)), sha_(sha1_hex(body_)) {
         static constexpr std::string_view classic = "'publish'", sharded = "'spublish'";
         const std::string_view body = body_;
         std::size_t at = body.find(classic);
