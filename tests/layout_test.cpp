@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "rlock/rlock.hpp"
@@ -283,6 +284,41 @@ TEST(reentrant_lock, a_key_of_another_type_is_a_clear_wrong_type_error) {
         EXPECT_NE(what.find("WRONGTYPE"), std::string::npos) << what;
     }
     EXPECT_EQ(server().text({"GET", name()}), "not a hash");
+}
+
+// Found by an outside probe: a mutex read a key of another type at its name as a foreign
+// holder and waited for it, to its TTL or (a list, a hash without one) for ever, where the
+// hash kinds throw wrong_type. Now every acquire path (the script of a client's first try and
+// of fencing, and the plain SET NX pipeline after it) answers wrong_type at once, naming the
+// lock, and changes nothing.
+TEST(mutex, a_key_of_another_type_is_a_clear_wrong_type_error) {
+    rlock::client c(server().options());
+    rlock::lock_options fenced;
+    fenced.fencing = true;
+    const std::vector<std::pair<std::string, std::function<void()>>> shapes = {
+        {"a list", [&] { server().cmd({"RPUSH", name(), "a"}); }},
+        {"a hash", [&] { server().cmd({"HSET", name(), "f", "1"}); }},
+        {"a sorted set", [&] { server().cmd({"ZADD", name(), "1", "m"}); }},
+    };
+    for (const auto& [shape, make] : shapes) {
+        server().cmd({"DEL", name()});
+        make();
+        const std::string before = server().text({"DUMP", name()});
+        for (const bool fencing : {false, true}) {
+            rlock::mutex m(c, name(), fencing ? fenced : rlock::lock_options{});
+            for (int round = 0; round < 2; ++round) {  // the script, then the plain pipeline
+                try {
+                    const bool got = m.try_lock_for(2s);
+                    ADD_FAILURE() << shape << ", fencing " << fencing << ": the wait returned " << got;
+                } catch (const rlock::error& e) {
+                    EXPECT_EQ(e.code(), rlock::errc::wrong_type) << e.what();
+                    EXPECT_NE(std::string(e.what()).find(name()), std::string::npos) << e.what();
+                }
+            }
+        }
+        EXPECT_EQ(server().text({"DUMP", name()}), before) << shape;
+        EXPECT_EQ(server().integer({"PTTL", name()}), -1) << shape;
+    }
 }
 
 TEST(reentrant_lock, a_lost_hold_cannot_be_re_entered) {

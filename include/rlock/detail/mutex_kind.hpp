@@ -23,8 +23,9 @@ struct mutex_kind : kind_defaults {
     /// KEYS[1] lock key, KEYS[2] redisson_lock_token:{name} (with fencing only); ARGV[1] token,
     /// ARGV[2] lease ms, ARGV[3] '1' to take the next fencing token.
     /// Returns {1, fencing token or 0} when set; when refused {0, PTTL of the holder's key, its
-    /// value} (the value nil when the key is not a string: basic_lock's wait loop tells by it
-    /// whether the holder's release will be published). The counter is checked before the SET
+    /// value} (basic_lock's wait loop tells by the value whether the holder's release will be
+    /// published). A key of another type is not a lock a mutex can wait for (a list, or a hash:
+    /// a lock of another kind): WRONGTYPE, with nothing written (SET NX wrote nothing). The counter is checked before the SET
     /// (lua_checks.hpp): a counter INCR would refuse is an error with nothing written, not a
     /// lock left without an owner.
     static const script& acquire_fenced_script() {
@@ -38,6 +39,13 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {1, 0}
 end
 local holder = redis.pcall('get', KEYS[1])
+if type(holder) == 'table' and holder.err then
+    if string.find(holder.err, 'WRONGTYPE', 1, true) then
+        return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. " holds another type than a mutex's string; " ..
+            'nothing was changed')
+    end
+    return holder
+end
 if type(holder) ~= 'string' then holder = false end
 return {0, redis.call('pttl', KEYS[1]), holder}
 )lua"));
@@ -151,10 +159,15 @@ return {0, mutex_leave(KEYS[1], ARGV[2])}
         const redisReply* holder = replies[2].get();
         if (holder->type == REDIS_REPLY_NIL) {
             out.ttl = -2;  // gone since the SET: free, try again now
-        } else if (holder->type == REDIS_REPLY_ERROR && !reply_is_error(holder, "WRONGTYPE")) {
+        } else if (reply_is_error(holder, "WRONGTYPE")) {
+            // Not a lock a mutex can wait for (a list; a hash: a lock of another kind). A wait
+            // behind it would end only with its TTL, or never.
+            throw error(errc::wrong_type, k.name, server,
+                        "WRONGTYPE the key holds another type than a mutex's string; nothing was changed");
+        } else if (holder->type == REDIS_REPLY_ERROR) {
             throw make_error(c, holder, k.name, server);
         } else {
-            note_holder(holder, out);  // WRONGTYPE: a key of another kind, not a token
+            note_holder(holder, out);
         }
         return out;
     }
