@@ -248,6 +248,23 @@ public:
 private:
     void poke() noexcept { wake_.poke(); }
 
+    // Commands sent on a pub/sub connection and not answered yet, oldest first: each a channel
+    // and whether it subscribes (SUBSCRIBE / SSUBSCRIBE) or not (the UNSUBSCRIBE forms).
+    using sent_list = std::deque<std::pair<std::string, bool>>;
+
+    // Takes the command an answer confirms out of `sent`; false when none was sent (a
+    // server's own unsubscribe, say).
+    static bool take_sent(sent_list& sent, const std::string& name, bool sub) {
+        auto it = std::find(sent.begin(), sent.end(), std::make_pair(name, sub));
+        if (it == sent.end()) return false;
+        sent.erase(it);
+        return true;
+    }
+    // Whether a command on `name` still waits for its answer.
+    static bool awaiting(const sent_list& sent, const std::string& name) {
+        return std::any_of(sent.begin(), sent.end(), [&](const auto& c) { return c.first == name; });
+    }
+
     // Bumps every channel's generation so that its waiters retry now: used when the connection
     // was lost or re-made, since messages may have gone by unseen.
     void wake_all_locked() {
@@ -279,7 +296,6 @@ private:
             // holds taken since the client started, before this thread first connected (it
             // starts with the client, and a busy machine may run it late).
             if (on_reconnect_) on_reconnect_();
-            inflight_.clear();
             sent_.clear();
             {
                 std::lock_guard<std::mutex> g(mu_);
@@ -318,7 +334,6 @@ private:
             const char* argv[2] = {sub ? "SUBSCRIBE" : "UNSUBSCRIBE", name.c_str()};
             const std::size_t lens[2] = {sub ? 9u : 11u, name.size()};
             if (append_command(c, 2, argv, lens) != REDIS_OK) return false;
-            ++inflight_[name];
             sent_.emplace_back(name, sub);
         }
         int done = 0;
@@ -357,20 +372,15 @@ private:
             if (sent_.empty()) return;
             auto [name, sub] = std::move(sent_.front());
             sent_.pop_front();
-            auto in = inflight_.find(name);
-            if (in != inflight_.end() && --in->second == 0) inflight_.erase(in);
-            if (sub && !inflight_.count(name)) refused(name, reply_text(r));
+            if (sub && !awaiting(sent_, name)) refused(name, reply_text(r));
             return;
         }
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
         const std::string_view kind = reply_text(r->element[0]);
         const std::string name(reply_text(r->element[1]));
         if (kind == "subscribe" || kind == "unsubscribe") {
-            auto sent = std::find(sent_.begin(), sent_.end(), std::make_pair(name, kind == "subscribe"));
-            if (sent != sent_.end()) sent_.erase(sent);
-            auto in = inflight_.find(name);
-            if (in != inflight_.end() && --in->second == 0) inflight_.erase(in);
-            if (kind != "subscribe" || inflight_.count(name)) return;
+            (void)take_sent(sent_, name, kind == "subscribe");
+            if (kind != "subscribe" || awaiting(sent_, name)) return;
             listening(name);
         } else if (kind == "message") {
             std::lock_guard<std::mutex> g(mu_);
@@ -398,7 +408,7 @@ private:
     struct shard {
         server_address at;
         context_ptr c;
-        std::deque<std::pair<std::string, bool>> sent;  // SSUBSCRIBE (true) / SUNSUBSCRIBE due
+        sent_list sent;  // SSUBSCRIBE (true) / SUNSUBSCRIBE due
         bool unwritten = false;
     };
 
@@ -502,12 +512,6 @@ private:
 
     void on_sharded_reply(sharded_state& st, shard* s, const redisReply* r) {
         if (!r) return;
-        auto take_sent = [&](const std::string& name, bool sub) {
-            auto it = std::find(s->sent.begin(), s->sent.end(), std::make_pair(name, sub));
-            if (it == s->sent.end()) return false;
-            s->sent.erase(it);
-            return true;
-        };
         if (r->type == REDIS_REPLY_ERROR) {
             // The oldest command's answer: MOVED (the map was wrong), TRYAGAIN, CLUSTERDOWN...
             if (s->sent.empty()) return;
@@ -533,13 +537,13 @@ private:
         const std::string_view kind = reply_text(r->element[0]);
         const std::string name(reply_text(r->element[1]));
         if (kind == "ssubscribe") {
-            (void)take_sent(name, true);
+            (void)take_sent(s->sent, name, true);
             auto w = st.where.find(name);
             if (w == st.where.end() || w->second != s) return;
             st.backoff = std::chrono::milliseconds(0);
             listening(name);
         } else if (kind == "sunsubscribe") {
-            if (take_sent(name, false)) return;  // the answer to ours
+            if (take_sent(s->sent, name, false)) return;  // the answer to ours
             // The server's own: the channel's slot is not this master's any more.
             auto w = st.where.find(name);
             if (w == st.where.end() || w->second != s) return;
@@ -622,10 +626,9 @@ private:
     mutable std::mutex mu_;
     std::unordered_map<std::string, std::unique_ptr<channel_state>> channels_;
     std::vector<std::string> pending_;
-    std::unordered_map<std::string, int> inflight_;  // the thread's own: replies still due
     // The thread's own: the SUBSCRIBE (true) and UNSUBSCRIBE commands sent and not answered
     // yet, oldest first (an error reply answers the oldest).
-    std::deque<std::pair<std::string, bool>> sent_;
+    sent_list sent_;
     bool stopping_ = false;
     wake_pipe wake_;
     std::thread thread_;
