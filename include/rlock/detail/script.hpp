@@ -4,7 +4,6 @@
 
 #include <hiredis/hiredis.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <initializer_list>
 #include <string>
@@ -60,51 +59,42 @@ private:
     /// TIME) is marked and left out. A script without keys, and Redis 6, which has no
     /// acl_check_cmd, ask nothing.
     static std::string with_acl_check(const std::string& text) {
-        // A command's arguments after its key ("" for TIME: no key).
+        // Each command the scripts use, with whole arguments to ask about it (`k`: KEYS[1]).
         static constexpr std::pair<std::string_view, std::string_view> shapes[] = {
-            {"decrby", ", '1'"}, {"del", ""}, {"exists", ""}, {"get", ""}, {"hdel", ", 'f'"},
-            {"hexists", ", 'f'"}, {"hget", ", 'f'"}, {"hincrby", ", 'f', '1'"}, {"hkeys", ""},
-            {"hlen", ""}, {"hmget", ", 'f'"}, {"hset", ", 'f', 'v'"}, {"incr", ""}, {"incrby", ", '1'"},
-            {"lindex", ", '0'"}, {"lpop", ""}, {"lrange", ", '0', '1'"}, {"lrem", ", '0', 'v'"},
-            {"pexpire", ", '1'"}, {"pttl", ""}, {"rpush", ", 'v'"}, {"set", ", 'v'"}, {"time", ""},
-            {"type", ""}, {"zadd", ", '1', 'm'"}, {"zcount", ", '0', '1'"}, {"zincrby", ", '1', 'm'"},
-            {"zrange", ", '0', '1'"}, {"zrangebyscore", ", '0', '1'"}, {"zrem", ", 'm'"},
-            {"zrevrange", ", '0', '1'"}, {"zscore", ", 'm'"}};
+            {"decrby", ", k, '1'"}, {"del", ", k"}, {"exists", ", k"}, {"get", ", k"}, {"hdel", ", k, 'f'"},
+            {"hexists", ", k, 'f'"}, {"hget", ", k, 'f'"}, {"hincrby", ", k, 'f', '1'"}, {"hkeys", ", k"},
+            {"hlen", ", k"}, {"hmget", ", k, 'f'"}, {"hset", ", k, 'f', 'v'"}, {"incr", ", k"},
+            {"incrby", ", k, '1'"}, {"lindex", ", k, '0'"}, {"lpop", ", k"}, {"lrange", ", k, '0', '1'"},
+            {"lrem", ", k, '0', 'v'"}, {"pexpire", ", k, '1'"}, {"pttl", ", k"}, {"rpush", ", k, 'v'"},
+            {"set", ", k, 'v'"}, {"time", ""}, {"type", ", k"}, {"zadd", ", k, '1', 'm'"},
+            {"zcount", ", k, '0', '1'"}, {"zincrby", ", k, '1', 'm'"}, {"zrange", ", k, '0', '1'"},
+            {"zrangebyscore", ", k, '0', '1'"}, {"zrem", ", k, 'm'"}, {"zrevrange", ", k, '0', '1'"},
+            {"zscore", ", k, 'm'"}};
         // Helpers whose commands are asked about where they are used (fencing's: lua_checks.hpp)
         // are marked; their text is not scanned.
         static constexpr std::string_view from_mark = "-- acl: asked where used", to_mark = "-- acl: end";
         const std::size_t skip_from = text.find(from_mark);
         const std::size_t skip_to = skip_from == std::string::npos ? skip_from : text.find(to_mark, skip_from);
-        std::vector<std::string_view> used;
-        for (const std::string_view call : {std::string_view("redis.call('"), std::string_view("redis.pcall('")}) {
-            for (std::size_t at = text.find(call); at != std::string::npos; at = text.find(call, at)) {
-                at += call.size();
-                if (skip_to != std::string::npos && at > skip_from && at < skip_to) continue;
-                const std::size_t end = text.find('\'', at);
-                if (end == std::string::npos) break;
-                const std::string_view name = std::string_view(text).substr(at, end - at);
-                for (const auto& [known, rest] : shapes) {
-                    if (known == name) used.push_back(known);
+        auto used = [&](std::string_view name) {
+            for (const std::string_view call : {std::string_view("redis.call('"), std::string_view("redis.pcall('")}) {
+                const std::string named = std::string(call).append(name).append("'");
+                for (std::size_t at = text.find(named); at != std::string::npos; at = text.find(named, at + 1)) {
+                    if (skip_to == std::string::npos || at < skip_from || at > skip_to) return true;
                 }
             }
+            return false;
+        };
+        std::string asks;
+        for (const auto& [name, args] : shapes) {
+            if (used(name)) asks.append("\n        {'").append(name).append("'").append(args).append("},");
         }
-        if (used.empty()) return text;
-        std::sort(used.begin(), used.end());
-        used.erase(std::unique(used.begin(), used.end()), used.end());
-        std::string out = "if redis.acl_check_cmd and KEYS[1] then\n    local k = KEYS[1]\n    for _, c in ipairs({";
-        for (const std::string_view name : used) {
-            for (const auto& [known, rest] : shapes) {
-                if (known != name) continue;
-                out.append("\n        {'").append(name).append("'");
-                if (name != "time") out.append(", k");
-                out.append(rest).append("},");
-            }
-        }
-        out.append("\n    }) do\n        if not redis.acl_check_cmd(unpack(c)) then\n"
-                   "            return redis.error_reply(\"NOPERM this user has no permissions to run the '\" .. c[1] ..\n"
-                   "                \"' command, which this script needs; nothing was changed\")\n"
-                   "        end\n    end\nend\n");
-        return out + text;
+        if (asks.empty()) return text;
+        return "if redis.acl_check_cmd and KEYS[1] then\n    local k = KEYS[1]\n    for _, c in ipairs({" + asks +
+               "\n    }) do\n        if not redis.acl_check_cmd(unpack(c)) then\n"
+               "            return redis.error_reply(\"NOPERM this user has no permissions to run the '\" .. c[1] ..\n"
+               "                \"' command, which this script needs; nothing was changed\")\n"
+               "        end\n    end\nend\n" +
+               text;
     }
 
     std::string body_;
