@@ -39,6 +39,9 @@ public:
     void before_try(std::chrono::steady_clock::time_point deadline) const {
         const std::chrono::microseconds p = pause();
         if (p.count() > 0) {
+            // A bounded pause (at most 800 µs, only before a wait's first tries and only while
+            // this client loses races), not a poll interval: it lets older waiters woken by the
+            // same unlock message try first; the wait for the lock itself is the message or TTL.
             std::this_thread::sleep_until(std::min(deadline, std::chrono::steady_clock::now() + p));
         }
     }
