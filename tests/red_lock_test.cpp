@@ -2,6 +2,8 @@
 // timeouts, clean-up of minority keys, renewal and loss, and exclusion across processes.
 #include <gtest/gtest.h>
 
+#include <future>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,6 +88,102 @@ TEST_F(red_lock_test, a_paused_node_costs_at_most_its_per_node_timeout) {
     EXPECT_LT(took, 100ms + 400ms);
     EXPECT_GE(lock.unlock(), 4u);  // the paused node may or may not have taken it late
 }
+
+// Issue 31, item 1: nodes that hang rather than refuse, with the default timeouts (1 s). Each
+// round asks every node at once under one deadline, whatever opening a connection to a hung
+// node costs: before, connections were opened one node at a time (each hung node blocked
+// command_timeout) and the live nodes' replies, read after the round's deadline, counted as
+// failures: a try_lock_for(3s) on a held lock threw quorum_not_reached after 6 s, and with
+// the ports unanswered even lock() threw.
+enum class hang { paused, full_backlog };
+
+class red_lock_hang_test : public red_lock_test, public ::testing::WithParamInterface<hang> {
+protected:
+    /// Makes node `i` hang: SIGSTOP, or a listener in place of the server whose backlog is full.
+    void hang_node(std::size_t i) {
+        if (GetParam() == hang::paused) {
+            servers[i]->pause();
+            return;
+        }
+        const int port = servers[i]->port();
+        servers[i]->kill_now();
+        silent.push_back(std::make_unique<rlock_test::full_backlog_listener>(port));
+    }
+    /// On how many of the servers `live` (those not hung) our key exists.
+    long long live_keys(std::initializer_list<std::size_t> live) {
+        long long k = 0;
+        for (std::size_t i : live) k += servers[i]->integer({"EXISTS", name()});
+        return k;
+    }
+    std::vector<std::unique_ptr<rlock_test::full_backlog_listener>> silent;
+};
+
+TEST_P(red_lock_hang_test, two_hung_nodes_of_five_cost_one_per_node_timeout_a_round) {
+    auto mine = make_clients(30s, 1s), theirs = make_clients(30s, 1s);
+    rlock::red_lock a(raw(mine), name()), b(raw(theirs), name());
+    hang_node(0);  // the first node: its subscriber wakes the waits between rounds
+    hang_node(3);
+
+    auto start = steady::now();
+    a.lock();  // watched: a per-node timeout of 1.5 s
+    EXPECT_LT(steady::now() - start, 1s) << "the live majority decided the round";
+
+    start = steady::now();
+    EXPECT_FALSE(b.try_lock_for(3s)) << "a second holder with two nodes hung";
+    auto took = steady::now() - start;
+    EXPECT_GE(took, 3s);
+    EXPECT_LT(took, 3s + 800ms) << "try_lock_for(3s) on a held lock took " << rlock_test::millis(took) << " ms";
+
+    start = steady::now();
+    std::future<rlock::hold> waited = b.async_try_lock_for(2s, rlock::use_future);
+    ASSERT_EQ(waited.wait_for(5s), std::future_status::ready);
+    EXPECT_FALSE(waited.get()) << "an asynchronous second holder with two nodes hung";
+    took = steady::now() - start;
+    EXPECT_LT(took, 2s + 800ms) << "async_try_lock_for(2s) on a held lock took " << rlock_test::millis(took) << " ms";
+
+    start = steady::now();
+    EXPECT_EQ(a.unlock(), 3u);
+    EXPECT_LT(steady::now() - start, 1s);
+    EXPECT_EQ(live_keys({1, 2, 4}), 0) << "the unlock left our key on a live node";
+    EXPECT_EQ(lost.calls.load(), 0);
+
+    start = steady::now();
+    rlock::hold h = b.async_try_lock_for(3s, rlock::use_future).get();
+    ASSERT_TRUE(h);
+    EXPECT_LT(steady::now() - start, 1s);
+    h.unlock();
+    EXPECT_EQ(live_keys({1, 2, 4}), 0);
+    ASSERT_TRUE(b.try_lock_for(3s));
+    EXPECT_EQ(b.unlock(), 3u);
+    EXPECT_EQ(lost.calls.load(), 0);
+}
+
+// An unlock that cannot release on a majority does not return as if done: the owner is told
+// (on_lock_lost, with the cause) that its key may stay on the nodes that did not answer until
+// its lease ends. Before, it returned normally and nobody heard of it.
+TEST_P(red_lock_hang_test, an_unlock_that_reaches_no_majority_is_told) {
+    auto clients = make_clients(30s, 1s);
+    rlock::red_lock lock(raw(clients), name());
+    lock.lock();
+    const std::uint64_t id = lock.hold_id();
+    hang_node(2);
+    hang_node(3);
+    hang_node(4);
+    EXPECT_EQ(lock.unlock(), 2u);
+    ASSERT_EQ(lost.calls.load(), 1);
+    EXPECT_TRUE(rlock_test::connection_error(static_cast<rlock::errc>(lost.code.load()))) << lost.last_message;
+    EXPECT_EQ(lost.last_hold_id.load(), id);
+    {
+        std::lock_guard<std::mutex> g(lost.mu);
+        EXPECT_NE(lost.last_message.find("2 of 5"), std::string::npos) << lost.last_message;
+    }
+    EXPECT_EQ(live_keys({0, 1}), 0) << "the unlock left our key on a live node";
+}
+
+INSTANTIATE_TEST_SUITE_P(, red_lock_hang_test, ::testing::Values(hang::paused, hang::full_backlog),
+                         [](const ::testing::TestParamInfo<hang>& p) {
+                             return p.param == hang::paused ? std::string("paused") : std::string("full_backlog");
+                         });
 
 TEST_F(red_lock_test, keys_a_failed_attempt_set_on_a_minority_are_cleaned_up) {
     for (int i = 0; i < 3; ++i) servers[i]->cmd({"SET", name(), "someone-else", "PX", "30000"});

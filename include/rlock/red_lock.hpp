@@ -13,7 +13,9 @@
 // Acquisition is parallel: the request is written to every node first and the replies are read
 // together (poll), so a round costs about the slowest node, not the sum; each node has its own
 // timeout (node_timeout_fraction of the lease, at least 10 ms), so a dead node costs that once,
-// and a round ends as soon as a majority for or against is certain. A failed round releases on
+// and a round ends as soon as a majority for or against is certain. A node without an open
+// connection is dialled on a thread of its own meanwhile: one that hangs (paused, or behind a
+// port that drops packets) costs the round its per-node timeout, never the others their turn. A failed round releases on
 // every node, including those that refused or did not answer (a reply may have been lost), then
 // waits a random delay up to retry_delay (cut short by an unlock message from the first node)
 // while the wait allows.
@@ -201,8 +203,8 @@ public:
     /// Releases `owner`'s hold on every node in parallel (the renewals stop first). Throws
     /// not_owner when `owner` holds none; never throws for unreachable nodes. A majority of
     /// nodes answering "not held" (a node lost its data, a key was deleted) means the hold was
-    /// lost: on_lock_lost hears of it, once. A node that does not answer in time is left to
-    /// expire our key with its lease, not reported.
+    /// lost: on_lock_lost hears of it, once. A node that does not answer in time may keep our
+    /// key until its lease ends: when fewer than a majority released it, the owner is told.
     released release(std::uint64_t owner) const {
         const bool was_lost = lost(owner);  // read before the holds leave the registries
         std::string token;
@@ -222,6 +224,7 @@ public:
         released out;
         std::size_t may_hold = 0;  // unanswered, or refused: may still hold our key
         std::optional<error> refused;  // the first node that answered with an error
+        std::optional<error> unanswered;  // the first node that could not be asked or answer
         const std::vector<node_result> results = release_all(token);
         for (std::size_t i = 0; i < results.size(); ++i) {
             const node_result& r = results[i];
@@ -234,7 +237,10 @@ public:
                 ++may_hold;
                 if (!refused) refused = make_error(nullptr, r.reply.get(), name_, nodes_[i]->ep.name);
             }
-            if (r.failure) ++may_hold;  // paused, slow or unreachable: may still hold our key
+            if (r.failure) {  // paused, slow or unreachable: may still hold our key
+                ++may_hold;
+                if (!unanswered) unanswered = r.failure;
+            }
         }
         // Reported here, once, as basic_lock's unlock reports a lost hold: a watched hold whose
         // validity ran out before any watchdog tick said so (the process was paused, say), and
@@ -261,6 +267,18 @@ public:
                                               " nodes still held it (a majority is " +
                                               std::to_string(quorum()) + ")"
                                         : std::string("its validity ran out before it was unlocked"));
+        } else if (unanswered && out.nodes < quorum() && !expected && group) {
+            // Not released on a majority because nodes did not answer (paused, partitioned):
+            // our key may stay there until its lease ends, keeping everyone out. The owner is
+            // told, with the cause, as a mutex unlock that cannot reach Redis is; unlock()
+            // itself does not throw (it runs in guards' destructors).
+            out.lost = true;
+            registry::tell_group(*group,
+                                 "its unlock released it on only " + std::to_string(out.nodes) + " of " +
+                                     std::to_string(nodes_.size()) + " nodes (a majority is " +
+                                     std::to_string(quorum()) +
+                                     "); the others may keep it until its lease ends: " + unanswered_nodes(results),
+                                 unanswered->value());
         }
         return out;
     }
@@ -331,6 +349,17 @@ private:
             },
             node_timeout(std::chrono::milliseconds(
                 std::max<long long>(1000, nodes_.front()->ep.options.command_timeout.count()))));
+    }
+
+    /// The nodes of a release that could not be asked or did not answer, with why.
+    std::string unanswered_nodes(const std::vector<node_result>& results) const {
+        std::string m;
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            if (!results[i].failure) continue;
+            if (!m.empty()) m += "; ";
+            m += nodes_[i]->ep.name + " " + results[i].failure->cause();
+        }
+        return m;
     }
 
     std::string describe(const std::vector<node_result>& results) const {
@@ -515,8 +544,9 @@ public:
     /// Releases on every node in parallel (the renewals stop first); returns on how many nodes
     /// our key was deleted. Throws not_owner only to a thread that does not hold it; never
     /// throws for unreachable nodes. A majority of nodes answering "not held" (a node lost its
-    /// data, a key was deleted) means the hold was lost: on_lock_lost hears of it, once. A node
-    /// that does not answer in time is left to expire our key with its lease, not reported.
+    /// data, a key was deleted) means the hold was lost: on_lock_lost hears of it, once. A
+    /// release that reached fewer than a majority (nodes that did not answer in time keep our
+    /// key until its lease ends) is told too, with the cause (timeout, connection_failed).
     std::size_t unlock() { return site_->release(detail::current_thread_number()).nodes; }
 
     /// This thread's hold is lost: more than N - quorum of its node holds are gone, or the

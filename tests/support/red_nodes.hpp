@@ -21,15 +21,16 @@ protected:
     void SetUp() override {
         for (int i = 0; i < N; ++i) servers.push_back(std::make_unique<redis_server>());
     }
-    /// A client of each server (command and connect timeouts 300 ms, on_lock_lost: `lost`).
+    /// A client of each server (command and connect timeouts `timeouts`, on_lock_lost: `lost`).
     std::vector<std::unique_ptr<rlock::client>> make_clients(
-        std::chrono::milliseconds watchdog = std::chrono::seconds(30)) {
+        std::chrono::milliseconds watchdog = std::chrono::seconds(30),
+        std::chrono::milliseconds timeouts = std::chrono::milliseconds(300)) {
         std::vector<std::unique_ptr<rlock::client>> out;
         for (auto& s : servers) {
             rlock::client_options o = s->options();
             o.lock_watchdog_timeout = watchdog;
-            o.command_timeout = std::chrono::milliseconds(300);
-            o.connect_timeout = std::chrono::milliseconds(300);
+            o.command_timeout = timeouts;
+            o.connect_timeout = timeouts;
             o.on_lock_lost = lost.hold_handler();
             out.push_back(std::make_unique<rlock::client>(o));
         }

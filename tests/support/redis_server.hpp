@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -55,6 +57,47 @@ inline int free_port() {
     }
     throw std::runtime_error("free_port: no free loopback port at or below 55535");
 }
+
+/// A listener on loopback `port` that accepts nothing and whose backlog is full, as a host behind
+/// a firewall that drops packets: a connect() to it hangs (its SYN is dropped) until the caller's
+/// own timeout, where a stopped server's port would refuse at once.
+class full_backlog_listener {
+public:
+    explicit full_backlog_listener(int port) {
+        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        const int yes = 1;
+        ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(static_cast<std::uint16_t>(port));
+        if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 0) != 0) {
+            ::close(fd_);
+            throw std::runtime_error("full_backlog_listener: cannot listen on " + std::to_string(port));
+        }
+        // Fill the accept queue (backlog 0 takes one) until a connect no longer completes.
+        for (int i = 0; i < 8; ++i) {
+            const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+            fillers_.push_back(c);
+            (void)::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a);
+            pollfd p{c, POLLOUT, 0};
+            if (::poll(&p, 1, 200) == 0) return;  // this one hangs: the backlog is full
+        }
+        for (int c : fillers_) ::close(c);
+        ::close(fd_);
+        throw std::runtime_error("full_backlog_listener: connects to " + std::to_string(port) + " still complete");
+    }
+    full_backlog_listener(const full_backlog_listener&) = delete;
+    full_backlog_listener& operator=(const full_backlog_listener&) = delete;
+    ~full_backlog_listener() {
+        for (int c : fillers_) ::close(c);
+        ::close(fd_);
+    }
+
+private:
+    int fd_ = -1;
+    std::vector<int> fillers_;
+};
 
 /// Whether process `pid` holds the socket listening on loopback `port`. A server that could not
 /// bind its port (another test's server took it between free_port and the bind) exits soon, but

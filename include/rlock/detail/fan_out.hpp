@@ -1,7 +1,8 @@
 // Parallel fan-out of one command to several independent Redis servers (red_lock's nodes): the
-// request is written to every node's connection first, then all replies are read together with
-// poll(), so a round costs about the slowest node's round trip, not the sum, and a dead node
-// costs its per-node timeout once.
+// request is written to every node's connection first (connections that must be opened are
+// opened on threads of their own meanwhile), then all replies are read together with poll(),
+// so a round costs about the slowest node's round trip, not the sum, and a node that hangs
+// costs the round's deadline once.
 #pragma once
 
 #include <poll.h>
@@ -9,6 +10,8 @@
 #include <cerrno>
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +20,7 @@
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/script.hpp"
 #include "rlock/detail/pool.hpp"
+#include "rlock/detail/wake_pipe.hpp"
 
 namespace rlock::detail {
 
@@ -32,6 +36,12 @@ struct node_result {
 /// answered or `per_node` ran out. `decided(results so far)` may end the round early: the
 /// nodes still pending then get `grace` more, and are abandoned (their connections closed,
 /// since a reply may still arrive) after that.
+///
+/// One deadline for the whole round, whatever a node costs: a node with an idle connection is
+/// asked at once; one without gets its connection opened on a thread of its own (pool::
+/// open_ahead), and is asked when that is done, within the round. A node that hangs (paused,
+/// or a port that drops packets) therefore costs the round its deadline once, never the
+/// others their replies.
 inline std::vector<node_result> fan_out(
     const std::vector<client_core*>& nodes, std::string_view lock,
     const std::function<void(std::size_t, script_call&)>& make, std::chrono::milliseconds per_node,
@@ -42,38 +52,89 @@ inline std::vector<node_result> fan_out(
     std::vector<node_result> out(n);
     std::vector<std::optional<pool::handle>> conns(n);
     std::vector<script_call> calls(n);
-    std::vector<char> pending(n, 0);
+    // Where each node is: a connection being opened, the command sent, or done (answered or
+    // failed).
+    enum class stage : unsigned char { opening, asked, done };
+    std::vector<stage> at(n, stage::done);
+    std::vector<std::shared_ptr<pool::opening>> openings(n);
+    std::shared_ptr<wake_pipe> wake;  // poked when an opening is done
     auto deadline = clock::now() + per_node;
 
-    for (std::size_t i = 0; i < n; ++i) {
+    auto fail = [&](std::size_t i, const error& e) {
+        out[i].failure = e;
+        at[i] = stage::done;
+        if (conns[i]) conns[i]->discard();
+    };
+    auto ask = [&](std::size_t i) {
         try {
-            conns[i].emplace(nodes[i]->pool.checkout(lock));
             make(i, calls[i]);
             const connection conn{conns[i]->get(), false, nodes[i]->ep.sharded_pubsub};
             if (calls[i].s) calls[i].use(script_form::sha, conn);  // re-arm: assigned, not built here
             redisContext* c = conn.ctx;
-            if (append_command(c, calls[i].argc(), calls[i].argv(), calls[i].lens()) !=
-                REDIS_OK) {
+            if (append_command(c, calls[i].argc(), calls[i].argv(), calls[i].lens()) != REDIS_OK) {
                 throw make_error(c, nullptr, lock, nodes[i]->ep.name);
             }
             int done = 0;
             while (!done) {
                 if (redisBufferWrite(c, &done) != REDIS_OK) throw make_error(c, nullptr, lock, nodes[i]->ep.name);
             }
-            pending[i] = 1;
+            at[i] = stage::asked;
         } catch (const error& e) {
-            out[i].failure = e;
-            if (conns[i]) conns[i]->discard();
+            fail(i, e);
+        }
+    };
+    auto open = [&](std::size_t i) {
+        try {
+            if (!wake) wake = std::make_shared<wake_pipe>(nodes[i]->ep.name);
+            openings[i] = nodes[i]->pool.open_ahead(lock, wake, nodes[i]->shared_from_this());
+            at[i] = stage::opening;
+        } catch (const error& e) {
+            fail(i, e);
+        }
+    };
+    // An opening is done: ask with its connection, or fail with its failure; when another
+    // round took the connection first, open another.
+    auto opened = [&](std::size_t i) {
+        std::optional<pool::handle> h;
+        std::optional<error> failure;
+        {
+            pool::opening& op = *openings[i];
+            std::lock_guard<std::mutex> g(op.mu);
+            if (!op.done) return;
+            if (op.conn) {
+                h.emplace(std::move(*op.conn));
+                op.conn.reset();
+            } else if (op.failure) {
+                failure = op.failure;
+            }
+        }
+        openings[i].reset();
+        if (h) {
+            conns[i].emplace(std::move(*h));
+            ask(i);
+        } else if (failure) {
+            fail(i, error_access::about(*failure, lock));
+        } else {
+            open(i);
+        }
+    };
+
+    for (std::size_t i = 0; i < n; ++i) {
+        if (std::optional<pool::handle> h = nodes[i]->pool.try_checkout(lock)) {
+            conns[i].emplace(std::move(*h));
+            ask(i);
+        } else {
+            open(i);
         }
     }
 
-    auto count_pending = [&] {
+    auto count_waiting = [&] {
         std::size_t k = 0;
-        for (char p : pending) k += p;
+        for (stage s : at) k += s != stage::done;
         return k;
     };
     bool early = false;
-    while (count_pending() > 0) {
+    while (count_waiting() > 0) {
         if (!early && decided && decided(out)) {
             early = true;
             deadline = std::min(deadline, clock::now() + grace);
@@ -83,38 +144,45 @@ inline std::vector<node_result> fan_out(
         std::vector<pollfd> fds;
         std::vector<std::size_t> who;
         for (std::size_t i = 0; i < n; ++i) {
-            if (!pending[i]) continue;
+            if (at[i] != stage::asked) continue;
             fds.push_back({conns[i]->get()->fd, POLLIN, 0});
             who.push_back(i);
         }
+        if (wake) fds.push_back({wake->fd(), POLLIN, 0});
         const auto wait_ms =
             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
         const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(wait_ms));
         if (ready < 0 && errno != EINTR) break;
-        for (std::size_t k = 0; k < fds.size(); ++k) {
+        if (wake && fds.back().revents) {
+            wake->drain();
+            for (std::size_t i = 0; i < n; ++i) {
+                if (at[i] == stage::opening) opened(i);
+            }
+        }
+        for (std::size_t k = 0; k < who.size(); ++k) {
             if (!fds[k].revents) continue;
             const std::size_t i = who[k];
             redisContext* c = conns[i]->get();
             void* raw = nullptr;
             if (redisBufferRead(c) != REDIS_OK || redisGetReplyFromReader(c, &raw) != REDIS_OK) {
-                out[i].failure = make_error(c, nullptr, lock, nodes[i]->ep.name);
-                pending[i] = 0;
-                conns[i]->discard();
+                fail(i, make_error(c, nullptr, lock, nodes[i]->ep.name));
                 continue;
             }
             if (!raw) continue;  // partial reply: wait for the rest
             out[i].reply.reset(static_cast<redisReply*>(raw));
-            pending[i] = 0;
+            at[i] = stage::done;
         }
     }
     for (std::size_t i = 0; i < n; ++i) {
-        if (!pending[i]) continue;
+        if (at[i] == stage::done) continue;
         out[i].abandoned = early;
-        out[i].failure = error(errc::timeout, lock, nodes[i]->ep.name,
-                               early ? std::string("not waited for: the round was decided without it")
-                                     : "no reply within the per-node timeout (" +
-                                           std::to_string(per_node.count()) + " ms)");
-        conns[i]->discard();
+        const std::string waited = std::to_string(per_node.count()) + " ms";
+        out[i].failure = error(
+            errc::timeout, lock, nodes[i]->ep.name,
+            early ? std::string("not waited for: the round was decided without it")
+                  : at[i] == stage::opening ? "no connection within the per-node timeout (" + waited + ")"
+                                            : "no reply within the per-node timeout (" + waited + ")");
+        if (conns[i]) conns[i]->discard();
     }
     // A script the node had forgotten (SCRIPT FLUSH, restart): send it with its body, once.
     for (std::size_t i = 0; i < n; ++i) {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "rlock/detail/cluster.hpp"
 #include "rlock/detail/connect.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/wake_pipe.hpp"
 
 namespace rlock::detail {
 
@@ -87,6 +89,72 @@ public:
         return checkout_at(node(master_for(key_slot(lock), lock)), lock);
     }
 
+    /// An idle connection for `lock`, or none: never waits and never connects (Redis Cluster:
+    /// none either while the slot map must be loaded first).
+    std::optional<handle> try_checkout(std::string_view lock) {
+        node_pool* n = &single_;
+        if (ep_.slots) {
+            if (ep_.slots->stale()) return std::nullopt;
+            std::optional<server_address> m = ep_.slots->master_of(key_slot(lock));
+            if (!m) return std::nullopt;
+            n = &node(*m);
+        }
+        std::unique_lock<std::mutex> g(mu_);
+        bool closed = false;
+        std::optional<handle> h = take_idle(*n, g, closed);
+        g.unlock();
+        if (closed) broken();
+        return h;
+    }
+
+    /// A connection being opened by open_ahead: `conn` or `failure` once `done`.
+    struct opening {
+        std::mutex mu;
+        bool done = false;
+        std::optional<handle> conn;     // taken by the first caller that wants it
+        std::optional<error> failure;   // why none could be opened
+        std::vector<std::weak_ptr<wake_pipe>> wake;  // poked when done
+    };
+
+    /// Opens a connection for `lock` (checkout(): dial, log in) on a thread of its own, for a
+    /// caller that must not block on a server that hangs: red_lock's fan-out asks every node
+    /// under one deadline, and polls `wake`, which is poked when the opening is done. One at a
+    /// time (without Redis Cluster): a call while one is under way joins it. `keep` (the
+    /// client core that owns this pool) is kept alive by the thread until it ends, at most
+    /// connect_timeout plus two command_timeouts later. Throws connection_failed when no
+    /// thread can be started.
+    std::shared_ptr<opening> open_ahead(std::string_view lock, const std::shared_ptr<wake_pipe>& wake,
+                                        std::shared_ptr<const void> keep) {
+        std::shared_ptr<opening> op;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            if (!ep_.slots && opening_) op = opening_;
+        }
+        if (op) {
+            std::unique_lock<std::mutex> g(op->mu);
+            if (!op->done) {
+                op->wake.push_back(wake);
+                return op;
+            }
+        }
+        op = std::make_shared<opening>();
+        op->wake.push_back(wake);
+        try {
+            std::thread([this, op, name = std::string(lock), keep = std::move(keep)]() mutable {
+                opened(*op, name);
+                op.reset();  // before `keep`: an unclaimed connection goes back to this pool
+                keep.reset();
+            }).detach();
+        } catch (const std::system_error&) {
+            throw error(errc::connection_failed, lock, ep_.name, "cannot start a thread to connect");
+        }
+        if (!ep_.slots) {
+            std::lock_guard<std::mutex> g(mu_);
+            opening_ = op;
+        }
+        return op;
+    }
+
     /// Runs f(const connection&) on a pooled connection. When the connection breaks (I/O error,
     /// timeout) the other idle connections are dropped too: after a restart they are all dead.
     /// With on_break::retry (the command is idempotent) it is tried once more on a new
@@ -147,10 +215,6 @@ private:
         const auto deadline = clock::now() + ep_.options.command_timeout;
         const std::size_t cap = ep_.options.pool_size;  // at least 1 (checked by client)
         const std::uint64_t epoch = ep_.epoch.load();
-        while (!n.idle.empty() && n.idle.back().epoch != epoch) {  // from before a master switch
-            n.idle.pop_back();
-            --n.open;
-        }
         bool closed = false;  // an idle connection the server had closed was found
         for (;;) {
             while (n.idle.empty() && n.open >= cap) {
@@ -161,16 +225,12 @@ private:
                                     std::to_string(cap) + ")");
                 }
             }
-            if (n.idle.empty()) break;
-            pooled p = std::move(n.idle.back());
-            n.idle.pop_back();
-            if (!closed_while_idle(p.ctx.get())) {
+            if (std::optional<handle> h = take_idle(n, g, closed)) {
                 g.unlock();
                 if (closed) broken();
-                return handle(this, &n, std::move(p.ctx), p.epoch, p.server_id);
+                return std::move(*h);
             }
-            --n.open;
-            closed = true;
+            if (n.open < cap) break;
         }
         ++n.open;
         g.unlock();
@@ -338,6 +398,52 @@ private:
         n.cv.notify_all();
     }
 
+    /// An idle connection of `n` that is still open, or none; closes those the server closed
+    /// (`closed` is set then) and those from before a master switch. `g` holds mu_.
+    std::optional<handle> take_idle(node_pool& n, const std::unique_lock<std::mutex>& g, bool& closed) {
+        (void)g;
+        const std::uint64_t epoch = ep_.epoch.load();
+        while (!n.idle.empty()) {
+            pooled p = std::move(n.idle.back());
+            n.idle.pop_back();
+            if (p.epoch == epoch && !closed_while_idle(p.ctx.get())) {
+                return handle(this, &n, std::move(p.ctx), p.epoch, p.server_id);
+            }
+            --n.open;
+            if (p.epoch == epoch) closed = true;
+        }
+        return std::nullopt;
+    }
+
+    /// open_ahead's thread: opens, then tells whoever waits.
+    void opened(opening& op, const std::string& lock) noexcept {
+        std::optional<handle> h;
+        std::optional<error> failure;
+        try {
+            h.emplace(checkout(lock));
+        } catch (const error& e) {
+            failure = e;
+        } catch (...) {
+            failure = error(errc::connection_failed, lock, ep_.name, "cannot open a connection");
+        }
+        std::vector<std::shared_ptr<wake_pipe>> poke;
+        {
+            std::lock_guard<std::mutex> g(op.mu);
+            if (h) op.conn.emplace(std::move(*h));
+            op.failure = std::move(failure);
+            op.done = true;
+            for (auto& w : op.wake) {
+                if (auto p = w.lock()) poke.push_back(std::move(p));
+            }
+            op.wake.clear();
+        }
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            if (opening_.get() == &op) opening_.reset();
+        }
+        for (auto& p : poke) p->poke();
+    }
+
     void broken() const noexcept {
         try {
             if (on_broken) on_broken();
@@ -372,6 +478,9 @@ private:
     clock::time_point last_load_{};  // the last load's start; guarded by load_mu_
     node_pool single_;    // the connections without Redis Cluster
     std::vector<std::unique_ptr<node_pool>> nodes_;  // Redis Cluster: one per master, kept
+    // open_ahead's opening under way (without Redis Cluster); guarded by mu_. Its thread keeps
+    // the client core, and so this pool, alive: it is null by the time the pool is destroyed.
+    std::shared_ptr<opening> opening_;
 };
 
 /// Runs a release `f(connection)`: a script that frees only what its holder holds, so running
