@@ -193,6 +193,68 @@ TEST(semaphore, drain_add_and_available_permits_follow_redissons_rules) {
     EXPECT_EQ(s.drain_permits(), 9007199254740993LL);
 }
 
+// Issue 31, item 5: counts are compared and returned exactly, also beyond 2^53 where a Lua
+// number (a double) is not. Before, try_acquire(2^53 + 1) on a count of 2^53 returned true
+// and left -1 (more holders than permits), count_down(1) from LLONG_MAX returned LLONG_MIN,
+// add_permits(1) on 2^53 + 2 returned ...996 where Redis stored ...995.
+TEST(semaphore, counts_beyond_2_to_the_53_are_compared_and_returned_exactly) {
+    rlock::client c(server().options());
+    rlock::semaphore s(c, name());
+    server().cmd({"SET", name(), "9007199254740992"});  // 2^53
+    EXPECT_FALSE(s.try_acquire(9007199254740993LL)) << "took one permit more than there are";
+    EXPECT_EQ(server().text({"GET", name()}), "9007199254740992");
+    EXPECT_TRUE(s.try_acquire(9007199254740991LL));
+    EXPECT_EQ(server().text({"GET", name()}), "1");
+
+    server().cmd({"SET", name(), "9007199254740994"});
+    EXPECT_EQ(s.add_permits(1), 9007199254740995LL);
+    EXPECT_EQ(server().text({"GET", name()}), "9007199254740995");
+    s.release(2);
+    EXPECT_EQ(server().text({"GET", name()}), "9007199254740997");
+    EXPECT_EQ(s.add_permits(-9007199254740997LL), 0);
+    EXPECT_EQ(s.add_permits(-1), -1);
+    EXPECT_EQ(s.add_permits(9223372036854775807LL), 9223372036854775806LL);
+
+    // The release message carries the exact count (Redisson's waiters read it as a number).
+    server().cmd({"SET", name(), "9007199254740992"});
+    auto sub = rlock_test::raw_connection(server().port());
+    rlock::detail::reply_ptr r = rlock::detail::command(sub.get(), {"SUBSCRIBE", channel_of(name())});
+    s.release(1);
+    redisReply* raw = nullptr;
+    ASSERT_EQ(redisGetReply(sub.get(), reinterpret_cast<void**>(&raw)), REDIS_OK);
+    rlock::detail::reply_ptr msg(raw);
+    ASSERT_EQ(msg->type, REDIS_REPLY_ARRAY);
+    EXPECT_EQ(std::string(msg->element[2]->str, msg->element[2]->len), "9007199254740993");
+}
+
+TEST(count_down_latch, counts_beyond_2_to_the_53_are_compared_and_returned_exactly) {
+    rlock::client c(server().options());
+    rlock::count_down_latch l(c, name());
+    server().cmd({"SET", name(), "9223372036854775807"});
+    EXPECT_EQ(l.count_down(1), 9223372036854775806LL);
+    EXPECT_EQ(server().text({"GET", name()}), "9223372036854775806");
+    server().cmd({"SET", name(), "9007199254740993"});
+    EXPECT_EQ(l.count_down(9007199254740992LL), 1) << "reached zero a count early";
+    EXPECT_EQ(server().text({"GET", name()}), "1");
+    server().cmd({"SET", name(), "9007199254740993"});
+    EXPECT_EQ(l.count_down(9007199254740993LL), 0);
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+}
+
+TEST(permit_expirable_semaphore, counts_beyond_2_to_the_53_are_compared_and_returned_exactly) {
+    rlock::client c(server().options());
+    rlock::permit_expirable_semaphore s(c, name());
+    server().cmd({"SET", name(), "9007199254740993"});
+    EXPECT_EQ(s.available_permits(), 9007199254740993LL);
+    rlock::permit p = s.try_acquire(1);
+    ASSERT_TRUE(p);
+    EXPECT_EQ(server().text({"GET", name()}), "9007199254740992");
+    EXPECT_EQ(s.available_permits(), 9007199254740992LL);
+    p.release();
+    EXPECT_EQ(server().text({"GET", name()}), "9007199254740993");
+    EXPECT_EQ(s.available_permits(), 9007199254740993LL);
+}
+
 TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
     rlock::client c(server().options());
     rlock::semaphore s(c, name());

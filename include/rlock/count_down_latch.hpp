@@ -67,8 +67,8 @@ public:
         if (n < 1) bad_count(n, "count_down: n must be at least 1");
         const std::string by = std::to_string(n);
         return run(detail::on_break::fail, [&](const detail::connection& c) {
-            return detail::eval_integer(c, detail::latch_scripts::count_down(), {name_},
-                                        {by, channel_}, name_, server());
+            return detail::eval_count(c, detail::latch_scripts::count_down(), {name_},
+                                      {by, channel_}, name_, server());
         });
     }
 

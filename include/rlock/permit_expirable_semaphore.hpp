@@ -55,6 +55,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -442,10 +443,22 @@ private:
         return {r->element[0]->integer, r->element[1]->integer};
     }
 
+    // {free, taken}: the count with the ended leases added (exactly; a sum beyond 64 bits is
+    // the largest count), and the permits taken with their lease running.
     std::pair<long long, long long> counts() const {
         return run(detail::on_break::retry, [&](const detail::connection& c) {
             detail::script_call call(detail::permit_scripts::counts(), {name_, timeouts_}, {});
-            return two_integers(detail::run_script(c, call, name_, server()).get(), name_, server());
+            const detail::reply_ptr r = detail::run_script(c, call, name_, server());
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+                r->element[1]->type != REDIS_REPLY_INTEGER || r->element[2]->type != REDIS_REPLY_INTEGER) {
+                if (r->type == REDIS_REPLY_ERROR) (void)detail::count_from(r.get(), name_, server());
+                throw error(errc::server_error, name_, server(), "unexpected reply from a permit script");
+            }
+            const long long have = detail::count_from(r->element[0], name_, server());
+            const long long ended = r->element[1]->integer;  // >= 0
+            constexpr long long most = std::numeric_limits<long long>::max();
+            const long long free = have > most - ended ? most : have + ended;
+            return std::pair<long long, long long>{free, r->element[2]->integer};
         });
     }
 

@@ -275,7 +275,7 @@ protected:
     long long add_to_count(long long n) const {
         const std::string by = std::to_string(n);
         return run(on_break::fail, [&](const connection& c) {
-            return eval_integer(c, semaphore_scripts::add(), {name_}, {by, channel_}, name_, server());
+            return eval_count(c, semaphore_scripts::add(), {name_}, {by, channel_}, name_, server());
         });
     }
 

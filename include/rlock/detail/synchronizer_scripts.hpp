@@ -9,6 +9,7 @@
 #pragma once
 
 #include <charconv>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -20,19 +21,40 @@
 
 namespace rlock::detail {
 
-/// `count_of(v)`: the count a GET returned (false: 0), or nil and a WRONGTYPE error reply when
-/// the string is not what INCRBY / DECRBY take: a 64-bit integer as Redis writes one (no '+',
-/// no leading zero, no "-0"). The same rule as parse_count below.
+/// Counts in scripts are texts, never Lua numbers: a Lua number is a double, exact only up to
+/// 2^53, and a count (or an argument) above that compared or returned as one is wrong (a count
+/// of 2^53 gave 2^53 + 1 permits). Redis's INCRBY / DECRBY do the arithmetic, exactly.
+///   count_of(v)   the count a GET returned as its text ('0' for false), or nil and a
+///                 WRONGTYPE error reply when the string is not what INCRBY / DECRBY take: a
+///                 64-bit integer as Redis writes one (no '+', no leading zero, no "-0"). The
+///                 same rule as parse_count below.
+///   less(a, b)    a < b, for two such texts (and ARGV counts, written by std::to_string).
+///   negated(a)    -a, as a text (also for the lowest 64-bit integer: a text has no range).
 inline constexpr std::string_view lua_count_of = R"lua(
 local function count_of(v)
-    if v == false or v == '0' then return 0 end
+    if v == false or v == '0' then return '0' end
     local sign, digits = string.match(v, '^(%-?)([1-9][0-9]*)$')
     local limit = sign == '-' and '9223372036854775808' or '9223372036854775807'
     if not digits or #digits > 19 or (#digits == 19 and digits > limit) then
         return nil, redis.error_reply('WRONGTYPE the key holds "' .. string.sub(v, 1, 40) ..
             '", not a count')
     end
-    return tonumber(v)
+    return v
+end
+local function less(a, b)
+    local na, nb = string.byte(a, 1) == 45, string.byte(b, 1) == 45
+    if na ~= nb then return na end
+    if #a ~= #b then return (#a < #b) ~= na end
+    for i = 1, #a do
+        local x, y = string.byte(a, i), string.byte(b, i)
+        if x ~= y then return (x < y) ~= na end
+    end
+    return false
+end
+local function negated(a)
+    if a == '0' then return a end
+    if string.byte(a, 1) == 45 then return string.sub(a, 2) end
+    return '-' .. a
 end
 )lua";
 
@@ -53,8 +75,9 @@ inline bool parse_count(std::string_view v, long long& out) {
 }
 
 /// A count from a reply: nil 0, an integer as it is, a string by parse_count. Throws `error`
-/// (wrong_type, naming `key`) for a string that is not a count.
+/// (wrong_type, naming `key`) for a string that is not a count, and an error reply as itself.
 inline long long count_from(const redisReply* r, std::string_view key, std::string_view server) {
+    if (r->type == REDIS_REPLY_ERROR) throw make_error(static_cast<const redisContext*>(nullptr), r, key, server);
     if (r->type == REDIS_REPLY_NIL) return 0;
     if (r->type == REDIS_REPLY_INTEGER) return r->integer;
     const std::string_view v = reply_text(r);
@@ -64,6 +87,14 @@ inline long long count_from(const redisReply* r, std::string_view key, std::stri
                     "the key holds \"" + std::string(v.substr(0, 40)) + "\", not a count");
     }
     return n;
+}
+
+/// Runs `s` and reads its answer as a count (count_from): the scripts answer counts as texts.
+inline long long eval_count(const connection& c, const script& s, std::initializer_list<std::string_view> keys,
+                            std::initializer_list<std::string_view> args, std::string_view key,
+                            std::string_view server) {
+    script_call call(s, keys, args);
+    return count_from(run_script(c, call, key, server).get(), key, server);
 }
 
 /// GET of a count key (0 when absent), checked by count_from.
@@ -98,7 +129,7 @@ struct semaphore_scripts {
         static const script s(with_count_of(R"lua(
 local have, bad = count_of(redis.call('get', KEYS[1]))
 if bad then return bad end
-if have < tonumber(ARGV[1]) then return 0 end
+if less(have, ARGV[1]) then return 0 end
 redis.call('decrby', KEYS[1], ARGV[1])
 return 1
 )lua"));
@@ -108,18 +139,20 @@ return 1
     /// Adds ARGV[1] permits (release, add_permits; may be negative for add_permits) and
     /// publishes the new count on ARGV[2] when it is positive (a count of 0 or less frees
     /// nobody, and Redisson's waiters take a message as a number of permits to wake, which must
-    /// not be negative). KEYS[1] the semaphore. Returns the new count. INCRBY refuses an
-    /// overflow before it writes.
+    /// not be negative). KEYS[1] the semaphore. Returns the new count, as its text (exact).
+    /// INCRBY refuses an overflow before it writes.
     static const script& add() {
         static const script s(with_count_of(with_channel_check(R"lua(
 local have, bad = count_of(redis.call('get', KEYS[1]))
 if bad then return bad end
-if have + tonumber(ARGV[1]) > 0 then
+local positive = less(negated(ARGV[1]), have)
+if positive then
     local refused = channel_refused(ARGV[2])
     if refused then return refused end
 end
-local now = redis.call('incrby', KEYS[1], ARGV[1])
-if now > 0 then redis.call('publish', ARGV[2], now) end
+redis.call('incrby', KEYS[1], ARGV[1])
+local now = redis.call('get', KEYS[1])
+if positive then redis.call('publish', ARGV[2], now) end
 return now
 )lua")));
         return s;
@@ -147,23 +180,25 @@ inline constexpr std::string_view latch_new_count_message = "1";
 struct latch_scripts {
     /// Counts down by ARGV[1]. At or below zero the key goes (as Redisson's countDown), and
     /// only the step that reaches zero from above publishes the zero message on ARGV[2].
-    /// Returns the count left, 0 at or below zero (a count down of an absent latch changes
-    /// nothing).
+    /// Returns the count left as its text (exact), 0 at or below zero (a count down of an
+    /// absent latch changes nothing).
     static const script& count_down() {
         static const script s(with_count_of(with_channel_check(R"lua(
 local v = redis.call('get', KEYS[1])
 local had, bad = count_of(v)
 if bad then return bad end
-if had > 0 and had <= tonumber(ARGV[1]) then
+local above = less('0', had)
+local stays = less(ARGV[1], had)
+if above and not stays then
     local refused = channel_refused(ARGV[2])
     if refused then return refused end
 end
-if had <= 0 then
+if not above then
     if v ~= false then redis.call('del', KEYS[1]) end
     return 0
 end
-local left = redis.call('decrby', KEYS[1], ARGV[1])
-if left > 0 then return left end
+redis.call('decrby', KEYS[1], ARGV[1])
+if stays then return redis.call('get', KEYS[1]) end
 redis.call('del', KEYS[1])
 redis.call('publish', ARGV[2], '0')
 return 0
@@ -176,12 +211,12 @@ return 0
 /// the sorted set of taken permits (member: the permit id's bytes, score: when its lease ends,
 /// in Unix milliseconds). "Now" is the server's TIME, one clock for every client (Redisson
 /// passes each client's own).
-///   check(sem, set)      the free count, or nil and an error reply when `sem` is not a count
+///   check(sem, set)      the free count (a text, as count_of's), or nil and an error reply when `sem` is not a count
 ///                        (GET refuses a key of another type) or `set` is not a sorted set.
 ///   server_ms()          the server's time in milliseconds.
 ///   put_back(sem, set, ids)  returns the taken permits `ids` to the count (the first write:
 ///                        INCRBY, which refuses an overflow before it writes) and takes them out
-///                        of the set; the new count, or nil and INCRBY's error reply.
+///                        of the set; the new count (a text), or nil and INCRBY's error reply.
 ///   reclaim(sem, set, channel, have, now)
 ///                        puts the permits whose lease ended back into the count and publishes
 ///                        the new count when positive (Redisson does both lazily too); returns
@@ -211,7 +246,7 @@ local function put_back(sem, set, ids)
     for i = 1, #ids, 1000 do
         redis.call('zrem', set, unpack(ids, i, math.min(i + 999, #ids)))
     end
-    return count
+    return redis.call('get', sem)
 end
 local function reclaim(sem, set, channel, have, now)
     local ended = redis.call('zrangebyscore', set, '-inf', now)
@@ -220,7 +255,7 @@ local function reclaim(sem, set, channel, have, now)
     if refused then return nil, refused end
     local count, bad = put_back(sem, set, ended)
     if bad then return nil, bad end
-    if count > 0 then redis.call('publish', channel, count) end
+    if less('0', count) then redis.call('publish', channel, count) end
     return count
 end
 local function live(set, id, now)
@@ -253,7 +288,7 @@ if redis.call('zscore', KEYS[2], ARGV[4]) then return {1, 0} end
 local now = server_ms()
 have, bad = reclaim(KEYS[1], KEYS[2], ARGV[3], have, now)
 if bad then return bad end
-if have < tonumber(ARGV[1]) then
+if less(have, ARGV[1]) then
     local first = redis.call('zrangebyscore', KEYS[2], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if first[2] and tonumber(first[2]) < 922337203685477 then
         return {0, tonumber(first[2]) - now}
@@ -332,15 +367,16 @@ return 1
         return s;
     }
 
-    /// The free permits (counting those whose lease has ended, not yet put back) and the
-    /// taken ones: {free, taken}. Writes nothing.
+    /// The free permits, the taken ones whose lease has ended (free too, not yet put back),
+    /// and the taken ones with their lease running: {free as its text (exact), ended, taken}.
+    /// Writes nothing.
     static const script& counts() {
         static const script s(with_prelude(R"lua(
 local have, bad = check(KEYS[1], KEYS[2])
 if bad then return bad end
 local now = server_ms()
 local ended = redis.call('zcount', KEYS[2], '-inf', now)
-return {have + ended, redis.call('zcount', KEYS[2], '(' .. now, '+inf')}
+return {have, ended, redis.call('zcount', KEYS[2], '(' .. now, '+inf')}
 )lua"));
         return s;
     }
