@@ -76,6 +76,9 @@ int main(int argc, char** argv) {
             freeReplyObject(redisCommand(raw, "SET %s %lld", names[k].c_str(), initial_stock));
         }
 
+        // Declared after the client, so destroyed first when an exception leaves coroutines
+        // waiting: rlock cancels their waits and destroys their frames (releasing what they
+        // hold), and the client then goes cleanly. The other order is safe too.
         asio::io_context io;
         std::array<int, keys> served{};
         std::exception_ptr failed;

@@ -824,6 +824,68 @@ TEST_F(asio_tokens, an_emitted_cancellation_completes_with_operation_aborted_and
     EXPECT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", "*"})->elements == 0; }));
     mine.unlock();
 }
+
+// Issue 31, item 3: an io_context and an rlock::client destroyed in either order, with waits
+// pending on the io_context and a handler that owns a hold (as a suspended coroutine's frame
+// does). Before, an io_context destroyed first left the client's destructor completing those
+// waits on the freed context: a heap-use-after-free under ASan (async_waits::fail_all ->
+// io_context executor's execute).
+TEST_F(asio_tokens, an_io_context_destroyed_before_the_client_drops_its_waits_and_releases_their_holds) {
+    rlock::client holder(options());
+    auto waiter = std::make_unique<rlock::client>(options());
+    rlock::mutex busy(holder, name()), wanted(*waiter, name()), owned(*waiter, name() + ":owned");
+    busy.lock();
+    int calls = 0;
+    {
+        asio::io_context io;
+        // A frame that holds `owned` and waits for `busy`, as `co_await wanted.async_lock(...)`
+        // after taking `owned` would.
+        rlock::hold frame = owned.async_lock(rlock::use_future).get();
+        wanted.async_lock(asio::bind_executor(io, [&calls, frame = std::move(frame)](std::exception_ptr, rlock::hold) {
+            ++calls;
+        }));
+        wanted.async_try_lock_for(30s, asio::bind_executor(io, [&calls](std::exception_ptr, rlock::hold) { ++calls; }));
+        io.poll();
+    }  // the io_context goes with both waits pending
+    EXPECT_EQ(calls, 0) << "a handler ran after its io_context was destroyed";
+    EXPECT_FALSE(owned.is_locked()) << "the hold owned by the destroyed handler was kept";
+    // Cancelled: they leave no subscription behind, and the client goes cleanly.
+    EXPECT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", "*"})->elements == 0; }));
+    waiter.reset();
+    EXPECT_EQ(calls, 0);
+    busy.unlock();
+}
+
+TEST_F(asio_tokens, a_client_destroyed_before_the_io_context_completes_its_waits_there_with_an_error) {
+    rlock::client holder(options());
+    auto waiter = std::make_unique<rlock::client>(options());
+    rlock::mutex busy(holder, name()), wanted(*waiter, name()), owned(*waiter, name() + ":owned");
+    busy.lock();
+    asio::io_context io;
+    std::vector<rlock::errc> ended;
+    rlock::hold frame = owned.async_lock(rlock::use_future).get();
+    wanted.async_lock(asio::bind_executor(io, [&ended, frame = std::move(frame)](std::exception_ptr e, rlock::hold) {
+        ended.push_back(code_of(e));
+    }));
+    io.poll();
+    waiter.reset();  // with the wait pending: it completes on `io` with an error
+    io.run();
+    ASSERT_EQ(ended.size(), 1u);
+    EXPECT_EQ(ended[0], rlock::errc::connection_failed);
+    // A second wait on an io_context destroyed without running: its handler goes unrun.
+    auto again = std::make_unique<rlock::client>(options());
+    rlock::mutex wanted_again(*again, name());
+    {
+        asio::io_context io2;
+        wanted_again.async_lock(asio::bind_executor(io2, [&ended](std::exception_ptr e, rlock::hold) {
+            ended.push_back(code_of(e));
+        }));
+        io2.poll();
+        again.reset();
+    }
+    EXPECT_EQ(ended.size(), 1u);
+    busy.unlock();
+}
 #endif
 
 }  // namespace

@@ -26,6 +26,13 @@
 // io_context::run() does not return under it. A handler with no associated executor (the
 // system executor) runs on the engine thread.
 //
+// Destruction in either order: an io_context may be destroyed before or after the rlock::client
+// whose operations complete on it. When the io_context goes first, the operations still pending
+// on it are cancelled and their handlers destroyed without being called (a suspended
+// coroutine's frame with them, releasing the holds it owns), as Asio does with its own pending
+// handlers; the client's later destruction completes nothing there. When the client goes first,
+// its pending operations complete with connection_failed on their executors as usual.
+//
 // Cancellation: an operation whose handler has a connected cancellation slot is cancelled by
 // any emitted cancellation type (terminal, partial or total: nothing has happened that
 // would need undoing by the caller); it completes with `rlock::error` (operation_aborted),
@@ -37,10 +44,15 @@
 // RLOCK_USE_BOOST_ASIO before including it for Boost.Asio.
 #pragma once
 
+#include <algorithm>
 #include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #if defined(RLOCK_USE_BOOST_ASIO)
 #include <boost/asio.hpp>
@@ -68,6 +80,126 @@ struct is_asio_token<asio_ns::executor_binder<T, Executor>, Signature> : std::tr
 template <class T, class Slot, class Signature>
 struct is_asio_token<asio_ns::cancellation_slot_binder<T, Slot>, Signature> : std::true_type {};
 
+/// An operation whose handler is bound to an execution context (an io_context): told when that
+/// context shuts down.
+class context_bound {
+public:
+    virtual ~context_bound() = default;
+    /// The context is shutting down (its destructor runs): the handler and its work guard are
+    /// destroyed without being called, as Asio does with the handlers it queues, and the rlock
+    /// operation is cancelled. Its completion, later on the client's engine thread, finds no
+    /// handler and does nothing.
+    virtual void context_gone() noexcept = 0;
+};
+
+/// The Asio service that lets an io_context and an rlock::client be destroyed in either order:
+/// registered in each context an rlock operation completes on, it tells the operations still
+/// pending there when the context shuts down, before the context is freed. Without it a client
+/// destroyed after the io_context completed its pending waits on the freed context.
+class context_watch final : public asio_ns::execution_context::service {
+public:
+    using key_type = context_watch;
+    static inline asio_ns::execution_context::id id;  // NOLINT(readability-identifier-naming): Asio's name
+
+    explicit context_watch(asio_ns::execution_context& ctx) : asio_ns::execution_context::service(ctx) {}
+
+    /// Watches `op` until it completes (a weak reference). False, with `op` not watched, when
+    /// the context is shutting down already: the caller completes nothing there.
+    bool watch(const std::shared_ptr<context_bound>& op) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (shut_) return false;
+        // Forget completed operations now and then, so the list stays as long as what is
+        // pending.
+        if (ops_.size() >= 2 * live_at_prune_ + 16) {
+            ops_.erase(std::remove_if(ops_.begin(), ops_.end(), [](const auto& w) { return w.expired(); }),
+                       ops_.end());
+            live_at_prune_ = ops_.size();
+        }
+        ops_.push_back(op);
+        return true;
+    }
+
+private:
+    void shutdown() override {
+        std::vector<std::shared_ptr<context_bound>> pending;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            shut_ = true;
+            for (auto& w : ops_) {
+                if (auto op = w.lock()) pending.push_back(std::move(op));
+            }
+            ops_.clear();
+        }
+        for (auto& op : pending) op->context_gone();
+    }
+
+    std::mutex mu_;
+    bool shut_ = false;
+    std::size_t live_at_prune_ = 0;
+    std::vector<std::weak_ptr<context_bound>> ops_;
+};
+
+/// One operation's Asio handler and the work it counts on the handler's executor, shared by
+/// the completion (on the client's engine thread) and the context_watch (on the thread that
+/// destroys the io_context): whichever comes first takes them, under `mu_`, and the other finds
+/// nothing. The completion dispatches while holding `mu_`, so a context cannot finish shutting
+/// down (and be freed) in the middle of a dispatch to it.
+template <class Handler, class Work, class... R>
+class bound_handler final : public context_bound {
+public:
+    bound_handler(Handler h, Work w) : handler_(std::move(h)), work_(std::move(w)) {}
+
+    void set_pending(rlock::pending p) {
+        std::lock_guard<std::mutex> g(mu_);
+        pending_ = std::move(p);
+    }
+
+    void complete(std::exception_ptr e, R... got) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (!handler_) return;  // the context is gone
+        auto ex = asio_ns::get_associated_executor(*handler_);
+        asio_ns::dispatch(ex, [h = std::move(*handler_), e = std::move(e),
+                               got = std::make_tuple(std::move(got)...)]() mutable {
+            std::apply([&](auto&&... g) { std::move(h)(std::move(e), std::move(g)...); }, std::move(got));
+        });
+        handler_.reset();
+        work_.reset();
+    }
+
+    void context_gone() noexcept override {
+        std::optional<Handler> handler;
+        rlock::pending p;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            if (!handler_) return;
+            handler.emplace(std::move(*handler_));
+            handler_.reset();
+            work_.reset();
+            p = pending_;
+        }
+        p.cancel();
+        // Destroyed here, outside the lock: a coroutine frame it owns may hold an rlock::hold,
+        // whose destructor unlocks.
+        handler.reset();
+    }
+
+private:
+    std::mutex mu_;
+    std::optional<Handler> handler_;
+    std::optional<Work> work_;
+    rlock::pending pending_;
+};
+
+/// The execution context of `ex`, when it can tell (io_context's, a strand's, any_io_executor).
+template <class Executor>
+asio_ns::execution_context* context_of(const Executor& ex) {
+    if constexpr (asio_ns::can_query<const Executor&, asio_ns::execution::context_t>::value) {
+        return &asio_ns::query(ex, asio_ns::execution::context);
+    } else {
+        return nullptr;
+    }
+}
+
 template <class Token, class... R>
 struct token_adapter<Token, void(std::exception_ptr, R...),
                      std::enable_if_t<is_asio_token<Token, void(std::exception_ptr, R...)>::value>> {
@@ -79,25 +211,26 @@ struct token_adapter<Token, void(std::exception_ptr, R...),
         return asio_ns::async_initiate<T, signature>(
             [](auto handler, auto begin) {
                 auto slot = asio_ns::get_associated_cancellation_slot(handler);
-                auto work = asio_ns::make_work_guard(asio_ns::get_associated_executor(handler));
+                const auto ex = asio_ns::get_associated_executor(handler);
+                auto work = asio_ns::make_work_guard(ex);
+                using bound = bound_handler<decltype(handler), decltype(work), R...>;
+                auto op = std::make_shared<bound>(std::move(handler), std::move(work));
+                asio_ns::execution_context* ctx = context_of(ex);
+                // A context already shutting down gets no completion: the operation is
+                // cancelled and its handler destroyed, as if it had been pending there.
+                const bool watched = !ctx || asio_ns::use_service<context_watch>(*ctx).watch(op);
                 completion_t<signature> done(
-                    [h = std::move(handler), w = std::move(work)](std::exception_ptr e, R... got) mutable {
-                        auto ex = asio_ns::get_associated_executor(h);
-                        asio_ns::dispatch(ex, [h = std::move(h), e = std::move(e),
-                                               got = std::make_tuple(std::move(got)...)]() mutable {
-                            std::apply([&](auto&&... g) { std::move(h)(std::move(e), std::move(g)...); },
-                                       std::move(got));
-                        });
-                        w.reset();
-                    });
+                    [op](std::exception_ptr e, R... got) { op->complete(std::move(e), std::move(got)...); });
                 if constexpr (std::is_same_v<decltype(begin(std::move(done))), rlock::pending>) {
                     rlock::pending p = begin(std::move(done));
+                    op->set_pending(p);
                     if (slot.is_connected()) {
                         slot.assign([p](asio_ns::cancellation_type) { p.cancel(); });
                     }
                 } else {
                     begin(std::move(done));
                 }
+                if (!watched) op->context_gone();
             },
             token, std::forward<Start>(start));
     }
