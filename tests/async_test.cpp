@@ -334,6 +334,9 @@ TEST_F(async_one, a_mutex_refuses_its_owners_second_acquire) {
         ADD_FAILURE() << "no would_deadlock";
     } catch (const rlock::error& e) {
         EXPECT_EQ(e.value(), rlock::errc::would_deadlock) << e.what();
+        // Issue 31, item 6: it names the owner, not "this thread".
+        EXPECT_NE(std::string(e.what()).find("rlock::owner " + std::to_string(me.number())), std::string::npos)
+            << e.what();
     }
 }
 
@@ -479,6 +482,8 @@ TEST_F(async_red, an_owners_second_acquire_is_refused_and_too_few_nodes_is_quoru
         ADD_FAILURE() << "no would_deadlock";
     } catch (const rlock::error& e) {
         EXPECT_EQ(e.value(), rlock::errc::would_deadlock) << e.what();
+        EXPECT_NE(std::string(e.what()).find("rlock::owner " + std::to_string(me.number())), std::string::npos)
+            << e.what();
     }
     h.unlock();
     servers[1]->kill_now();

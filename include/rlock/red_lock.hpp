@@ -114,7 +114,7 @@ public:
         for (client_core* n : nodes_) {
             if (n->reg.find(&red_lock_info, name_, owner)) {
                 throw error(errc::would_deadlock, name_, n->ep.name,
-                            "this owner already holds the red_lock, which is not reentrant");
+                            owner_name(owner) + " already holds the red_lock, which is not reentrant");
             }
         }
     }

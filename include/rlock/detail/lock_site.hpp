@@ -112,7 +112,7 @@ public:
             (void)lease;
             (void)h;
             throw error(errc::would_deadlock, name(), server(),
-                        "this thread already holds the lock, and a mutex is not reentrant");
+                        owner_name(h.thread) + " already holds the lock, and a mutex is not reentrant");
         } else {
             if (reg.is_lost(h)) {
                 throw error(errc::lock_lost, name(), server(),

@@ -147,4 +147,11 @@ inline std::uint64_t current_thread_number() noexcept {
     return mine;
 }
 
+/// How messages name the owner numbered `n`: the calling thread, or the rlock::owner whose
+/// number() it is.
+inline std::string owner_name(std::uint64_t n) {
+    if (n == current_thread_number()) return "this thread";
+    return "rlock::owner " + std::to_string(n) + " (owner::number())";
+}
+
 }  // namespace rlock::detail

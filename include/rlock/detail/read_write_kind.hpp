@@ -385,8 +385,8 @@ return {0, redis.call('publish', ARGV[2], '1')}
                               std::string_view server) {
         if (reg.find(&rw_read_kind::info, name, thread)) {
             throw error(errc::would_deadlock, name, server,
-                        "this thread holds the read side; it cannot wait for the write side "
-                        "(release the read hold first)");
+                        owner_name(thread) + " holds the read side; it cannot wait for the write "
+                        "side (release the read hold first)");
         }
     }
 
