@@ -790,6 +790,57 @@ TEST(cluster_sharded, a_reentrant_lock_waiter_is_woken_by_an_spublish_release) {
         });
 }
 
+// Issue 31, item 6: a deployment whose Redisson clients set shardedSubscriptionMode OFF waits
+// and releases on classic channels in a Redis 7 cluster. client_options::cluster_pubsub
+// classic does the same: a waiter is woken by a classic PUBLISH (as such a Redisson's unlock
+// sends), and rlock's own release wakes a classic waiter, with no sharded channel in use.
+// Before, rlock only used sharded channels there: a waiter waited out the holder's lease.
+TEST(cluster_sharded, with_classic_pubsub_waiters_and_releases_use_classic_channels_as_redissons_off_does) {
+    redis_cluster c;
+    rlock::client_options o = rlock::client_options::from_uri(c.uri());
+    o.cluster_pubsub = rlock::client_options::pubsub::classic;
+    rlock::client a(o), b(o);
+    const std::string stem = rlock_test::test_lock_name();
+    for (const redis_server* m : c.masters()) {
+        const std::string n = name_on(c, *m, stem);
+        const std::string channel = "rlock_lock__channel:{" + n + "}";
+        for (const bool foreign : {true, false}) {
+            rlock::mutex holder(a, n);
+            if (foreign) {
+                m->cmd({"SET", n, std::string(rlock::detail::token_prefix) + "00ff00ff00ff00ff", "PX", "30000"});
+            } else {
+                holder.lock();
+            }
+            const auto t0 = std::chrono::steady_clock::now();
+            std::atomic<long long> woken_at_ms{-1};
+            auto waiter = std::async(std::launch::async, [&] {
+                rlock::mutex w(b, n);
+                if (!w.try_lock_for(10s)) return false;
+                woken_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+                w.unlock();
+                return true;
+            });
+            ASSERT_TRUE(eventually([&] {
+                long long classic = 0;
+                for (auto& s : c.nodes()) classic += subscribers_on(*s, channel, false);
+                return classic == 1;
+            }, 10s)) << "no classic subscriber for " << channel;
+            for (auto& s : c.nodes()) EXPECT_EQ(subscribers_on(*s, channel, true), 0) << "a sharded subscriber";
+            std::this_thread::sleep_for(100ms);  // the waiter is in its wait
+            const auto released = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+            if (foreign) {
+                EXPECT_EQ(m->integer({"DEL", n}), 1);
+                m->cmd({"PUBLISH", channel, "0"});
+            } else {
+                holder.unlock();
+            }
+            ASSERT_TRUE(waiter.get()) << n;
+            EXPECT_LT(woken_at_ms.load() - released, 2000)
+                << (foreign ? "a classic PUBLISH" : "rlock's classic release") << " did not wake the waiter";
+        }
+    }
+}
+
 TEST(cluster_sharded, rlock_waiters_are_woken_by_rlock_releases_long_before_the_lease) {
     redis_cluster c;
     rlock::client a(c.uri()), b(c.uri());

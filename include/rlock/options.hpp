@@ -102,6 +102,17 @@ struct client_options {
     bool cluster = false;
     std::vector<server_address> cluster_nodes;  ///< seed nodes (their port: set it)
 
+    /// Redis Cluster: the pub/sub that waiters and releases use, Redisson's
+    /// shardedSubscriptionMode. Sharded and classic channels are separate namespaces, so every
+    /// rlock and Redisson client of a lock must choose alike, or an unlock wakes nobody (a
+    /// waiter then waits out the holder's lease). `automatic` (Redisson's AUTO, its default):
+    /// sharded (SSUBSCRIBE / SPUBLISH, on the master of the channel's slot) when the cluster
+    /// answers PUBSUB SHARDNUMSUB (Redis 7+), classic otherwise. `sharded` (ON): sharded
+    /// always. `classic` (OFF): SUBSCRIBE / PUBLISH, for a deployment whose Redisson clients
+    /// set shardedSubscriptionMode OFF. Ignored without `cluster`.
+    enum class pubsub { automatic, sharded, classic };
+    pubsub cluster_pubsub = pubsub::automatic;
+
     std::chrono::milliseconds connect_timeout{1000};
     /// Bound on each command round trip, and on waiting for a free pooled connection.
     std::chrono::milliseconds command_timeout{1000};

@@ -593,15 +593,19 @@ class Suite:
             return "count 2, one waiter and one count down per library: " + "; ".join(figures)
         return scenario
 
-    def rlock_watchdog_handover(self, v, cluster=False):
+    def rlock_watchdog_handover(self, v, cluster=False, classic=False):
         """cluster: the same in the 3-master Redis Cluster (Redisson's default
-        shardedSubscriptionMode AUTO; rlock with redis-cluster), holds of 4 s."""
+        shardedSubscriptionMode AUTO; rlock with redis-cluster), holds of 4 s. classic: both
+        with classic pub/sub there (Redisson's shardedSubscriptionMode OFF, rlock's
+        client_options::cluster_pubsub classic)."""
         def scenario(checks):
-            where = "cluster" if cluster else "watchdog"
+            where = ("cluster-classic" if classic else "cluster") if cluster else "watchdog"
             name, counter = "it:lock:%s:%s" % (where, v), "it:cnt:lock:%s:%s" % (where, v)
             kw = dict(name=name, counter=counter, kind="lock", watchdog=3000)
             if cluster:
                 kw["cluster"] = ",".join("127.0.0.1:%d" % p for p in self.opts.cluster)
+            if classic:
+                kw["sharded"] = "off"
             long_hold = 4000 if cluster else 7000
             holder = self.java(v, "redisson-holder", "once", hold=long_hold, **kw)
             middle = self.cpp("rlock-holder", "once", at=500, wait=20000, hold=long_hold, **kw)
@@ -643,7 +647,7 @@ class Suite:
                               "hears the other, waiters wait out the holder's TTL")
             return ("%swatchdog 3 s on both sides; Redisson held %.1f s and rlock %.1f s, PTTL %d / %d ms "
                     "mid-hold; hand-over Redisson->rlock %s, rlock->Redisson %s"
-                    % ("3-master Redis Cluster (redis-server 7.0), " if cluster else "", (h_rel - h_acq) / 1000, (m_rel - m_acq) / 1000, ttls[0], ttls[1], j2c_fig, c2j_fig))
+                    % (("3-master Redis Cluster (redis-server 7.0)%s, " % (", classic pub/sub on both sides" if classic else "")) if cluster else "", (h_rel - h_acq) / 1000, (m_rel - m_acq) / 1000, ttls[0], ttls[1], j2c_fig, c2j_fig))
         return scenario
 
     def fair_order(self, v, redisson_wait):
@@ -926,6 +930,8 @@ def main():
         suite.run("redisson-%s/permit-lease" % v, suite.permit_lease(v))
         if opts.cluster:
             suite.run("redisson-%s/cluster-handover" % v, suite.rlock_watchdog_handover(v, cluster=True))
+            suite.run("redisson-%s/cluster-handover-classic" % v,
+                      suite.rlock_watchdog_handover(v, cluster=True, classic=True))
     if opts.python:
         suite.run("redis-py/mutex", suite.mutex_peer("redis-py"))
     if opts.node:

@@ -106,7 +106,13 @@ public:
         pool.on_broken = [this] { verify_holds_soon(); };
         // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
         pool.run("", on_break::retry, [&](const connection& c) { return run_command(c, {"PING"}, "", ep.name); });
-        if (ep.slots) detect_sharded_pubsub();
+        if (ep.slots) {
+            switch (ep.options.cluster_pubsub) {
+                case client_options::pubsub::automatic: detect_sharded_pubsub(); break;
+                case client_options::pubsub::sharded: ep.sharded_pubsub = true; break;
+                case client_options::pubsub::classic: ep.sharded_pubsub = false; break;
+            }
+        }
         sub = std::make_unique<subscriber>(ep, [this] { verify_holds_soon(); });
         if (!ep.options.sentinels.empty()) {
             sentinel = std::make_unique<sentinel_watch>(ep, [this] {

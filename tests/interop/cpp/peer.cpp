@@ -495,6 +495,8 @@ int main(int argc, char** argv) {
                 {node.substr(0, colon), std::stoi(node.substr(colon + 1))});
             from = comma + 1;
         }
+        // sharded=off: classic pub/sub in the cluster, as Redisson's shardedSubscriptionMode OFF.
+        if (arg("sharded", "auto") == "off") options.cluster_pubsub = rlock::client_options::pubsub::classic;
         options.lock_watchdog_timeout = milliseconds(num("watchdog", 30000));
         options.on_lock_lost = [](std::string_view name, const rlock::error& why) {
             say("ERROR on_lock_lost " + std::string(name) + ": " + why.what());

@@ -55,6 +55,7 @@ import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
 import org.redisson.config.ClusterServersConfig;
 import org.redisson.config.Config;
+import org.redisson.config.ShardedSubscriptionMode;
 
 public final class Peer {
     private final Map<String, String> args = new HashMap<>();
@@ -142,6 +143,10 @@ public final class Peer {
                 .setSubscriptionConnectionPoolSize(4);
             for (String node : arg("cluster", "").split(",")) {
                 cluster.addNodeAddress("redis://" + node);
+            }
+            // sharded=off: classic pub/sub in the cluster (its default, AUTO, is sharded there).
+            if ("off".equals(arg("sharded", "auto"))) {
+                cluster.setShardedSubscriptionMode(ShardedSubscriptionMode.OFF);
             }
         } else {
             config.useSingleServer()
