@@ -42,6 +42,7 @@
 #include "rlock/detail/subscriber.hpp"
 #include "rlock/detail/timed_lockable.hpp"
 #include "rlock/detail/wait_pacing.hpp"
+#include "rlock/detail/wait_policy.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 
@@ -54,13 +55,8 @@ using completion = completion_t<acquire_signature>;
 /// How a wait group's head fared at one attempt.
 enum class attempt_outcome : unsigned char { acquired, refused, failed };
 
-/// What a refused attempt (or a winner's lease) says about when the head should try again.
-struct wait_hint {
-    long long ttl = -2;  // the holder's remaining ms, -1 no expiry, -2 freed meanwhile, -3 no
-                         // holder (a synchronizer: messages only, and the fallback)
-    bool holder_publishes = true;
-    std::string holder;
-};
+// What a refused attempt (or a winner's lease) says about when the head should try again:
+// wait_hint (wait_policy.hpp).
 
 class async_waits;
 struct wait_group;
@@ -112,7 +108,6 @@ struct wait_group {
     std::string key;  // kind and channel
     std::uint64_t serial = 0;
     bool shared = false;  // a success lets the next waiter try too (read side)
-    std::chrono::milliseconds heartbeat{0};
     std::list<std::shared_ptr<async_waiter>> queue;
     std::unique_ptr<subscriber::subscription> sub;
     engine::timer_id retry = 0;
@@ -121,8 +116,7 @@ struct wait_group {
     engine::timer_id pause_timer = 0;  // the head is waiting out its race pause
     bool woken_in_pause = false;       // news came before or during that pause
     bool confirmed = false;  // a pump has followed the subscription's first bump
-    std::chrono::milliseconds fallback{10};
-    silent_holder_looks looks;
+    wait_policy policy;  // when the head tries again without a message
 };
 
 /// A client's wait groups (one per client, made with its engine: waits_of).
@@ -151,7 +145,7 @@ public:
             slot->key = key;
             slot->serial = ++serial_;
             slot->shared = shared;
-            slot->heartbeat = heartbeat;
+            slot->policy = wait_policy(heartbeat);
             wait_group* raw = slot.get();
             // On the subscriber's thread, under its lock; the group outlives its subscription.
             slot->sub = std::make_unique<subscriber::subscription>(*core.sub, channel, [this, raw] {
@@ -292,19 +286,10 @@ private:
         for (auto& w : done) w->deliver();
     }
 
-    // When the group's head tries again without a message: the rules of a blocking waiter's
-    // sleep (basic_lock::acquire).
+    // When the group's head tries again without a message: wait_policy's rules, as for a
+    // blocking waiter.
     void schedule(wait_group& g, const wait_hint& hint) {
-        const auto now = clock::now();
-        auto until = clock::time_point::max();
-        if (hint.ttl == -2) until = now;  // freed between the attempt's SET and its PTTL
-        if (hint.ttl >= 0) until = std::min(until, now + std::chrono::milliseconds(hint.ttl));
-        if (!g.sub->active() || hint.ttl == -1) {
-            until = std::min(until, now + g.fallback);
-            g.fallback = std::min(g.fallback * 2, std::chrono::milliseconds(1000));
-        }
-        if (!hint.holder_publishes) until = std::min(until, now + g.looks.next(hint.holder));
-        if (g.heartbeat.count() > 0) until = std::min(until, now + g.heartbeat);
+        const clock::time_point until = g.policy.next_try(clock::now(), hint, g.sub->active());
         core.eng.cancel(g.retry);
         g.retry = 0;
         if (until == clock::time_point::max()) return;  // a synchronizer: messages only

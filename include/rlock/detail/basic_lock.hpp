@@ -27,6 +27,7 @@
 #include "rlock/detail/subscriber.hpp"
 #include "rlock/detail/timed_lockable.hpp"
 #include "rlock/detail/wait_pacing.hpp"
+#include "rlock/detail/wait_policy.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
@@ -224,13 +225,10 @@ private:
             sub.take_turns(&Kind::info);
             sub.wait_active(std::min(deadline,
                                      clock::now() + core_->ep.options.command_timeout));
-            // Used only when no message can be relied on: the subscription is not confirmed
-            // (subscriber reconnecting) or the key has no TTL (a foreign holder without
-            // expiry). Then waits grow from 10 ms to 1 s; with a subscription and a TTL the wait
-            // is exactly "until the message or the TTL".
-            std::chrono::milliseconds fallback(10);
-            silent_holder_looks looks;  // behind a holder that will not publish its release
-            const std::chrono::milliseconds heartbeat = Kind::heartbeat(options_);
+            // When to try again without a message (wait_policy): with a subscription and a TTL
+            // exactly "until the message or the TTL"; the fallback only when no message can
+            // be relied on; a fair waiter's heartbeat.
+            wait_policy policy(Kind::heartbeat(options_));
             bool woken = false;  // the last wait ended with a message (an unlock, mostly)
             for (;;) {
                 core_->throw_if_destroyed(name(), "the client was destroyed while this thread waited");
@@ -245,19 +243,10 @@ private:
                 if (now >= deadline) return false;
                 core_->throw_if_destroyed(name(), "the client was destroyed while this thread waited");
                 if (r.ttl == -2) continue;  // freed between SET and PTTL: try again now
-                auto until = deadline;
                 // Re-read each time: a subscriber that reconnected is not listening until its
                 // SUBSCRIBE is confirmed (the confirmation then wakes this waiter to retry).
-                const bool active = sub.active();
-                if (r.ttl >= 0) until = std::min(until, now + std::chrono::milliseconds(r.ttl));
-                if (!active || r.ttl == -1) {
-                    until = std::min(until, now + fallback);
-                    fallback = std::min(fallback * 2, std::chrono::milliseconds(1000));
-                }
-                if (!r.holder_publishes) until = std::min(until, now + looks.next(std::move(r.holder)));
-                // A queued fair waiter renews its place in the queue with each attempt: this
-                // bound is its heartbeat, not a poll for the lock.
-                if (heartbeat.count() > 0) until = std::min(until, now + heartbeat);
+                const wait_hint hint{r.ttl, r.holder_publishes, std::move(r.holder)};
+                const auto until = std::min(deadline, policy.next_try(now, hint, sub.active()));
                 woken = sub.wait_turn(seen, until);
             }
             leave.armed = false;

@@ -18,6 +18,7 @@
 #include "rlock/detail/cluster.hpp"
 #include "rlock/detail/subscriber.hpp"
 #include "rlock/detail/synchronizer_scripts.hpp"
+#include "rlock/detail/wait_policy.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {
@@ -31,10 +32,6 @@ struct attempt_result {
     bool done = false;
     clock::time_point again = clock::time_point::max();
 };
-
-/// Whether a wait's attempt is safe to make again after a failure that may have run
-/// (wait_on_channel).
-enum class repeat { safe, unsafe };
 
 /// Calls `attempt()` until it is done (then true) or `deadline` has passed (then false).
 /// After a first refusal it subscribes to `channel` through the client's subscriber and makes
@@ -54,19 +51,15 @@ template <class F>
 bool wait_on_channel(client_core& core, const std::string& channel, std::string_view name,
                      std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt) {
     using clock = std::chrono::steady_clock;
-    clock::time_point failing_since{};  // epoch: the last attempt reached the server
+    failure_ride failures(repeatable, core.ep.options.command_timeout);
     auto try_once = [&]() -> attempt_result {
         try {
             attempt_result r = attempt();
-            failing_since = {};
+            failures.reached();
             return r;
         } catch (const error& e) {
-            if (!is_ambiguous(e) || repeatable == repeat::unsafe) throw;
             core.throw_if_destroyed(name, "the client was destroyed while this thread waited");
-            const auto now = clock::now();
-            if (failing_since == clock::time_point{}) failing_since = now;
-            if (now >= deadline || now - failing_since >= core.ep.options.command_timeout) throw;
-            return {false, now + std::chrono::milliseconds(25)};
+            return {false, failures.again_after(e, deadline)};
         }
     };
     attempt_result tried = try_once();
@@ -74,7 +67,7 @@ bool wait_on_channel(client_core& core, const std::string& channel, std::string_
     if (clock::now() >= deadline) return false;
     subscriber::subscription sub(*core.sub, channel);
     sub.wait_active(std::min({deadline, tried.again, clock::now() + core.ep.options.command_timeout}));
-    std::chrono::milliseconds fallback(10);
+    wait_policy policy;
     for (;;) {
         core.throw_if_destroyed(name, "the client was destroyed while this thread waited");
         sub.throw_if_refused(name, core.ep.name);
@@ -83,12 +76,10 @@ bool wait_on_channel(client_core& core, const std::string& channel, std::string_
         if (tried.done) return true;
         const auto now = clock::now();
         if (now >= deadline) return false;
-        auto until = std::min(deadline, tried.again);
-        if (!sub.active()) {
-            until = std::min(until, now + fallback);
-            fallback = std::min(fallback * 2, std::chrono::milliseconds(1000));
-        }
-        (void)sub.wait(seen, until);
+        wait_hint hint;
+        hint.ttl = -3;  // no holder: messages, the fallback and the attempt's own `again`
+        hint.again = tried.again;
+        (void)sub.wait(seen, std::min(deadline, policy.next_try(now, hint, sub.active())));
     }
 }
 
@@ -122,7 +113,8 @@ public:
     async_channel_wait(async_waits& waits, clock::time_point deadline, std::string name, std::string channel,
                        repeat repeatable, Op op, completion_t<signature> done)
         : async_waiter(waits, deadline), name_(std::move(name)), channel_(std::move(channel)),
-          repeat_(repeatable), op_(std::move(op)), done_(std::move(done)) {}
+          failures_(repeatable, waits.core.ep.options.command_timeout), op_(std::move(op)),
+          done_(std::move(done)) {}
 
     /// The initiating task, on the engine thread.
     void start() noexcept {
@@ -185,38 +177,29 @@ public:
     }
 
 private:
-    // wait_on_channel's try_once: a repeat::safe attempt that failed ambiguously is made again
-    // after 25 ms while the failures last less than command_timeout.
+    // As wait_on_channel's: failure_ride decides about an attempt that threw.
     attempt_result try_once() {
         try {
             attempt_result r = op_.attempt();
-            failing_since_ = {};
+            failures_.reached();
             return r;
         } catch (const error& e) {
-            if (!is_ambiguous(e) || repeat_ == repeat::unsafe) throw;
-            const auto now = clock::now();
-            if (failing_since_ == clock::time_point{}) failing_since_ = now;
-            if (now >= deadline || now - failing_since_ >= waits.core.ep.options.command_timeout) throw;
-            return {false, now + std::chrono::milliseconds(25)};
+            return {false, failures_.again_after(e, deadline)};
         }
     }
     static wait_hint hint_of(const attempt_result& r) {
         wait_hint h;
-        h.ttl = -3;
-        if (r.again != clock::time_point::max()) {
-            h.ttl = std::max<long long>(
-                0, std::chrono::ceil<std::chrono::milliseconds>(r.again - clock::now()).count());
-        }
+        h.ttl = -3;  // no holder: messages, the fallback and the attempt's own `again`
+        h.again = r.again;
         return h;
     }
 
     std::string name_;
     std::string channel_;
-    repeat repeat_;
+    failure_ride failures_;
     Op op_;
     completion_t<signature> done_;
     Result result_{};
-    clock::time_point failing_since_{};
 };
 
 /// The base of a synchronizer: the client it was made from, its key (`name`) and its channel.

@@ -1,0 +1,106 @@
+// When a waiter tries again without a message, and what it does after a try that failed in a way
+// that may have run: the rules every wait follows, blocking or asynchronous, lock or
+// synchronizer, written once. The drivers (basic_lock::acquire, async_waits, wait_on_channel,
+// async_channel_wait) ask wait_policy::next_try after each refused try, and wait until then or
+// for a message, whichever comes first; they ask failure_ride what to do with a try that threw.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/wait_pacing.hpp"
+#include "rlock/errors.hpp"
+
+namespace rlock::detail {
+
+/// What a refused try said about when to try again.
+struct wait_hint {
+    long long ttl = -2;  // the holder's remaining ms, -1 no expiry, -2 freed meanwhile, -3 no
+                         // holder (a synchronizer: messages only, and the fallback)
+    bool holder_publishes = true;
+    std::string holder;
+    /// When the attempt itself asked to be made again (a synchronizer's ambiguous failure, a
+    /// permit's earliest lease end); max: it did not.
+    std::chrono::steady_clock::time_point again = std::chrono::steady_clock::time_point::max();
+};
+
+/// The rules of when a waiter tries again when no message comes. A message (an unlock, the
+/// subscription confirmed after a reconnect) ends every wait earlier; these bound it:
+///   - the holder's TTL: its lease ends then, whether or not anyone publishes;
+///   - at once: the lock was freed between the try's write and its TTL read;
+///   - while no message can be counted on (the subscription not confirmed, a holder whose key
+///     has no expiry): 10 ms, doubling to 1 s;
+///   - behind a holder that does not publish its release: silent_holder_looks;
+///   - a queued waiter's heartbeat (fair_lock renews its place with each try);
+///   - the time the attempt asked for (wait_hint::again).
+/// One per wait: the fallback and the looks grow over its tries.
+class wait_policy {
+public:
+    using clock = std::chrono::steady_clock;
+
+    explicit wait_policy(std::chrono::milliseconds heartbeat = std::chrono::milliseconds(0)) noexcept
+        : heartbeat_(heartbeat) {}
+
+    /// When to try again after a refused try that said `hint`, `listening` whether the
+    /// subscription is confirmed; clock::time_point::max() when only a message should wake it.
+    clock::time_point next_try(clock::time_point now, const wait_hint& hint, bool listening) {
+        auto until = hint.again;
+        if (hint.ttl == -2) until = now;
+        if (hint.ttl >= 0) until = std::min(until, now + std::chrono::milliseconds(hint.ttl));
+        if (!listening || hint.ttl == -1) {
+            until = std::min(until, now + fallback_);
+            fallback_ = std::min(fallback_ * 2, longest_fallback);
+        }
+        if (!hint.holder_publishes) until = std::min(until, now + looks_.next(hint.holder));
+        if (heartbeat_.count() > 0) until = std::min(until, now + heartbeat_);
+        return until;
+    }
+
+    /// The first fallback: how long a waiter whose subscription is not yet confirmed waits for
+    /// the confirmation before it tries anyway.
+    static constexpr std::chrono::milliseconds first_fallback{10};
+
+private:
+    static constexpr std::chrono::milliseconds longest_fallback{1000};
+    std::chrono::milliseconds fallback_ = first_fallback;
+    silent_holder_looks looks_;
+    std::chrono::milliseconds heartbeat_;
+};
+
+/// Whether a wait's attempt is safe to make again after a failure that may have run.
+enum class repeat { safe, unsafe };
+
+/// A wait's attempts that fail in a way that may have run (connection_failed, timeout): a
+/// repeat::safe attempt (it reads, or it finds its own earlier work) is made again after 25 ms
+/// while the failures have lasted less than `bound` (command_timeout) and the deadline is
+/// ahead, so that a waiter rides out a killed connection or a restart; then, or for a
+/// repeat::unsafe attempt or any other error, the failure is the wait's.
+class failure_ride {
+public:
+    using clock = std::chrono::steady_clock;
+
+    failure_ride(repeat repeatable, std::chrono::milliseconds bound) noexcept
+        : repeatable_(repeatable), bound_(bound) {}
+
+    /// An attempt reached the server: the failures, if any, are over.
+    void reached() noexcept { failing_since_ = {}; }
+
+    /// Called in the handler of `e`, thrown by an attempt: rethrows it, or returns when to make
+    /// the attempt again.
+    clock::time_point again_after(const error& e, clock::time_point deadline) {
+        if (!is_ambiguous(e) || repeatable_ == repeat::unsafe) throw;
+        const auto now = clock::now();
+        if (failing_since_ == clock::time_point{}) failing_since_ = now;
+        if (now >= deadline || now - failing_since_ >= bound_) throw;
+        return now + std::chrono::milliseconds(25);
+    }
+
+private:
+    repeat repeatable_;
+    std::chrono::milliseconds bound_;
+    clock::time_point failing_since_{};  // epoch: the last attempt reached the server
+};
+
+}  // namespace rlock::detail
