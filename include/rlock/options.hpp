@@ -149,6 +149,14 @@ struct client_options {
     static client_options from_uri(std::string_view uri) { return from_uri(uri, {}); }
 };
 
+/// Options of a red_lock (red_lock.hpp): Redlock's clock drift, each node's timeout, the pause
+/// between rounds.
+struct red_lock_options {
+    double clock_drift_factor = 0.01;     ///< drift = lease * factor + 2 ms
+    double node_timeout_fraction = 0.05;  ///< per-node timeout, as a fraction of the lease
+    std::chrono::milliseconds retry_delay{50};  ///< longest random delay between rounds
+};
+
 /// Per-lock options. An aggregate: C++20 may write `rlock::lock_options{.fencing = true}`,
 /// C++17 `rlock::lock_options{true}` or set the member.
 struct lock_options {

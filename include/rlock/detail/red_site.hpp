@@ -1,0 +1,471 @@
+// red_lock's site: its nodes, name and options, with one Redlock round (fan_out.hpp), one
+// release and the validity of a hold for an owner; and red_acquire, its asynchronous acquire.
+// rlock::red_lock (red_lock.hpp) is the public face; its contract is there.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rlock/detail/async_lock.hpp"
+#include "rlock/detail/client_core.hpp"
+#include "rlock/detail/completion.hpp"
+#include "rlock/detail/engine.hpp"
+#include "rlock/detail/fan_out.hpp"
+#include "rlock/detail/mutex_kind.hpp"
+#include "rlock/detail/random.hpp"
+#include "rlock/detail/registry.hpp"
+#include "rlock/detail/subscriber.hpp"
+#include "rlock/errors.hpp"
+#include "rlock/hold.hpp"
+#include "rlock/options.hpp"
+
+namespace rlock::detail {
+inline const kind_info red_lock_info{"red_lock", &mutex_kind::renew_script};
+
+/// What a red_lock is apart from any thread: its nodes, name and options, with one round, one
+/// release and the validity of a hold, each for an owner (a thread's number, or an
+/// rlock::owner's). The red_lock shares it with its asynchronous acquires and their holds
+/// (held_site), which therefore outlive the red_lock object.
+class red_site final : public held_site {
+public:
+    using clock = std::chrono::steady_clock;
+
+    /// `nodes`: the cores of the clients given (null for a null client).
+    red_site(const std::vector<client_core*>& nodes, std::string name, red_lock_options options)
+        : name_(std::move(name)), options_(options) {
+        auto bad = [&](const std::string& why) { throw error(errc::invalid_argument, name_, "", why); };
+        if (name_.empty()) bad("lock name is empty");
+        if (nodes.empty()) bad("a red_lock needs at least one node");
+        if (!(options_.clock_drift_factor >= 0 && options_.clock_drift_factor < 1)) bad("clock_drift_factor must be in [0, 1)");
+        if (!(options_.node_timeout_fraction > 0 && options_.node_timeout_fraction < 1)) bad("node_timeout_fraction must be in (0, 1)");
+        for (client_core* core : nodes) {
+            if (!core) bad("a node is null");
+            if (std::find(nodes_.begin(), nodes_.end(), core) != nodes_.end()) bad("the same client is given twice");
+            nodes_.push_back(core);
+            owners_.push_back(core->shared_from_this());
+        }
+        keys_.name = name_;
+        keys_.channel = prefixed_key(mutex_kind::channel_prefix, name_);
+    }
+
+    std::size_t quorum() const noexcept { return nodes_.size() / 2 + 1; }
+    std::size_t size() const noexcept { return nodes_.size(); }
+    const std::string& name() const noexcept { return name_; }
+    const std::vector<client_core*>& nodes() const noexcept { return nodes_; }
+    const red_lock_options& options() const noexcept { return options_; }
+    const std::string& channel() const noexcept { return keys_.channel; }
+
+    /// What one round came to.
+    struct round {
+        registry::hold_ptr held;  // the first node hold, when a majority accepted in time
+        bool unreachable = false;  // fewer than a majority could even be asked or answered
+        std::string detail;        // each node's answer, for quorum_not_reached
+    };
+
+    /// Throws what an acquire by `owner` must: connection_failed for a destroyed client,
+    /// would_deadlock when `owner` holds the red_lock already.
+    void check_acquire(std::uint64_t owner) const {
+        for (client_core* n : nodes_) {
+            n->throw_if_destroyed(name_, "the client of this node has been destroyed");
+        }
+        for (client_core* n : nodes_) {
+            if (n->reg.find(&red_lock_info, name_, owner)) {
+                throw error(errc::would_deadlock, name_, n->ep.name,
+                            owner_name(owner) + " already holds the red_lock, which is not reentrant");
+            }
+        }
+    }
+
+    /// One Redlock round for `owner`: a new token SET NX PX on every node in parallel. Held
+    /// when a majority accepted and validity is left: the node holds are registered (one group,
+    /// told once). Otherwise every node is released (a reply may have been lost).
+    round try_once(std::uint64_t owner, std::chrono::milliseconds lease, bool watched) const {
+        const std::string lease_text = std::to_string(lease.count());
+        const std::size_t need = quorum(), n = nodes_.size();
+        const std::string token = random_token();
+        const auto start = clock::now();
+        auto accepted = [](const node_result& r) { return r.reply && r.reply->type == REDIS_REPLY_STATUS; };
+        auto results = fan_out(
+            nodes_, name_,
+            [&](std::size_t, script_call& call) { call = mutex_kind::set_command(name_, token, lease_text); },
+            node_timeout(lease), [&](const std::vector<node_result>& so_far) {
+                std::size_t yes = 0, no = 0;
+                for (const auto& r : so_far) {
+                    if (accepted(r)) {
+                        ++yes;
+                    } else if (r.reply || r.failure) {
+                        ++no;
+                    }
+                }
+                return yes >= need || no > n - need;
+            });
+        std::vector<std::size_t> got;
+        std::size_t failed = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (accepted(results[i])) got.push_back(i);
+            // A node not waited for once the round was decided (a majority refused) was
+            // reachable as far as anyone knows: the lock is busy, not the quorum out of reach.
+            if ((results[i].failure && !results[i].abandoned) ||
+                (results[i].reply && results[i].reply->type == REDIS_REPLY_ERROR)) {
+                ++failed;
+            }
+        }
+        round out;
+        const auto validity = lease - std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start) - drift(lease);
+        if (got.size() >= need && validity.count() > 0) {
+            auto group = std::make_shared<hold_group>();
+            group->name = name_;
+            group->tolerance = static_cast<int>(n - need);
+            group->tell = nodes_.front()->ep.options.on_lock_lost;
+            const hold_terms terms{lease, watched ? renewal::watched : renewal::leased, start};
+            for (std::size_t i : got) {
+                registry::hold_ptr h = nodes_[i]->add_hold(red_lock_info, name_, token, owner, terms, 0, group);
+                if (!out.held) out.held = std::move(h);
+            }
+            // Nodes that did not accept count as lost from the start.
+            group->lost_parts = static_cast<int>(n - got.size());
+            return out;
+        }
+        release_all(token);  // a failed round: undo on every node, answered or not
+        out.unreachable = n - failed < need;
+        if (out.unreachable) {
+            out.detail = "fewer than " + std::to_string(need) + " of " + std::to_string(n) +
+                         " nodes could be asked: " + describe(results);
+        }
+        return out;
+    }
+
+    /// Redlock's random delay before the next round (so competing clients do not retry in
+    /// lockstep).
+    std::chrono::milliseconds retry_pause() const {
+        return std::chrono::milliseconds(random_between(1, std::max<long long>(1, options_.retry_delay.count())));
+    }
+
+    /// After a round that did not hold: whether the acquire ends now, empty (its deadline has
+    /// passed; `deadline` max: no deadline). Throws quorum_not_reached when too few nodes could
+    /// be asked: at once without a deadline, at the deadline with one.
+    bool gives_up(const round& r, clock::time_point deadline) const {
+        const bool bounded = deadline != clock::time_point::max();
+        const bool over = bounded && clock::now() >= deadline;
+        if (r.unreachable && (!bounded || over)) throw error(errc::quorum_not_reached, name_, "", r.detail);
+        return over;
+    }
+
+    /// What releasing `owner`'s hold came to.
+    struct released {
+        std::size_t nodes = 0;  // on how many nodes our key was deleted
+        bool lost = false;      // the hold was found lost (its owner was told)
+    };
+
+    /// Releases `owner`'s hold on every node in parallel (the renewals stop first). Throws
+    /// not_owner when `owner` holds none; never throws for unreachable nodes. A majority of
+    /// nodes answering "not held" (a node lost its data, a key was deleted) means the hold was
+    /// lost: on_lock_lost hears of it, once. A node that does not answer in time may keep our
+    /// key until its lease ends: when fewer than a majority released it, the owner is told.
+    released release(std::uint64_t owner) const {
+        const bool was_lost = lost(owner);  // read before the holds leave the registries
+        std::string token;
+        std::shared_ptr<hold_group> group;
+        bool watched = false;
+        for (client_core* n : nodes_) {
+            if (auto h = n->reg.find(&red_lock_info, name_, owner)) {
+                token = h->value;
+                group = h->group;
+                watched = h->watched;
+                n->reg.remove(h);
+            }
+        }
+        if (token.empty()) {
+            throw error(errc::not_owner, name_, "", "unlock by a thread that does not hold the red_lock");
+        }
+        released out;
+        std::size_t may_hold = 0;  // unanswered, or refused: may still hold our key
+        std::optional<error> refused;  // the first node that answered with an error
+        std::optional<error> unanswered;  // the first node that could not be asked or answer
+        const std::vector<node_result> results = release_all(token);
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            const node_result& r = results[i];
+            long long left = -1, woken = 0;
+            if (read_release(r.reply.get(), left, woken) && left == 0) {
+                ++out.nodes;
+            } else if (r.reply && r.reply->type == REDIS_REPLY_ERROR) {
+                // Refused (an ACL, OOM, a script error): not "not held", and our key is still
+                // there as far as we know; the owner hears the error itself.
+                ++may_hold;
+                if (!refused) refused = make_error(nullptr, r.reply.get(), name_, nodes_[i]->ep.name);
+            }
+            if (r.failure) {  // paused, slow or unreachable: may still hold our key
+                ++may_hold;
+                if (!unanswered) unanswered = r.failure;
+            }
+        }
+        // Reported here, once, as basic_lock's unlock reports a lost hold: a watched hold whose
+        // validity ran out before any watchdog tick said so (the process was paused, say), and
+        // any hold still in its validity that fewer than a majority of nodes still had at
+        // unlock: its key was deleted or a node lost its data (a holder with a bare majority
+        // loses it to one FLUSHALL or restart), and another client may have held the lock
+        // meanwhile. A node that did not answer in time is not evidence of that (it may be
+        // paused with our key, which then expires with its lease): only nodes that answered
+        // "not held" count against the hold. Only a leased hold past its validity is expected
+        // to be gone.
+        const bool expected = was_lost && !watched;
+        const bool short_of_quorum = out.nodes + may_hold < quorum() && !expected;
+        if (refused && out.nodes < quorum() && !short_of_quorum && !expected && group) {
+            // Not released on a majority because nodes refused: told as their error (the
+            // keys they kept end with their lease), as a refused mutex unlock is.
+            out.lost = true;
+            registry::tell_group(*group, "its unlock was refused: " + error_access::brief(*refused),
+                                 refused->value());
+        } else if (((was_lost && watched) || short_of_quorum) && group) {
+            out.lost = true;
+            registry::tell_group(
+                *group, short_of_quorum ? "at unlock only " + std::to_string(out.nodes) + " of " +
+                                              std::to_string(nodes_.size()) +
+                                              " nodes still held it (a majority is " +
+                                              std::to_string(quorum()) + ")"
+                                        : std::string("its validity ran out before it was unlocked"));
+        } else if (unanswered && out.nodes < quorum() && !expected && group) {
+            // Not released on a majority because nodes did not answer (paused, partitioned):
+            // our key may stay there until its lease ends, keeping everyone out. The owner is
+            // told, with the cause, as a mutex unlock that cannot reach Redis is; unlock()
+            // itself does not throw (it runs in guards' destructors).
+            out.lost = true;
+            registry::tell_group(*group,
+                                 "its unlock released it on only " + std::to_string(out.nodes) + " of " +
+                                     std::to_string(nodes_.size()) + " nodes (a majority is " +
+                                     std::to_string(quorum()) +
+                                     "); the others may keep it until its lease ends: " + unanswered_nodes(results),
+                                 unanswered->value());
+        }
+        return out;
+    }
+
+    /// The end of `owner`'s validity: the quorum-th latest node expiry minus drift, over the
+    /// node holds not lost. Empty when it holds nothing; the epoch when too few remain.
+    std::optional<clock::time_point> validity_end(std::uint64_t owner) const {
+        std::vector<clock::time_point> alive;
+        bool any = false;
+        std::chrono::milliseconds lease{0};
+        for (client_core* n : nodes_) {
+            auto h = n->reg.find(&red_lock_info, name_, owner);
+            if (!h) continue;
+            any = true;
+            lease = h->lease;
+            if (!n->reg.is_lost(*h)) alive.push_back(n->reg.with([&] { return h->expires; }));
+        }
+        if (!any) return std::nullopt;
+        if (alive.size() < quorum()) return clock::time_point{};
+        std::sort(alive.begin(), alive.end(), std::greater<>());
+        return alive[quorum() - 1] - drift(lease);
+    }
+    bool lost(std::uint64_t owner) const {
+        const auto valid = validity_end(owner);
+        return valid && clock::now() >= *valid;
+    }
+
+    /// The id of `owner`'s hold (its group's); not_owner when it holds none.
+    std::uint64_t hold_id(std::uint64_t owner) const {
+        for (client_core* n : nodes_) {
+            if (auto h = n->reg.find(&red_lock_info, name_, owner)) {
+                if (auto group = n->reg.with([&] { return h->group; })) return group->id;
+            }
+        }
+        throw error(errc::not_owner, name_, "", "this thread holds no such red_lock");
+    }
+
+    // held_site: an rlock::hold of a red_lock (its record is the first node hold; its owner
+    // is the record's `thread`).
+    void unlock_one(const std::shared_ptr<hold>& h, bool& lost_at_last) const override {
+        lost_at_last = release(h->thread).lost;
+    }
+    registry& holds() const override { return nodes_.front()->reg; }
+    bool is_lost(hold& h) const override { return lost(h.thread); }
+    const std::string& lock_name() const override { return name_; }
+    const std::string& server_name() const override { return nodes_.front()->ep.name; }
+    bool fenced() const override { return false; }
+    bool post(unique_callback<> task) const override { return nodes_.front()->eng.post(std::move(task)); }
+
+private:
+    std::chrono::milliseconds drift(std::chrono::milliseconds lease) const {
+        return std::chrono::milliseconds(static_cast<long long>(
+                   static_cast<double>(lease.count()) * options_.clock_drift_factor)) +
+               std::chrono::milliseconds(2);
+    }
+
+    std::chrono::milliseconds node_timeout(std::chrono::milliseconds lease) const {
+        return std::max(std::chrono::milliseconds(10),
+                        std::chrono::milliseconds(static_cast<long long>(
+                            static_cast<double>(lease.count()) * options_.node_timeout_fraction)));
+    }
+
+    std::vector<node_result> release_all(const std::string& token) const {
+        return fan_out(
+            nodes_, name_,
+            [&](std::size_t, script_call& call) {
+                call = script_call(mutex_kind::release_script(), {keys_.name}, {token, keys_.channel});
+            },
+            node_timeout(std::chrono::milliseconds(
+                std::max<long long>(1000, nodes_.front()->ep.options.command_timeout.count()))));
+    }
+
+    /// The nodes of a release that could not be asked or did not answer, with why.
+    std::string unanswered_nodes(const std::vector<node_result>& results) const {
+        std::string m;
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            if (!results[i].failure) continue;
+            if (!m.empty()) m += "; ";
+            m += nodes_[i]->ep.name + " " + results[i].failure->cause();
+        }
+        return m;
+    }
+
+    std::string describe(const std::vector<node_result>& results) const {
+        std::string m;
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            if (!m.empty()) m += "; ";
+            m += nodes_[i]->ep.name + " ";
+            const auto& r = results[i];
+            if (r.abandoned) {
+                m += "not waited for (the round was decided without it)";
+            } else if (r.failure) {
+                m += "failed: ";
+                m += r.failure->cause();
+            } else if (r.reply && r.reply->type == REDIS_REPLY_STATUS) {
+                m += "accepted";
+            } else if (r.reply && r.reply->type == REDIS_REPLY_ERROR) {
+                m += "failed: ";
+                m += reply_text(r.reply.get());
+            } else {
+                m += "refused (held by another)";
+            }
+        }
+        return m;
+    }
+
+    std::vector<client_core*> nodes_;
+    // Keep each node's core alive as basic_lock does: a client destroyed before this red_lock
+    // leaves a core whose threads have stopped, which an acquire refuses to use.
+    std::vector<std::shared_ptr<client_core>> owners_;
+    std::string name_;
+    red_lock_options options_;
+    lock_keys keys_;
+};
+
+/// One asynchronous red_lock acquire: rounds on the first node's engine thread, with Redlock's
+/// random pause between them waited on a timer and cut short by an unlock message from the
+/// first node (as a blocking round's pause is).
+class red_acquire final : public cancellable, public std::enable_shared_from_this<red_acquire> {
+    using clock = std::chrono::steady_clock;
+
+public:
+    red_acquire(std::shared_ptr<const red_site> site, clock::time_point deadline,
+                std::chrono::milliseconds lease, std::uint64_t owner, completion_t<void(std::exception_ptr, rlock::hold)> done)
+        : site_(std::move(site)), deadline_(deadline), lease_(lease), owner_(owner), done_(std::move(done)) {}
+
+    /// The initiating task, and each round after it, on the first node's engine thread.
+    void run_round() noexcept {
+        if (settled_) return;
+        engine& eng = site_->nodes().front()->eng;
+        eng.cancel(timer_);
+        timer_ = 0;
+        try {
+            if (eng.stopping()) {
+                throw error(errc::connection_failed, site_->name(), "",
+                            "the client of the red_lock's first node was destroyed while this "
+                            "asynchronous acquire waited");
+            }
+            if (!started_) {
+                site_->check_acquire(owner_);
+                watched_ = lease_.count() == 0;
+                if (watched_) lease_ = site_->nodes().front()->ep.options.lock_watchdog_timeout;
+                started_ = true;
+            } else {
+                for (client_core* n : site_->nodes()) {
+                    n->throw_if_destroyed(site_->name(), "the client of this node has been destroyed");
+                }
+            }
+            if (sub_) sub_->throw_if_refused(site_->name(), site_->nodes().front()->ep.name);
+            red_site::round r = site_->try_once(owner_, lease_, watched_);
+            if (r.held) {
+                registry::hold_ptr record = make_hold(red_lock_info, site_->name(), r.held->value, owner_,
+                                                     {lease_, r.held->watched ? renewal::watched : renewal::leased, clock::now()});
+                record->id = r.held->group->id;
+                finish(nullptr, rlock::hold(site_, std::move(record)));
+                return;
+            }
+            if (site_->gives_up(r, deadline_)) {
+                finish(nullptr, rlock::hold());
+                return;
+            }
+            const auto now = clock::now();
+            if (!sub_) {
+                std::weak_ptr<red_acquire> weak = weak_from_this();
+                sub_ = std::make_unique<subscriber::subscription>(
+                    *site_->nodes().front()->sub, site_->channel(), [this, weak, first = &eng] {
+                        // On the subscriber's thread: only hand the news on. `this` and the
+                        // engine outlive the subscription (the op owns it; the site, the core).
+                        if (posted_.exchange(true)) return;
+                        (void)first->post([weak] {
+                            if (auto self = weak.lock()) {
+                                self->posted_.store(false);
+                                self->run_round();
+                            }
+                        });
+                    });
+            }
+            std::shared_ptr<red_acquire> self = shared_from_this();  // the timer owns it until then
+            timer_ = eng.at(std::min(now + site_->retry_pause(), deadline_), [self] { self->run_round(); });
+        } catch (...) {
+            finish(std::current_exception(), rlock::hold());
+        }
+    }
+
+    void cancel() noexcept override {
+        try {
+            std::weak_ptr<red_acquire> weak = weak_from_this();
+            (void)site_->nodes().front()->eng.post([weak] {
+                auto self = weak.lock();
+                if (!self || self->settled_) return;
+                self->site_->nodes().front()->eng.cancel(self->timer_);
+                try {
+                    throw error(errc::operation_aborted, self->site_->name(), "",
+                                "the asynchronous acquire was cancelled");
+                } catch (...) {
+                    self->finish(std::current_exception(), rlock::hold());
+                }
+            });
+        } catch (...) {
+        }
+    }
+
+private:
+    // Completes the operation, once: no subscription is left behind.
+    void finish(std::exception_ptr e, rlock::hold h) noexcept {
+        if (settled_) return;
+        settled_ = true;
+        sub_.reset();
+        try {
+            done_(std::move(e), std::move(h));
+        } catch (...) {
+        }
+    }
+
+    std::shared_ptr<const red_site> site_;
+    clock::time_point deadline_;
+    std::chrono::milliseconds lease_;
+    std::uint64_t owner_;
+    completion_t<void(std::exception_ptr, rlock::hold)> done_;
+    bool started_ = false, watched_ = false, settled_ = false;
+    engine::timer_id timer_ = 0;
+    std::atomic<bool> posted_{false};  // a round is posted by the subscription's news
+    std::unique_ptr<subscriber::subscription> sub_;
+};
+
+}  // namespace rlock::detail
