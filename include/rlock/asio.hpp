@@ -99,7 +99,8 @@ public:
 class context_watch final : public asio_ns::execution_context::service {
 public:
     using key_type = context_watch;
-    static inline asio_ns::execution_context::id id;  // NOLINT(readability-identifier-naming): Asio's name
+    // Asio names it so; its constructor does nothing (declared without noexcept).
+    static inline asio_ns::execution_context::id id;  // NOLINT(readability-identifier-naming,cert-err58-cpp)
 
     explicit context_watch(asio_ns::execution_context& ctx) : asio_ns::execution_context::service(ctx) {}
 
