@@ -64,6 +64,7 @@
 
 #include "rlock/client.hpp"
 #include "rlock/detail/cluster.hpp"
+#include "rlock/detail/permit_kind.hpp"
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
 #include "rlock/detail/synchronizer.hpp"
@@ -72,38 +73,6 @@
 #include "rlock/errors.hpp"
 
 namespace rlock {
-
-namespace detail {
-
-/// What the watchdog knows of a permit: its batch renewal.
-struct permit_kind {
-    static inline const kind_info info{"permit", &permit_scripts::renew, true,
-                                       "the watchdog found the permit gone: its lease ended, or it "
-                                       "was released or reclaimed by another client"};
-};
-
-/// A permit id as Redisson writes one (lowercase hex, even length) to its bytes; false for
-/// anything else.
-inline bool permit_id_bytes(std::string_view hex, std::string& out) {
-    auto digit = [](char c) {
-        return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    };
-    if (hex.empty() || hex.size() % 2 != 0) return false;
-    out.clear();
-    for (std::size_t i = 0; i < hex.size(); i += 2) {
-        const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
-        if (hi < 0 || lo < 0) return false;
-        out += static_cast<char>(hi * 16 + lo);
-    }
-    return true;
-}
-
-/// The names a permit-expirable semaphore and its permits use.
-struct permit_keys {
-    std::string name, timeouts, channel;
-};
-
-}  // namespace detail
 
 /// Permits taken together from a permit_expirable_semaphore (one or several), released
 /// together: by release(), or by the destructor, which never throws. Movable, not copyable,
