@@ -378,7 +378,7 @@ public:
             Kind::check_acquire(reg, site_->name(), owner_, site_->server());
             watched_ = lease_.count() == 0;
             if (watched_) lease_ = core.ep.options.lock_watchdog_timeout;
-            value_ = Kind::value_for(core, owner_, Kind::reentrant);
+            value_ = Kind::value_for(core.id, owner_, Kind::reentrant);
             const bool may_wait = clock::now() < deadline;
             const std::string channel = Kind::wait_channel(site_->keys_, value_);
             std::string key(Kind::info.name);

@@ -175,7 +175,7 @@ private:
         Kind::check_acquire(reg, name(), thread, server());
         const bool watched = lease.count() == 0;
         if (watched) lease = watchdog;
-        std::string value = Kind::value_for(*core_, thread, Kind::reentrant);
+        std::string value = Kind::value_for(core_->id, thread, Kind::reentrant);
         const bool may_wait = clock::now() < deadline;
         race_pacing race(core_->races(name()));  // against waiters of other clients
         // Whether this newcomer subscribes before its first try (race_pacing::subscribes_first).

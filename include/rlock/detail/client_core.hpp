@@ -23,6 +23,7 @@
 #include "rlock/detail/connect.hpp"
 #include "rlock/detail/engine.hpp"
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/kind.hpp"
 #include "rlock/detail/pool.hpp"
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
@@ -166,12 +167,7 @@ public:
     /// gone is told at once.
     void verify_holds_soon() noexcept { watchdog_.verify_soon(); }
 
-    std::string holder_id(std::uint64_t thread) const {
-        std::string h = id;
-        h += ':';
-        h += std::to_string(thread);
-        return h;
-    }
+    std::string holder_id(std::uint64_t thread) const { return detail::holder_id(id, thread); }
 
     /// The thread numbered `thread` has exited: its holds on this client can never be
     /// unlocked. The watchdog stops renewing them (each ends with its lease) and the owner is

@@ -12,7 +12,6 @@
 #include <string_view>
 #include <type_traits>
 
-#include "rlock/detail/client_core.hpp"
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/lua_checks.hpp"
 #include "rlock/detail/script.hpp"
@@ -21,6 +20,15 @@
 #include "rlock/options.hpp"
 
 namespace rlock::detail {
+
+/// A holder id as Redisson writes one: "<client id>:<thread number>", the field of a
+/// reentrant_lock's hash and the start of a read/write hold's.
+inline std::string holder_id(std::string_view client_id, std::uint64_t thread) {
+    std::string h(client_id);
+    h += ':';
+    h += std::to_string(thread);
+    return h;
+}
 
 /// The keys and channel of one lock.
 struct lock_keys {
@@ -174,9 +182,9 @@ struct kind_defaults {
     static bool force_unlock(const connection& c, const lock_keys& k, std::string_view server) {
         return eval_integer(c, force_unlock_script(), {k.name}, {k.channel, "hash"}, k.name, server) == 1;
     }
-    /// The value stored for this thread's hold.
-    static std::string value_for(client_core& core, std::uint64_t thread, bool reentrant) {
-        return reentrant ? core.holder_id(thread) : random_token();
+    /// The value stored for this thread's hold, on the client whose id is `client_id`.
+    static std::string value_for(std::string_view client_id, std::uint64_t thread, bool reentrant) {
+        return reentrant ? holder_id(client_id, thread) : random_token();
     }
 };
 

@@ -376,8 +376,8 @@ return {0, redis.call('publish', ARGV[2], '1')}
 
     static inline const kind_info info{"read_write_lock.write", &renew_script, follows_ask};
 
-    static std::string value_for(client_core& core, std::uint64_t thread, bool) {
-        return core.holder_id(thread) + ":write";
+    static std::string value_for(std::string_view client_id, std::uint64_t thread, bool) {
+        return holder_id(client_id, thread) + ":write";
     }
 
     /// A thread with a read hold asking for the write side would wait for itself for ever.

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "rlock/detail/client_core.hpp"
 #include "rlock/detail/kind.hpp"
 #include "rlock/detail/random.hpp"
 
