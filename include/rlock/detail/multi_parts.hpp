@@ -1,0 +1,324 @@
+// multi_lock's pieces below its public class: the two scripts of its one-script path (every
+// part a mutex or reentrant_lock of one client), how a part list is recognised (a range, or
+// locks given one by one), the hold of an asynchronous multi_lock and its asynchronous acquire.
+// rlock::multi_lock (multi_lock.hpp) is the public face; its contract is there.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "rlock/detail/async_lock.hpp"
+#include "rlock/detail/completion.hpp"
+#include "rlock/detail/lua_checks.hpp"
+#include "rlock/detail/mutex_kind.hpp"
+#include "rlock/detail/reentrant_kind.hpp"
+#include "rlock/detail/registry.hpp"
+#include "rlock/detail/script.hpp"
+#include "rlock/errors.hpp"
+#include "rlock/hold.hpp"
+
+namespace rlock::detail {
+
+/// Take every part or none. KEYS[i] lock keys; ARGV[1] lease ms, then per part i
+/// ARGV[2i] kind ('m' mutex, 'r' reentrant_lock) and ARGV[2i+1] its value (token or holder id).
+/// Returns {1} when all were taken, {0, i, PTTL} when part i is held (nothing is changed).
+/// Each part is taken by its kind's own step (mutex_kind / reentrant_kind::lua_take).
+inline const script& multi_acquire_script() {
+    static const script s(std::string(mutex_kind::lua_take) + std::string(reentrant_kind::lua_take) + R"lua(
+for i = 1, #KEYS do
+    if redis.call('exists', KEYS[i]) == 1 then
+        return {0, i, redis.call('pttl', KEYS[i])}
+    end
+end
+for i = 1, #KEYS do
+    if ARGV[2 * i] == 'm' then
+        mutex_take(KEYS[i], ARGV[2 * i + 1], ARGV[1])
+    else
+        reentrant_take(KEYS[i], ARGV[2 * i + 1], ARGV[1])
+    end
+end
+return {1}
+)lua");
+    return s;
+}
+
+/// Release every part. KEYS[2i-1] lock key and KEYS[2i] its channel; ARGV[2i-1] kind ('m' or
+/// 'r'), ARGV[2i] value. Per part: 0 released (its kind's release step), -1 not held by that
+/// value. Every part is read before any is released: an error reading one (an ACL's refusal),
+/// a count HINCRBY would refuse, or a channel this user may not publish on, is the script's
+/// error with no part released.
+inline const script& multi_release_script() {
+    static const script s(with_lua_checks(with_channel_check(mutex_kind::lua_release_steps) +
+                        std::string(reentrant_kind::lua_release_steps) + R"lua(
+local held = {}
+for i = 1, #KEYS / 2 do
+    local key, value = KEYS[2 * i - 1], ARGV[2 * i]
+    local got, failed
+    if ARGV[2 * i - 1] == 'm' then
+        got, failed = mutex_read(key)
+        got = got == value and got
+    else
+        got, failed = reentrant_read(key, value)
+        if got and not can_step(got, -1) then return bad_count(key, value) end
+    end
+    if failed then return failed end
+    if got and (ARGV[2 * i - 1] == 'm' or reentrant_last(got)) then
+        local refused = channel_refused(KEYS[2 * i])
+        if refused then return refused end
+    end
+    held[i] = got
+end
+local out = {}
+for i = 1, #KEYS / 2 do
+    local key, channel, value = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i]
+    out[i] = -1
+    if held[i] then
+        if ARGV[2 * i - 1] == 'm' then
+            mutex_leave(key, channel)
+        else
+            reentrant_leave(key, channel, value, held[i])
+        end
+        out[i] = 0
+    end
+end
+return out
+)lua"));
+    return s;
+}
+
+template <class E, class = void>
+struct is_pointer_like : std::false_type {};
+template <class E>
+struct is_pointer_like<E, std::void_t<decltype(*std::declval<E&>()), typename E::element_type>>
+    : std::true_type {};
+template <class E>
+struct is_reference_wrapper : std::false_type {};
+template <class L>
+struct is_reference_wrapper<std::reference_wrapper<L>> : std::true_type {};
+
+/// True for one argument that is a range (has begin and end): multi_lock's runtime form.
+template <class... T>
+struct is_lock_range : std::false_type {};
+template <class T>
+struct is_lock_range<T> {
+    template <class U>
+    static auto test(U& u) -> decltype(std::begin(u), std::end(u), std::true_type{});
+    static std::false_type test(...);
+    static constexpr bool value = decltype(test(std::declval<T&>()))::value;
+};
+template <class... T>
+inline constexpr bool is_lock_range_v = is_lock_range<T...>::value;
+
+/// The lock an element of such a range stands for: the element, or what it points or refers to.
+template <class E>
+auto& lock_of(E& element) {
+    if constexpr (std::is_pointer_v<E> || is_pointer_like<E>::value) {
+        return *element;  // T*, unique_ptr, shared_ptr
+    } else if constexpr (is_reference_wrapper<E>::value) {
+        return element.get();
+    } else {
+        return element;
+    }
+}
+
+/// The hold of a multi_lock taken asynchronously: one rlock::hold per part, released together
+/// (in reverse canonical order) and lost when any part is.
+class multi_held final : public held_site {
+public:
+    explicit multi_held(std::vector<rlock::hold> parts) : parts_(std::move(parts)) {}
+
+    void unlock_one(const std::shared_ptr<hold>& /*record*/, bool& lost_at_last) const override {
+        bool lost = false;
+        for (auto it = parts_.rbegin(); it != parts_.rend(); ++it) {
+            try {
+                if (it->owns_lock()) it->unlock();  // a loss is told (on_lock_lost), not thrown
+            } catch (...) {
+            }
+            lost = lost || it->lost();
+        }
+        lost_at_last = lost;
+    }
+    registry& holds() const override { return hold_access::site(parts_.front()).holds(); }
+    bool is_lost(hold& /*record*/) const override {
+        return std::any_of(parts_.begin(), parts_.end(), [](const rlock::hold& p) { return p.lost(); });
+    }
+    const std::string& lock_name() const override { return parts_.front().name(); }
+    const std::string& server_name() const override { return hold_access::site(parts_.front()).server_name(); }
+    bool fenced() const override { return false; }
+    bool post(unique_callback<> task) const override {
+        return hold_access::site(parts_.front()).post(std::move(task));
+    }
+
+private:
+    mutable std::vector<rlock::hold> parts_;  // unlock_one empties them; only the owner calls it
+};
+
+/// One asynchronous multi_lock acquire: the blocking algorithm's rounds, each step a part's own
+/// asynchronous acquire. The head part is waited for (with the deadline); the others are tried
+/// without waiting, in canonical order; a refusal releases every part taken and makes the
+/// refusing part the next head. So no part is waited for while another is held, and the
+/// operation needs no thread of its own: each step is started from the last one's completion.
+class multi_acquire final : public cancellable, public std::enable_shared_from_this<multi_acquire> {
+    using clock = std::chrono::steady_clock;
+
+public:
+    /// What the operation knows of a part (it may outlive the part objects).
+    struct part_ref {
+        async_start start;
+        std::string name;
+        bool grouped = false;     // its hold is linked to the others' (all but a red_lock)
+        lock_lost_handler tell;   // its client's on_lock_lost (grouped parts)
+    };
+
+    multi_acquire(std::vector<part_ref> parts, clock::time_point deadline, std::chrono::milliseconds lease,
+                  std::uint64_t owner, completion done)
+        : parts_(std::move(parts)), taken_(parts_.size()), deadline_(deadline), lease_(lease), owner_(owner),
+          done_(std::move(done)) {}
+
+    /// Starts the first step from the initiating call: what that throws (a destroyed client)
+    /// is the call's to throw, so no handler runs inside it.
+    void begin() {
+        rlock::pending p = parts_.front().start(deadline_, lease_, owner_, step(0));
+        set_current(std::move(p), 0);
+    }
+
+    void cancel() noexcept override {
+        rlock::pending current;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            cancelled_ = true;
+            current = current_;
+        }
+        current.cancel();  // that step completes with operation_aborted, and so does this
+    }
+
+private:
+    completion step(std::size_t i) {
+        return completion([self = shared_from_this(), i](std::exception_ptr e, rlock::hold h) {
+            self->on_step(i, std::move(e), std::move(h));
+        });
+    }
+
+    // Starts the acquire of part `i` (waiting until `deadline`), unless cancelled meanwhile.
+    void start_step(std::size_t i, clock::time_point deadline) noexcept {
+        try {
+            {
+                std::lock_guard<std::mutex> g(mu_);
+                if (cancelled_) {
+                    throw error(errc::operation_aborted, parts_[i].name, "",
+                                "the asynchronous acquire was cancelled");
+                }
+            }
+            const std::uint64_t n = ++steps_;
+            rlock::pending p = parts_[i].start(deadline, lease_, owner_, step(i));
+            if (set_current(p, n)) p.cancel();
+        } catch (...) {
+            release_taken();
+            finish(std::current_exception(), rlock::hold());
+        }
+    }
+
+    // Records the cancel handle of step `n` (0: the first), unless a later step's is there
+    // already (the first step may complete, and the next start, before begin() gets here).
+    // Returns whether the operation was cancelled meanwhile.
+    bool set_current(rlock::pending p, std::uint64_t n) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (n >= current_step_) {
+            current_ = std::move(p);
+            current_step_ = n;
+        }
+        return cancelled_;
+    }
+
+    void on_step(std::size_t i, std::exception_ptr e, rlock::hold h) noexcept {
+        if (e) {
+            release_taken();
+            finish(std::move(e), rlock::hold());
+            return;
+        }
+        if (!h) {  // the head's wait ran out, or another part is held by someone
+            release_taken();  // never wait while holding a part
+            if (i == head_ || clock::now() >= deadline_) {
+                finish(nullptr, rlock::hold());
+                return;
+            }
+            head_ = i;
+            start_step(i, deadline_);
+            return;
+        }
+        taken_[i] = std::move(h);
+        for (std::size_t j = 0; j < taken_.size(); ++j) {
+            if (!taken_[j]) {
+                start_step(j, clock::time_point::min());
+                return;
+            }
+        }
+        try {
+            finish(nullptr, all_held());
+        } catch (...) {
+            release_taken();
+            finish(std::current_exception(), rlock::hold());
+        }
+    }
+
+    // Every part is held: their holds are linked, so that the loss of any is the loss of all,
+    // told once (a red_lock part is told as its own red_lock).
+    rlock::hold all_held() {
+        auto group = std::make_shared<hold_group>();
+        group->name = parts_.front().name;
+        group->tolerance = 0;
+        bool any = false;
+        for (std::size_t i = 0; i < parts_.size(); ++i) {
+            if (!parts_[i].grouped) continue;
+            if (!any) group->tell = parts_[i].tell;
+            any = true;
+            const std::shared_ptr<hold>& record = hold_access::record(taken_[i]);
+            hold_access::site(taken_[i]).holds().with([&] { record->group = group; });
+        }
+        const std::shared_ptr<hold>& first = hold_access::record(taken_.front());
+        registry::hold_ptr record = make_hold(*first->kind, parts_.front().name, "", owner_,
+                                              {lease_, renewal::leased, clock::now()});
+        record->id = any ? group->id : taken_.front().hold_id();
+        return rlock::hold(std::make_shared<const multi_held>(std::move(taken_)), std::move(record));
+    }
+
+    void release_taken() noexcept {
+        for (auto it = taken_.rbegin(); it != taken_.rend(); ++it) *it = rlock::hold();
+    }
+
+    void finish(std::exception_ptr e, rlock::hold h) noexcept {
+        if (finished_) return;
+        finished_ = true;
+        try {
+            done_(std::move(e), std::move(h));
+        } catch (...) {
+        }
+    }
+
+    const std::vector<part_ref> parts_;
+    std::vector<rlock::hold> taken_;
+    std::size_t head_ = 0;
+    const clock::time_point deadline_;
+    const std::chrono::milliseconds lease_;
+    const std::uint64_t owner_;
+    completion done_;
+    bool finished_ = false;
+    std::uint64_t steps_ = 0;  // steps started after the first (the chain's own count)
+    std::mutex mu_;            // cancel() comes from any thread
+    bool cancelled_ = false;
+    rlock::pending current_;
+    std::uint64_t current_step_ = 0;
+};
+
+}  // namespace rlock::detail
