@@ -328,6 +328,75 @@ TYPED_TEST(fault_test, a_waiter_wakes_on_unlock_right_after_its_subscriber_conne
 // ---------------------------------------------------------------------------------------------
 // b. Connections killed under load: retried where safe, never two holders.
 
+// Issue 31, item 2: a wait rides out a 2 s restart. The holder's key goes with the server's
+// data; a blocking and an asynchronous waiter (default timeouts: 1 s) keep waiting through the
+// refused connections and take the lock once the server is back, one after the other. Before,
+// both failed with connection_failed about 2 ms after the shutdown.
+TYPED_TEST(fault_test, a_wait_rides_out_a_two_second_restart_and_gets_the_lock_after_it) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.on_lock_lost = this->lost.handler();
+    rlock::client holder(o), blocking_side(o), async_side(o);
+    TypeParam mine(holder, this->name()), theirs(blocking_side, this->name()), later(async_side, this->name());
+    mine.lock(30s);
+    auto blocking = std::async(std::launch::async, [&]() -> std::string {
+        try {
+            if (!theirs.try_lock_for(20s)) return "returned false";
+            theirs.unlock();
+            return "got it";
+        } catch (const rlock::error& e) {
+            return std::string("threw: ") + e.what();
+        }
+    });
+    std::future<rlock::hold> waited = later.async_try_lock_for(20s, rlock::use_future);
+    std::this_thread::sleep_for(300ms);  // both wait for the holder
+    own.kill_now();
+    std::this_thread::sleep_for(2s);
+    own.restart();  // empty: the holder's key is gone
+    // Either may win first; the blocking one unlocks at once, the asynchronous hold here.
+    ASSERT_EQ(waited.wait_for(15s), std::future_status::ready) << "the asynchronous waiter still waits";
+    try {
+        rlock::hold h = waited.get();
+        EXPECT_TRUE(h) << "the asynchronous wait ran out";
+    } catch (const rlock::error& e) {
+        ADD_FAILURE() << "the asynchronous wait threw: " << e.what();
+    }
+    ASSERT_EQ(blocking.wait_for(15s), std::future_status::ready) << "the blocking waiter still waits";
+    EXPECT_EQ(blocking.get(), "got it");
+    EXPECT_NO_THROW(mine.unlock());
+}
+
+// A wait whose deadline comes while the server is still down ends with the outage's error (not
+// "false", which would say the lock was held), at its deadline, not at once.
+TYPED_TEST(fault_test, a_wait_whose_deadline_comes_during_an_outage_ends_then_with_its_error) {
+    redis_server own;
+    rlock::client holder(own.options()), other(own.options());
+    TypeParam mine(holder, this->name()), theirs(other, this->name());
+    mine.lock(30s);
+    const auto start = steady::now();
+    auto blocking = std::async(std::launch::async, [&]() -> rlock::errc {
+        try {
+            (void)theirs.try_lock_for(1500ms);
+            return rlock::errc{};
+        } catch (const rlock::error& e) {
+            return e.value();
+        }
+    });
+    std::future<rlock::hold> waited = theirs.async_try_lock_for(1500ms, rlock::use_future);
+    std::this_thread::sleep_for(200ms);
+    own.kill_now();
+    ASSERT_EQ(blocking.wait_for(10s), std::future_status::ready);
+    EXPECT_TRUE(connection_error(blocking.get()));
+    EXPECT_GE(steady::now() - start, 1400ms) << "gave up before its deadline";
+    ASSERT_EQ(waited.wait_for(10s), std::future_status::ready);
+    try {
+        (void)waited.get();
+        ADD_FAILURE() << "the asynchronous wait ended without an error";
+    } catch (const rlock::error& e) {
+        EXPECT_TRUE(connection_error(e.value())) << e.what();
+    }
+}
+
 TYPED_TEST(fault_test, connection_kills_under_load_keep_mutual_exclusion) {
     auto& s = this->server();
     ensure_counter_user(s);

@@ -304,6 +304,41 @@ TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
 // subscriber's): the subscriber reconnects, the waiter tries again, and the permits set
 // afterwards wake it. Its client destroyed meanwhile, a waiter stops with an error instead of
 // waiting out its deadline.
+// Issue 31, item 2: a semaphore's and a latch's waiters ride out a 2 s restart (blocking and
+// asynchronous), and get what is set after it. Before, a semaphore waiter failed with
+// connection_failed at the shutdown.
+TEST(semaphore, waiters_ride_out_a_two_second_restart) {
+    redis_server own;
+    rlock::client a(own.options()), b(own.options());
+    rlock::semaphore waiter_side(a, name()), setter(b, name());
+    rlock::count_down_latch latch(a, name() + ":latch"), counter(b, name() + ":latch");
+    ASSERT_TRUE(counter.try_set_count(1));
+    auto blocking = std::async(std::launch::async, [&]() -> std::string {
+        try {
+            return waiter_side.try_acquire_for(20s) ? "got it" : "returned false";
+        } catch (const rlock::error& e) {
+            return std::string("threw: ") + e.what();
+        }
+    });
+    std::future<bool> async_acquire = waiter_side.async_try_acquire_for(20s, rlock::use_future);
+    std::future<bool> async_latch = latch.async_wait_for(20s, rlock::use_future);
+    std::this_thread::sleep_for(300ms);
+    own.kill_now();
+    std::this_thread::sleep_for(2s);
+    own.restart();
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(blocking.wait_for(0s), std::future_status::timeout) << blocking.get();
+    ASSERT_TRUE(setter.try_set_permits(2));
+    ASSERT_TRUE(counter.try_set_count(1));
+    counter.count_down();
+    ASSERT_EQ(blocking.wait_for(15s), std::future_status::ready);
+    EXPECT_EQ(blocking.get(), "got it");
+    ASSERT_EQ(async_acquire.wait_for(15s), std::future_status::ready);
+    EXPECT_TRUE(async_acquire.get());
+    ASSERT_EQ(async_latch.wait_for(15s), std::future_status::ready);
+    EXPECT_TRUE(async_latch.get());
+}
+
 TEST(semaphore, waiters_outlive_killed_connections_and_end_with_an_error_when_their_client_goes) {
     redis_server own;
     rlock::client a(own.options()), b(own.options());

@@ -91,6 +91,7 @@ struct error_origin {
     redirect to;            // Redis Cluster: the redirection in the reply
     bool readonly = false;  // a replica refused a write (READONLY): the command did not run
     bool settings_refused = false;  // AUTH or SELECT refused: every server will say the same
+    bool unsent = false;    // no connection could be had: the command was not sent
 };
 
 struct error_access;
@@ -179,6 +180,12 @@ struct error_access {
     /// "<server>: <cause>" (or the cause alone): `e` told inside another error's cause.
     static std::string brief(const error& e) {
         return e.server().empty() ? e.cause() : e.server() + ": " + e.cause();
+    }
+    /// `e`, naming `lock` (when it named none), marked as met before anything was sent.
+    static error unsent(const error& e, std::string_view lock) {
+        error_origin o = origin(e);
+        o.unsent = true;
+        return with_origin(e.value(), e.lock().empty() ? lock : e.lock(), e.server(), e.cause(), std::move(o));
     }
     /// `e` without its redirection: an error a redirection must not be followed for.
     static error unredirected(const error& e) {

@@ -81,11 +81,12 @@ public:
     /// The lock's name and server, for errors.
     virtual const std::string& lock_name() const noexcept = 0;
     virtual const std::string& server() const noexcept = 0;
-    /// Settles the operation (once): `e`, or, with none, "the wait ran out" (an empty hold).
+    /// Settles the operation (once): `e`, or, with none, "the wait ran out" (an empty hold) —
+    /// or, when its last attempt failed in an outage it was riding out, that failure.
     void settle(std::exception_ptr e) noexcept {
         if (settled) return;
         settled = true;
-        failure = std::move(e);
+        failure = e ? std::move(e) : std::move(outage);
     }
     /// Calls the handler with what was settled (once), handing the error on rather than
     /// keeping a copy: the receiver's thread is then the only one that releases it (libstdc++'s
@@ -96,6 +97,8 @@ public:
 
     async_waits& waits;
     const clock::time_point deadline;
+    /// Set while the waiter rides out an outage (failure_ride): the last attempt's failure.
+    std::exception_ptr outage;
     engine::timer_id deadline_timer = 0;
     wait_group* group = nullptr;
     std::list<std::shared_ptr<async_waiter>>::iterator place;
@@ -442,7 +445,22 @@ public:
                 }
             }
             sent_ = clock::now();
-            acquire_result r = site_->attempt(value_, lease_, may_wait ? try_kind::first : try_kind::only);
+            acquire_result r;
+            try {
+                r = site_->attempt(value_, lease_, may_wait ? try_kind::first : try_kind::only);
+            } catch (const error& e) {
+                // An outage: the wait rides it out, as a blocking one does (failure_ride).
+                if (!may_wait) throw;
+                wait_hint hint;
+                hint.ttl = -3;
+                hint.again = ride_.again_after(e, deadline);  // rethrows what is not an outage
+                outage = std::current_exception();
+                undo_first_ = true;
+                wait_group* g = waits.find(key);
+                waits.join(shared_from_this(), key, channel, Kind::shared,
+                           Kind::heartbeat(site_->options_), g && !g->queue.empty() ? nullptr : &hint);
+                return;
+            }
             if (r.acquired) {
                 won(r);
                 deliver();
@@ -467,8 +485,15 @@ public:
 
     attempt_outcome attempt_waiting(wait_hint& hint, bool woken) override {
         try {
+            if (undo_first_) {
+                // The last try failed in an outage and may have run: undone before the next.
+                site_->undo(value_);
+                undo_first_ = false;
+            }
             sent_ = clock::now();
             acquire_result r = site_->attempt(value_, lease_, try_kind::waiting);
+            ride_.reached();
+            outage = nullptr;
             if constexpr (Kind::races) race_.after_try(r, woken);
             if (r.acquired) {
                 won(r);
@@ -479,6 +504,21 @@ public:
             hint.holder_publishes = r.holder_publishes;
             hint.holder = std::move(r.holder);
             return attempt_outcome::refused;
+        } catch (const error& e) {
+            try {
+                // An outage is ridden out until the deadline (failure_ride); its last failure
+                // is what the wait ends with then (settle).
+                hint = wait_hint{};
+                hint.ttl = -3;
+                hint.again = ride_.again_after(e, deadline);
+                outage = std::current_exception();
+                undo_first_ = true;
+                return attempt_outcome::refused;
+            } catch (...) {
+                give_up();
+                settle(std::current_exception());
+                return attempt_outcome::failed;
+            }
         } catch (...) {
             give_up();
             settle(std::current_exception());
@@ -527,6 +567,8 @@ private:
     std::string value_;
     clock::time_point sent_{};
     race_pacing race_;  // against waiters of other processes racing for the same release
+    failure_ride ride_{repeat::safe};  // tries are undone before the next (undo_first_)
+    bool undo_first_ = false;          // the last try failed in an outage: it may have run
 };
 
 /// The asynchronous forms, written once for every lock type. A lock type derives from

@@ -198,10 +198,23 @@ private:
         }
 
         auto sent = clock::now();
+        // A wait rides out an outage (failure_ride): tries that fail because the server cannot
+        // be reached are made again after a backoff until the deadline, each after undoing what
+        // the one before may have taken (undo: a release with the same value), so that nothing
+        // sent twice takes a second hold.
+        failure_ride outage(repeat::safe);
+        bool undo_first = false;  // the last try failed in an outage: it may have run
+        acquire_result r;
         // (Its deadline past after the courtesy, it tries now: every call tries at least once.)
-        acquire_result r = subscribe_first && clock::now() < deadline
-                               ? acquire_result{}
-                               : attempt(value, lease, may_wait ? try_kind::first : try_kind::only);
+        if (!subscribe_first || clock::now() >= deadline) {
+            try {
+                r = attempt(value, lease, may_wait ? try_kind::first : try_kind::only);
+            } catch (const error& e) {
+                if (!may_wait) throw;
+                (void)outage.again_after(e, deadline);  // rethrows what is not an outage
+                undo_first = true;
+            }
+        }
         if (!r.acquired) {
             if (clock::now() >= deadline) {
                 if (may_wait) give_up(value);  // it may have queued
@@ -236,7 +249,20 @@ private:
                 if constexpr (Kind::races) race.before_try(deadline);
                 const std::uint64_t seen = sub.generation();
                 sent = clock::now();
-                r = attempt(value, lease, try_kind::waiting);
+                try {
+                    if (undo_first) {
+                        this->undo(value);
+                        undo_first = false;
+                    }
+                    r = attempt(value, lease, try_kind::waiting);
+                    outage.reached();
+                } catch (const error& e) {
+                    // Rethrown when it is not an outage, or at the deadline: its last failure.
+                    const auto again = outage.again_after(e, deadline);
+                    undo_first = true;
+                    woken = sub.wait_turn(seen, std::min(deadline, again));
+                    continue;
+                }
                 if constexpr (Kind::races) race.after_try(r, woken);
                 if (r.acquired) break;
                 const auto now = clock::now();

@@ -177,15 +177,23 @@ public:
                 return r;
             } catch (const error& e) {
                 if (!is_ambiguous(e) || kind == try_kind::reentry) throw;
-                give_up(value);  // fair_lock: the attempt may have queued
                 try {
-                    release(value, on_break::retry);
+                    undo(value);
                 } catch (const error&) {
                     throw e;
                 }
                 if (round > 0) throw;
             }
         }
+    }
+
+    /// Undoes an acquire attempt that may have run (its reply was lost, its connection broke):
+    /// leaves the queue (fair_lock) and releases with the same value, which frees only what
+    /// that attempt may have taken (the caller holds nothing under `value`), so it is safe to
+    /// repeat. Throws what the release throws.
+    void undo(const std::string& value) const {
+        give_up(value);
+        release(value, on_break::retry);
     }
 
     /// Replica sync after an acquire on `c`: too few acknowledgements undo it (one level, so a

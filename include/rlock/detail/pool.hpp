@@ -220,9 +220,11 @@ private:
             while (n.idle.empty() && n.open >= cap) {
                 if (n.cv.wait_until(g, deadline) == std::cv_status::timeout && n.idle.empty() &&
                     n.open >= cap) {
-                    throw error(errc::timeout, lock, ep_.slots ? n.name : ep_.name,
-                                "no pooled connection free within command_timeout (pool_size " +
-                                    std::to_string(cap) + ")");
+                    throw error_access::unsent(
+                        error(errc::timeout, lock, ep_.slots ? n.name : ep_.name,
+                              "no pooled connection free within command_timeout (pool_size " +
+                                  std::to_string(cap) + ")"),
+                        lock);
                 }
             }
             if (std::optional<handle> h = take_idle(n, g, closed)) {
@@ -243,9 +245,9 @@ private:
             g.lock();
             --n.open;
             n.cv.notify_one();
-            // Name the lock the connection was for, as a failed command on it would.
-            if (lock.empty() || !e.lock().empty()) throw;
-            throw error_access::about(e, lock);
+            // Name the lock the connection was for, as a failed command on it would; nothing
+            // was sent on it.
+            throw error_access::unsent(e, lock);
         } catch (...) {
             g.lock();
             --n.open;

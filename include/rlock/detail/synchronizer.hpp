@@ -40,18 +40,17 @@ struct attempt_result {
 /// message can be counted on: then it also tries after 10 ms, doubling to 1 s — and at the
 /// `again` an attempt asked for. `attempt` returns an attempt_result (or a bool).
 ///
-/// With `repeatable` (an attempt that may have run is safe to make again: it reads, or it
-/// finds its own earlier work), an attempt that fails with connection_failed or timeout is made
-/// again after 25 ms, while the failures have lasted less than command_timeout and the
-/// deadline is ahead: a waiter rides out killed connections and a restart, as a lock's waiter
-/// does; then it throws that error. Without, such a failure is thrown at once (the attempt
-/// made its own one repeat). Any other error of `attempt` is thrown at once, and
-/// connection_failed (naming `name`) once the client is destroyed.
+/// An attempt that fails with connection_failed or timeout (a restart, a killed connection) is
+/// made again after a backoff until the deadline (failure_ride, wait_policy.hpp), when
+/// `repeatable` (it may have run, and is safe to make again: it reads, or it finds its own
+/// earlier work) or when nothing was sent; then the last failure is thrown. Any other error of
+/// `attempt` is thrown at once, and connection_failed (naming `name`) once the client is
+/// destroyed.
 template <class F>
 bool wait_on_channel(client_core& core, const std::string& channel, std::string_view name,
                      std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt) {
     using clock = std::chrono::steady_clock;
-    failure_ride failures(repeatable, core.ep.options.command_timeout);
+    failure_ride failures(repeatable);
     auto try_once = [&]() -> attempt_result {
         try {
             attempt_result r = attempt();
@@ -113,7 +112,7 @@ public:
     async_channel_wait(async_waits& waits, clock::time_point deadline, std::string name, std::string channel,
                        repeat repeatable, Op op, completion_t<signature> done)
         : async_waiter(waits, deadline), name_(std::move(name)), channel_(std::move(channel)),
-          failures_(repeatable, waits.core.ep.options.command_timeout), op_(std::move(op)),
+          failures_(repeatable), op_(std::move(op)),
           done_(std::move(done)) {}
 
     /// The initiating task, on the engine thread.
@@ -177,14 +176,18 @@ public:
     }
 
 private:
-    // As wait_on_channel's: failure_ride decides about an attempt that threw.
+    // As wait_on_channel's: failure_ride decides about an attempt that threw. A wait whose
+    // deadline comes while it rides an outage ends with the outage's last error.
     attempt_result try_once() {
         try {
             attempt_result r = op_.attempt();
             failures_.reached();
+            outage = nullptr;
             return r;
         } catch (const error& e) {
-            return {false, failures_.again_after(e, deadline)};
+            const auto again = failures_.again_after(e, deadline);
+            outage = std::current_exception();
+            return {false, again};
         }
     }
     static wait_hint hint_of(const attempt_result& r) {

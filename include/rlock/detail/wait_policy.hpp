@@ -2,7 +2,8 @@
 // that may have run: the rules every wait follows, blocking or asynchronous, lock or
 // synchronizer, written once. The drivers (basic_lock::acquire, async_waits, wait_on_channel,
 // async_channel_wait) ask wait_policy::next_try after each refused try, and wait until then or
-// for a message, whichever comes first; they ask failure_ride what to do with a try that threw.
+// for a message, whichever comes first; they ask failure_ride what to do with a try that threw
+// (an outage is waited through until the deadline).
 #pragma once
 
 #include <algorithm>
@@ -69,38 +70,53 @@ private:
     std::chrono::milliseconds heartbeat_;
 };
 
-/// Whether a wait's attempt is safe to make again after a failure that may have run.
+/// Whether a wait's attempt is safe to make again after a failure that may have run: it reads,
+/// it finds its own earlier work, or its caller undoes what it may have left first (a lock's
+/// release with the same value).
 enum class repeat { safe, unsafe };
 
-/// A wait's attempts that fail in a way that may have run (connection_failed, timeout): a
-/// repeat::safe attempt (it reads, or it finds its own earlier work) is made again after 25 ms
-/// while the failures have lasted less than `bound` (command_timeout) and the deadline is
-/// ahead, so that a waiter rides out a killed connection or a restart; then, or for a
-/// repeat::unsafe attempt or any other error, the failure is the wait's.
+/// A wait whose tries fail because the server cannot be reached or does not answer (it is
+/// restarting, a connection was killed, a failover is under way: connection_failed, timeout)
+/// goes on waiting: each next try after a backoff (25 ms, doubling to 1 s; a message, such as
+/// the subscriber's confirmation after it reconnected, ends the backoff sooner) until the
+/// wait's deadline, and then the last failure is the wait's error. A wait without a deadline
+/// (lock(), acquire()) rides an outage for as long as it lasts. An attempt that may have run
+/// is made again only when that is safe (repeat::safe); a repeat::unsafe one (a semaphore's
+/// DECRBY) only when its failure came before anything was sent (error_origin::unsent), else
+/// that failure is the wait's at once, as is any other error.
 class failure_ride {
 public:
     using clock = std::chrono::steady_clock;
 
-    failure_ride(repeat repeatable, std::chrono::milliseconds bound) noexcept
-        : repeatable_(repeatable), bound_(bound) {}
+    explicit failure_ride(repeat repeatable) noexcept : repeatable_(repeatable) {}
 
-    /// An attempt reached the server: the failures, if any, are over.
-    void reached() noexcept { failing_since_ = {}; }
+    /// An attempt reached the server: the outage, if any, is over.
+    void reached() noexcept {
+        backoff_ = first_backoff;
+        failing_ = false;
+    }
+    /// The last attempt failed and the wait rides it out.
+    bool failing() const noexcept { return failing_; }
 
     /// Called in the handler of `e`, thrown by an attempt: rethrows it, or returns when to make
-    /// the attempt again.
+    /// the attempt again (at most `deadline`'s worth of backoff away).
     clock::time_point again_after(const error& e, clock::time_point deadline) {
-        if (!is_ambiguous(e) || repeatable_ == repeat::unsafe) throw;
+        if (!is_ambiguous(e)) throw;
+        if (repeatable_ == repeat::unsafe && !error_access::origin(e).unsent) throw;
         const auto now = clock::now();
-        if (failing_since_ == clock::time_point{}) failing_since_ = now;
-        if (now >= deadline || now - failing_since_ >= bound_) throw;
-        return now + std::chrono::milliseconds(25);
+        if (now >= deadline) throw;
+        failing_ = true;
+        const auto at = now + backoff_;
+        backoff_ = std::min(backoff_ * 2, longest_backoff);
+        return at;
     }
 
 private:
+    static constexpr std::chrono::milliseconds first_backoff{25};
+    static constexpr std::chrono::milliseconds longest_backoff{1000};
     repeat repeatable_;
-    std::chrono::milliseconds bound_;
-    clock::time_point failing_since_{};  // epoch: the last attempt reached the server
+    std::chrono::milliseconds backoff_ = first_backoff;
+    bool failing_ = false;
 };
 
 }  // namespace rlock::detail
