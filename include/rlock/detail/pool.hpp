@@ -101,10 +101,12 @@ public:
         }
         std::unique_lock<std::mutex> g(mu_);
         bool closed = false;
-        std::optional<handle> h = take_idle(*n, g, closed);
+        pooled p;  // filled by take_idle
+        const bool got = take_idle(*n, g, p, closed);
         g.unlock();
         if (closed) broken();
-        return h;
+        if (!got) return std::nullopt;
+        return std::optional<handle>(std::in_place, this, n, std::move(p.ctx), p.epoch, p.server_id);
     }
 
     /// A connection being opened by open_ahead: `conn` or `failure` once `done`.
@@ -227,10 +229,11 @@ private:
                         lock);
                 }
             }
-            if (std::optional<handle> h = take_idle(n, g, closed)) {
+            pooled p;  // filled by take_idle
+            if (take_idle(n, g, p, closed)) {
                 g.unlock();
                 if (closed) broken();
-                return std::move(*h);
+                return handle(this, &n, std::move(p.ctx), p.epoch, p.server_id);
             }
             if (n.open < cap) break;
         }
@@ -400,21 +403,21 @@ private:
         n.cv.notify_all();
     }
 
-    /// An idle connection of `n` that is still open, or none; closes those the server closed
-    /// (`closed` is set then) and those from before a master switch. `g` holds mu_.
-    std::optional<handle> take_idle(node_pool& n, const std::unique_lock<std::mutex>& g, bool& closed) {
+    /// Takes an idle connection of `n` that is still open into `out` (true), or finds none;
+    /// closes those the server closed (`closed` is set then) and those from before a master
+    /// switch. `g` holds mu_.
+    bool take_idle(node_pool& n, const std::unique_lock<std::mutex>& g, pooled& out, bool& closed) {
         (void)g;
         const std::uint64_t epoch = ep_.epoch.load();
         while (!n.idle.empty()) {
-            pooled p = std::move(n.idle.back());
+            out = std::move(n.idle.back());
             n.idle.pop_back();
-            if (p.epoch == epoch && !closed_while_idle(p.ctx.get())) {
-                return handle(this, &n, std::move(p.ctx), p.epoch, p.server_id);
-            }
+            if (out.epoch == epoch && !closed_while_idle(out.ctx.get())) return true;
             --n.open;
-            if (p.epoch == epoch) closed = true;
+            if (out.epoch == epoch) closed = true;
+            out.ctx.reset();
         }
-        return std::nullopt;
+        return false;
     }
 
     /// open_ahead's thread: opens, then tells whoever waits.
