@@ -101,12 +101,11 @@ public:
         }
         std::unique_lock<std::mutex> g(mu_);
         bool closed = false;
-        pooled p;  // filled by take_idle
-        const bool got = take_idle(*n, g, p, closed);
+        std::optional<handle> h;
+        if (idle_ready(*n, g, closed)) h.emplace(take_idle(*n, g));
         g.unlock();
         if (closed) broken();
-        if (!got) return std::nullopt;
-        return std::optional<handle>(std::in_place, this, n, std::move(p.ctx), p.epoch, p.server_id);
+        return h;
     }
 
     /// A connection being opened by open_ahead: `conn` or `failure` once `done`.
@@ -200,8 +199,8 @@ public:
 private:
     struct pooled {
         context_ptr ctx;
-        std::uint64_t epoch;
-        std::uint64_t server_id;
+        std::uint64_t epoch = 0;
+        std::uint64_t server_id = 0;
     };
     /// The connections to one server: the only one, or one cluster master.
     struct node_pool {
@@ -229,11 +228,11 @@ private:
                         lock);
                 }
             }
-            pooled p;  // filled by take_idle
-            if (take_idle(n, g, p, closed)) {
+            if (idle_ready(n, g, closed)) {
+                handle h = take_idle(n, g);
                 g.unlock();
                 if (closed) broken();
-                return handle(this, &n, std::move(p.ctx), p.epoch, p.server_id);
+                return h;
             }
             if (n.open < cap) break;
         }
@@ -403,21 +402,28 @@ private:
         n.cv.notify_all();
     }
 
-    /// Takes an idle connection of `n` that is still open into `out` (true), or finds none;
-    /// closes those the server closed (`closed` is set then) and those from before a master
-    /// switch. `g` holds mu_.
-    bool take_idle(node_pool& n, const std::unique_lock<std::mutex>& g, pooled& out, bool& closed) {
+    /// Whether `n` has an idle connection that is still open, last in its list (take_idle
+    /// takes it); closes those the server closed (`closed` is set then) and those from before a
+    /// master switch. `g` holds mu_.
+    bool idle_ready(node_pool& n, const std::unique_lock<std::mutex>& g, bool& closed) {
         (void)g;
         const std::uint64_t epoch = ep_.epoch.load();
         while (!n.idle.empty()) {
-            out = std::move(n.idle.back());
-            n.idle.pop_back();
-            if (out.epoch == epoch && !closed_while_idle(out.ctx.get())) return true;
+            const pooled& p = n.idle.back();
+            if (p.epoch == epoch && !closed_while_idle(p.ctx.get())) return true;
             --n.open;
-            if (out.epoch == epoch) closed = true;
-            out.ctx.reset();
+            if (p.epoch == epoch) closed = true;
+            n.idle.pop_back();
         }
         return false;
+    }
+    /// The connection idle_ready found, checked out.
+    handle take_idle(node_pool& n, const std::unique_lock<std::mutex>& g) {
+        (void)g;
+        pooled& p = n.idle.back();
+        handle h(this, &n, std::move(p.ctx), p.epoch, p.server_id);
+        n.idle.pop_back();
+        return h;
     }
 
     /// open_ahead's thread: opens, then tells whoever waits.
