@@ -1046,16 +1046,9 @@ class fake_server {
 public:
     enum class mode { http_400, silent, close_at_once };
 
-    explicit fake_server(mode m) : mode_(m) {
-        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-        const int one = 1;
-        ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    explicit fake_server(mode m) : mode_(m), fd_(rlock_test::loopback_listener(0, 16)) {
+        if (fd_ < 0) throw std::runtime_error("fake_server: cannot listen");
         sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0) {
-            throw std::runtime_error("fake_server: cannot listen");
-        }
         socklen_t len = sizeof a;
         ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
         port_ = ntohs(a.sin_port);

@@ -58,23 +58,34 @@ inline int free_port() {
     throw std::runtime_error("free_port: no free loopback port at or below 55535");
 }
 
+/// A TCP socket listening on loopback `port` (0: a free one the kernel picks) with `backlog`;
+/// -1 when it cannot bind or listen.
+inline int loopback_listener(int port, int backlog) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    const int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, backlog) != 0) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /// A listener on loopback `port` that accepts nothing and whose backlog is full, as a host behind
 /// a firewall that drops packets: a connect() to it hangs (its SYN is dropped) until the caller's
 /// own timeout, where a stopped server's port would refuse at once.
 class full_backlog_listener {
 public:
-    explicit full_backlog_listener(int port) {
-        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-        const int yes = 1;
-        ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    explicit full_backlog_listener(int port) : fd_(loopback_listener(port, 0)) {
+        if (fd_ < 0) throw std::runtime_error("full_backlog_listener: cannot listen on " + std::to_string(port));
         sockaddr_in a{};
         a.sin_family = AF_INET;
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         a.sin_port = htons(static_cast<std::uint16_t>(port));
-        if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 0) != 0) {
-            ::close(fd_);
-            throw std::runtime_error("full_backlog_listener: cannot listen on " + std::to_string(port));
-        }
         // Fill the accept queue (backlog 0 takes one) until a connect no longer completes.
         for (int i = 0; i < 8; ++i) {
             const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
