@@ -65,8 +65,11 @@ public:
 
 /// The category of all rlock error codes.
 inline const std::error_category& error_category() noexcept {
-    static const detail::error_category_impl category;
-    return category;
+    // Never destroyed: an error made on a thread that is still at work while the process exits
+    // (one opening a connection to a red_lock node that hangs) must still find it whole.
+    static const detail::error_category_impl* const category =
+        new detail::error_category_impl();  // NOLINT(cppcoreguidelines-owning-memory)
+    return *category;
 }
 
 inline std::error_code make_error_code(errc e) noexcept {
