@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -345,7 +346,10 @@ TEST(client_lifetime, destroying_the_client_inside_on_lock_lost_is_safe) {
     EXPECT_EQ(c, nullptr);
 }
 
-TEST(client_lifetime, a_destroyed_server_makes_lock_calls_fail_with_a_clear_error) {
+// A stopped server: try_lock() fails at once with a clear error; a wait rides the outage out to
+// its deadline and then fails with the same clear error (issue 31: never false, which would say
+// the lock was held); lock(), which has no deadline, waits until the server is back.
+TEST(client_lifetime, a_stopped_server_fails_bounded_lock_calls_with_a_clear_error_and_lock_waits_for_it) {
     auto s = std::make_unique<redis_server>();
     rlock::client_options o = s->options();
     o.connect_timeout = 200ms;
@@ -353,18 +357,38 @@ TEST(client_lifetime, a_destroyed_server_makes_lock_calls_fail_with_a_clear_erro
     rlock::client c(o);
     rlock::mutex m(c, "gone");
     const std::string where = c.server();
-    s.reset();
-    try {
-        m.lock();
-        FAIL() << "locked on a dead server";
-    } catch (const rlock::error& e) {
+    s->kill_now();
+    auto clear = [&](const rlock::error& e) {
         EXPECT_TRUE(e.code() == rlock::errc::connection_failed || e.code() == rlock::errc::timeout)
             << e.what();
         EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("gone"), std::string::npos) << e.what();
         EXPECT_EQ(e.lock(), "gone") << e.what();
         EXPECT_EQ(e.server(), where) << e.what();
+    };
+    try {
+        (void)m.try_lock();
+        FAIL() << "try_lock answered on a dead server";
+    } catch (const rlock::error& e) {
+        clear(e);
     }
+    const auto start = std::chrono::steady_clock::now();
+    try {
+        (void)m.try_lock_for(600ms);
+        FAIL() << "try_lock_for answered on a dead server";
+    } catch (const rlock::error& e) {
+        clear(e);
+        EXPECT_GE(std::chrono::steady_clock::now() - start, 550ms) << "gave up before its deadline";
+    }
+    auto locked = std::async(std::launch::async, [&] {
+        m.lock();
+        m.unlock();
+        return true;
+    });
+    EXPECT_EQ(locked.wait_for(500ms), std::future_status::timeout) << "lock() returned on a dead server";
+    s->restart();
+    ASSERT_EQ(locked.wait_for(10s), std::future_status::ready) << "lock() still waits after the server came back";
+    EXPECT_TRUE(locked.get());
 }
 
 // The reason on_lock_lost is given names the lock and the server once, with the cause of the

@@ -198,15 +198,25 @@ TEST_F(network, a_partition_longer_than_the_lease_reports_the_hold_lost_and_lock
     EXPECT_TRUE(eventually([&] { return lost.calls == 1; }, 5s)) << lost.calls;
     EXPECT_EQ(lost.code, static_cast<int>(rlock::errc::lock_lost)) << last_message(lost);
 
-    // lock() must not hang behind the partition: a clear timeout / connection error.
+    // A wait behind the partition rides it out to its deadline, then fails with a clear
+    // timeout / connection error (never false, which would say the lock was held).
     rlock::mutex fresh(c, name() + ":fresh");
-    bounded_call call([&] { fresh.lock(); });
+    bounded_call call([&] { (void)fresh.try_lock_for(2s); });
     const outcome o = call.wait(20s);
-    proxy.pass_through();  // heal, so that a hung call (a failure) ends too
-    ASSERT_TRUE(o.finished) << "lock() hung for 20 s behind a partition";
-    ASSERT_TRUE(o.threw) << "lock() succeeded behind a partition";
+    ASSERT_TRUE(o.finished) << "try_lock_for(2s) hung for 20 s behind a partition";
+    ASSERT_TRUE(o.threw) << "try_lock_for(2s) answered behind a partition";
     EXPECT_TRUE(connection_error(o.code)) << o.what;
     EXPECT_NE(o.what.find(c.server()), std::string::npos) << o.what;
+    // lock() has no deadline: it waits through the partition and takes the lock once it heals.
+    bounded_call waiting([&] {
+        fresh.lock();
+        fresh.unlock();
+    });
+    EXPECT_FALSE(waiting.wait(500ms).finished) << "lock() returned behind a partition";
+    proxy.pass_through();
+    const outcome healed = waiting.wait(20s);
+    ASSERT_TRUE(healed.finished) << "lock() still waits after the partition healed";
+    EXPECT_FALSE(healed.threw) << healed.what;
 
     EXPECT_NO_THROW(m.unlock());
     EXPECT_EQ(lost.calls, 1) << "a lost hold must be told once: " << last_message(lost);

@@ -567,7 +567,8 @@ private:
     std::string value_;
     clock::time_point sent_{};
     race_pacing race_;  // against waiters of other processes racing for the same release
-    failure_ride ride_{repeat::safe};  // tries are undone before the next (undo_first_)
+    failure_ride ride_{repeat::safe, site_->core_->ep.follows_failovers()};  // tries are undone
+                                                                            // before the next
     bool undo_first_ = false;          // the last try failed in an outage: it may have run
 };
 

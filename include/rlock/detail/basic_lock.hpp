@@ -202,7 +202,7 @@ private:
         // be reached are made again after a backoff until the deadline, each after undoing what
         // the one before may have taken (undo: a release with the same value), so that nothing
         // sent twice takes a second hold.
-        failure_ride outage(repeat::safe);
+        failure_ride outage(repeat::safe, core_->ep.follows_failovers());
         bool undo_first = false;  // the last try failed in an outage: it may have run
         acquire_result r;
         // (Its deadline past after the courtesy, it tries now: every call tries at least once.)

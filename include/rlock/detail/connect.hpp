@@ -63,6 +63,10 @@ struct endpoint {
     /// endpoint; false otherwise (classic PUBLISH / SUBSCRIBE).
     bool sharded_pubsub = false;
 
+    /// Whether the client finds a new master by itself after a failover (Sentinel, Cluster): a
+    /// replica's READONLY is then a passing state of the deployment, not its settings.
+    bool follows_failovers() const noexcept { return slots != nullptr || !options.sentinels.empty(); }
+
     /// Replica sync: WAIT's two arguments, formatted once.
     std::string wait_replicas, wait_timeout;
 

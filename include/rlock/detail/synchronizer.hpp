@@ -50,7 +50,7 @@ template <class F>
 bool wait_on_channel(client_core& core, const std::string& channel, std::string_view name,
                      std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt) {
     using clock = std::chrono::steady_clock;
-    failure_ride failures(repeatable);
+    failure_ride failures(repeatable, core.ep.follows_failovers());
     auto try_once = [&]() -> attempt_result {
         try {
             attempt_result r = attempt();
@@ -112,7 +112,7 @@ public:
     async_channel_wait(async_waits& waits, clock::time_point deadline, std::string name, std::string channel,
                        repeat repeatable, Op op, completion_t<signature> done)
         : async_waiter(waits, deadline), name_(std::move(name)), channel_(std::move(channel)),
-          failures_(repeatable), op_(std::move(op)),
+          failures_(repeatable, waits.core.ep.follows_failovers()), op_(std::move(op)),
           done_(std::move(done)) {}
 
     /// The initiating task, on the engine thread.

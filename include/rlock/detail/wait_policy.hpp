@@ -76,8 +76,9 @@ private:
 enum class repeat { safe, unsafe };
 
 /// A wait whose tries fail because the server cannot be reached or does not answer (it is
-/// restarting, a connection was killed, a failover is under way: connection_failed, timeout)
-/// goes on waiting: each next try after a backoff (25 ms, doubling to 1 s; a message, such as
+/// restarting, a connection was killed, a failover is under way: connection_failed, timeout;
+/// a replica's READONLY too, where the client follows failovers: Sentinel, Cluster) goes on
+/// waiting: each next try after a backoff (25 ms, doubling to 1 s; a message, such as
 /// the subscriber's confirmation after it reconnected, ends the backoff sooner) until the
 /// wait's deadline, and then the last failure is the wait's error. A wait without a deadline
 /// (lock(), acquire()) rides an outage for as long as it lasts. An attempt that may have run
@@ -88,7 +89,10 @@ class failure_ride {
 public:
     using clock = std::chrono::steady_clock;
 
-    explicit failure_ride(repeat repeatable) noexcept : repeatable_(repeatable) {}
+    /// `follows_failovers`: endpoint::follows_failovers(). Without, a replica's refusal
+    /// (READONLY, reported as connection_failed) is the client's settings: thrown at once.
+    failure_ride(repeat repeatable, bool follows_failovers) noexcept
+        : repeatable_(repeatable), follows_failovers_(follows_failovers) {}
 
     /// An attempt reached the server: the outage, if any, is over.
     void reached() noexcept {
@@ -102,6 +106,7 @@ public:
     /// the attempt again (at most `deadline`'s worth of backoff away).
     clock::time_point again_after(const error& e, clock::time_point deadline) {
         if (!is_ambiguous(e)) throw;
+        if (error_access::origin(e).readonly && !follows_failovers_) throw;
         if (repeatable_ == repeat::unsafe && !error_access::origin(e).unsent) throw;
         const auto now = clock::now();
         if (now >= deadline) throw;
@@ -115,6 +120,7 @@ private:
     static constexpr std::chrono::milliseconds first_backoff{25};
     static constexpr std::chrono::milliseconds longest_backoff{1000};
     repeat repeatable_;
+    bool follows_failovers_;
     std::chrono::milliseconds backoff_ = first_backoff;
     bool failing_ = false;
 };
