@@ -68,7 +68,7 @@ inline const std::error_category& error_category() noexcept {
     // Never destroyed: an error made on a thread that is still at work while the process exits
     // (one opening a connection to a red_lock node that hangs) must still find it whole.
     static const detail::error_category_impl* const category =
-        new detail::error_category_impl();  // NOLINT(cppcoreguidelines-owning-memory)
+        new detail::error_category_impl();  // NOLINT(cppcoreguidelines-owning-memory,bugprone-unhandled-exception-at-new)
     return *category;
 }
 
