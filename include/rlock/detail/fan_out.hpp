@@ -113,7 +113,7 @@ inline std::vector<node_result> fan_out(
             conns[i].emplace(std::move(*h));
             ask(i);
         } else if (failure) {
-            fail(i, error_access::about(*failure, lock));
+            fail(i, *failure);  // the pool named the lock
         } else {
             open(i);
         }

@@ -59,11 +59,8 @@ public:
         return until;
     }
 
-    /// The first fallback: how long a waiter whose subscription is not yet confirmed waits for
-    /// the confirmation before it tries anyway.
-    static constexpr std::chrono::milliseconds first_fallback{10};
-
 private:
+    static constexpr std::chrono::milliseconds first_fallback{10};
     static constexpr std::chrono::milliseconds longest_fallback{1000};
     std::chrono::milliseconds fallback_ = first_fallback;
     silent_holder_looks looks_;
@@ -95,12 +92,7 @@ public:
         : repeatable_(repeatable), follows_failovers_(follows_failovers) {}
 
     /// An attempt reached the server: the outage, if any, is over.
-    void reached() noexcept {
-        backoff_ = first_backoff;
-        failing_ = false;
-    }
-    /// The last attempt failed and the wait rides it out.
-    bool failing() const noexcept { return failing_; }
+    void reached() noexcept { backoff_ = first_backoff; }
 
     /// Called in the handler of `e`, thrown by an attempt: rethrows it, or returns when to make
     /// the attempt again (at most `deadline`'s worth of backoff away).
@@ -110,7 +102,6 @@ public:
         if (repeatable_ == repeat::unsafe && !error_access::origin(e).unsent) throw;
         const auto now = clock::now();
         if (now >= deadline) throw;
-        failing_ = true;
         const auto at = now + backoff_;
         backoff_ = std::min(backoff_ * 2, longest_backoff);
         return at;
@@ -122,7 +113,6 @@ private:
     repeat repeatable_;
     bool follows_failovers_;
     std::chrono::milliseconds backoff_ = first_backoff;
-    bool failing_ = false;
 };
 
 }  // namespace rlock::detail
