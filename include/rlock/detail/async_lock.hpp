@@ -351,14 +351,13 @@ inline async_waits& waits_of(client_core& core) {
 /// One asynchronous acquire of a Kind's lock.
 template <class Kind>
 class async_acquire final : public async_waiter {
-    using try_kind = typename lock_site<Kind>::try_kind;
-
 public:
     async_acquire(std::shared_ptr<const lock_site<Kind>> site, async_waits& waits,
                   clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
                   completion handler)
         : async_waiter(waits, deadline), site_(std::move(site)), lease_(lease), owner_(owner),
-          race_(site_->core_->races(site_->name())) {
+          race_(site_->core_->races(site_->name())),
+          step_(repeat::safe, site_->core_->ep.follows_failovers()) {
         done = std::move(handler);
     }
 
@@ -381,9 +380,9 @@ public:
             Kind::check_acquire(reg, site_->name(), owner_, site_->server());
             watched_ = lease_.count() == 0;
             if (watched_) lease_ = core.ep.options.lock_watchdog_timeout;
-            value_ = Kind::value_for(core.id, owner_, Kind::reentrant);
+            op_.emplace(*site_, Kind::value_for(core.id, owner_, Kind::reentrant), lease_);
             const bool may_wait = clock::now() < deadline;
-            const std::string channel = Kind::wait_channel(site_->keys_, value_);
+            const std::string channel = op_->channel();
             std::string key(Kind::info.name);
             key += '\0';
             key += channel;
@@ -392,8 +391,7 @@ public:
                 // try now would only be refused.
                 wait_group* g = waits.find(key);
                 if (g && !g->queue.empty()) {
-                    waits.join(shared_from_this(), key, channel, Kind::shared,
-                               Kind::heartbeat(site_->options_), nullptr);
+                    waits.join(shared_from_this(), key, channel, Kind::shared, op_->heartbeat(), nullptr);
                     return;
                 }
             }
@@ -403,7 +401,8 @@ public:
                 // the lock (race_pacing::newcomer_pause), and after this client's own release
                 // that woke waiters (note_woken). Waited on a timer, not on the engine thread.
                 const std::chrono::microseconds pause =
-                    may_wait ? race_.newcomer_pause(core.courtesy_left(site_->name())) : std::chrono::microseconds(0);
+                    may_wait ? race_.newcomer_pause(core.courtesy_left(site_->name()))
+                             : std::chrono::microseconds(0);
                 if (pause.count() > 0) {
                     // The timer owns the operation until then (nothing else does).
                     std::shared_ptr<async_waiter> self = shared_from_this();
@@ -429,54 +428,49 @@ public:
                 throw error(errc::connection_failed, site_->name(), site_->server(),
                             "the client was destroyed before this asynchronous acquire started");
             }
+            // Behind waiters already queued, it waits its turn; else its own try's hint leads.
+            auto join = [&](const wait_hint& hint) {
+                wait_group* g = waits.find(key);
+                waits.join(shared_from_this(), key, channel, Kind::shared, op_->heartbeat(),
+                           g && !g->queue.empty() ? nullptr : &hint);
+            };
             if constexpr (Kind::races) {
                 // While this client loses races for the lock, it subscribes (joins) before it
                 // tries at all (race_pacing::subscribes_first): its first try is the group's,
                 // held back by its youth. Nothing is known of the holder yet (-3): the group
                 // waits for its subscription's confirmation, bounded by the fallback (10 ms)
-                // as for any waiter. Behind waiters already queued, it waits its turn.
+                // as for any waiter.
                 if (may_wait && race_.subscribes_first() && clock::now() < deadline) {
                     race_.count_rivals([&] { return site_->subscribers(channel); });
-                    wait_group* g = waits.find(key);
-                    const wait_hint hint{-3, true, {}};
-                    waits.join(shared_from_this(), key, channel, Kind::shared,
-                               Kind::heartbeat(site_->options_), g && !g->queue.empty() ? nullptr : &hint);
+                    join(wait_hint{-3, true, {}});
                     return;
                 }
             }
-            sent_ = clock::now();
-            acquire_result r;
-            try {
-                r = site_->attempt(value_, lease_, may_wait ? try_kind::first : try_kind::only);
-            } catch (const error& e) {
-                // An outage: the wait rides it out, as a blocking one does (failure_ride).
-                if (!may_wait) throw;
-                wait_hint hint;
-                hint.ttl = -3;
-                hint.again = ride_.again_after(e, deadline);  // rethrows what is not an outage
-                outage = std::current_exception();
-                undo_first_ = true;
-                wait_group* g = waits.find(key);
-                waits.join(shared_from_this(), key, channel, Kind::shared,
-                           Kind::heartbeat(site_->options_), g && !g->queue.empty() ? nullptr : &hint);
+            wait_hint hint;
+            hint.ttl = -3;
+            // An outage: the wait rides it out, as a blocking one does (outage_step).
+            const std::optional<try_result> r = step_.run(
+                *op_, [&] { return op_->attempt(may_wait ? try_phase::first : try_phase::only); },
+                deadline, hint.again);
+            outage = step_.last_failure();
+            if (!r) {
+                join(hint);
                 return;
             }
-            if (r.acquired) {
-                won(r);
+            if (r->done) {
+                won();
                 deliver();
                 return;
             }
             if (!may_wait || clock::now() >= deadline) {
-                if (may_wait) site_->give_up(value_);
+                if (may_wait) op_->give_up();
                 settle(nullptr);
                 deliver();
                 return;
             }
             // Before joining (and subscribing): the clients already waiting are its rivals.
             if constexpr (Kind::races) race_.count_rivals([&] { return site_->subscribers(channel); });
-            const wait_hint hint{r.ttl, r.holder_publishes, std::move(r.holder)};
-            waits.join(shared_from_this(), key, channel, Kind::shared, Kind::heartbeat(site_->options_),
-                       &hint);
+            join(r->hint);
         } catch (...) {
             settle(std::current_exception());
             deliver();
@@ -485,40 +479,23 @@ public:
 
     attempt_outcome attempt_waiting(wait_hint& hint, bool woken) override {
         try {
-            if (undo_first_) {
-                // The last try failed in an outage and may have run: undone before the next.
-                site_->undo(value_);
-                undo_first_ = false;
-            }
-            sent_ = clock::now();
-            acquire_result r = site_->attempt(value_, lease_, try_kind::waiting);
-            ride_.reached();
-            outage = nullptr;
-            if constexpr (Kind::races) race_.after_try(r, woken);
-            if (r.acquired) {
-                won(r);
+            hint = wait_hint{};
+            hint.ttl = -3;
+            // An outage is ridden out until the deadline (outage_step): the next try undoes
+            // what this one may have taken first; its last failure is what the wait ends with
+            // then (settle).
+            std::optional<try_result> r =
+                step_.run(*op_, [&] { return op_->attempt(try_phase::waiting); }, deadline, hint.again);
+            outage = step_.last_failure();
+            if (!r) return attempt_outcome::refused;
+            if constexpr (Kind::races) race_.after_try(*r, woken);
+            if (r->done) {
+                won();
                 hint.ttl = lease_.count();
                 return attempt_outcome::acquired;
             }
-            hint.ttl = r.ttl;
-            hint.holder_publishes = r.holder_publishes;
-            hint.holder = std::move(r.holder);
+            hint = std::move(r->hint);
             return attempt_outcome::refused;
-        } catch (const error& e) {
-            try {
-                // An outage is ridden out until the deadline (failure_ride); its last failure
-                // is what the wait ends with then (settle).
-                hint = wait_hint{};
-                hint.ttl = -3;
-                hint.again = ride_.again_after(e, deadline);
-                outage = std::current_exception();
-                undo_first_ = true;
-                return attempt_outcome::refused;
-            } catch (...) {
-                give_up();
-                settle(std::current_exception());
-                return attempt_outcome::failed;
-            }
         } catch (...) {
             give_up();
             settle(std::current_exception());
@@ -527,7 +504,7 @@ public:
     }
 
     void give_up() noexcept override {
-        if (!value_.empty()) site_->give_up(value_);
+        if (op_) op_->give_up();
     }
     std::chrono::microseconds pause_before_try() const override {
         if constexpr (Kind::races) return race_.pause();
@@ -539,11 +516,11 @@ public:
 private:
     // The attempt acquired: the hold is recorded (renewed from now when watched) before anyone
     // hears of it.
-    void won(const acquire_result& r) {
+    void won() {
         client_core& core = *site_->core_;
-        registry::hold_ptr h = make_hold(Kind::info, site_->name(), value_, owner_,
-                                         {lease_, watched_ ? renewal::watched : renewal::leased, sent_});
-        h->fencing = r.fencing;
+        registry::hold_ptr h = make_hold(Kind::info, site_->name(), op_->value(), owner_,
+                                         {lease_, watched_ ? renewal::watched : renewal::leased, op_->sent()});
+        h->fencing = op_->fencing();
         core.reg.add(h);
         result = rlock::hold(site_, std::move(h));
         settled = true;
@@ -564,12 +541,9 @@ private:
     std::chrono::milliseconds lease_;
     std::uint64_t owner_;
     bool watched_ = false;
-    std::string value_;
-    clock::time_point sent_{};
+    std::optional<lock_acquisition<Kind>> op_;  // made once the lease is known (start)
     race_pacing race_;  // against waiters of other processes racing for the same release
-    failure_ride ride_{repeat::safe, site_->core_->ep.follows_failovers()};  // tries are undone
-                                                                            // before the next
-    bool undo_first_ = false;          // the last try failed in an outage: it may have run
+    outage_step step_;  // tries are undone before the next after an outage
 };
 
 /// The asynchronous forms, written once for every lock type. A lock type derives from

@@ -27,6 +27,7 @@
 #include "rlock/detail/subscriber.hpp"
 #include "rlock/detail/timed_lockable.hpp"
 #include "rlock/detail/wait_pacing.hpp"
+#include "rlock/detail/wait_blocking.hpp"
 #include "rlock/detail/wait_policy.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
@@ -175,111 +176,14 @@ private:
         Kind::check_acquire(reg, name(), thread, server());
         const bool watched = lease.count() == 0;
         if (watched) lease = watchdog;
-        std::string value = Kind::value_for(core_->id, thread, Kind::reentrant);
-        const bool may_wait = clock::now() < deadline;
-        race_pacing race(core_->races(name()));  // against waiters of other clients
-        // Whether this newcomer subscribes before its first try (race_pacing::subscribes_first).
-        bool subscribe_first = false;
-        if constexpr (Kind::races) {
-            if (may_wait) {
-                // A newcomer lets the waiters a release has just woken go first: those of this
-                // client's own release (note_woken), and, while this client loses races for the
-                // lock, whoever is woken as it arrives (race_pacing::newcomer_pause). A sleep,
-                // not a wait for news: nothing is published when a woken waiter takes the lock.
-                // Bounded (at most 1 ms, the courtesy; 400 µs otherwise), once per call, and
-                // none at all when the lock is not contended; it is not a poll: the wait below
-                // still ends on the unlock message or the holder's TTL. Behind three rivals or
-                // more it subscribes before it tries at all (race_pacing::subscribes_first):
-                // its first try is then the wait loop's, held back by its youth.
-                const std::chrono::microseconds pause = race.newcomer_pause(core_->courtesy_left(name()));
-                if (pause.count() > 0) std::this_thread::sleep_until(std::min(deadline, clock::now() + pause));
-                subscribe_first = race.subscribes_first();
-            }
-        }
-
-        auto sent = clock::now();
-        // A wait rides out an outage (failure_ride): tries that fail because the server cannot
-        // be reached are made again after a backoff until the deadline, each after undoing what
-        // the one before may have taken (undo: a release with the same value), so that nothing
-        // sent twice takes a second hold.
-        failure_ride outage(repeat::safe, core_->ep.follows_failovers());
-        bool undo_first = false;  // the last try failed in an outage: it may have run
-        acquire_result r;
-        // (Its deadline past after the courtesy, it tries now: every call tries at least once.)
-        if (!subscribe_first || clock::now() >= deadline) {
-            try {
-                r = attempt(value, lease, may_wait ? try_kind::first : try_kind::only);
-            } catch (const error& e) {
-                if (!may_wait) throw;
-                (void)outage.again_after(e, deadline);  // rethrows what is not an outage
-                undo_first = true;
-            }
-        }
-        if (!r.acquired) {
-            if (clock::now() >= deadline) {
-                if (may_wait) give_up(value);  // it may have queued
-                return false;
-            }
-            // Whatever ends this wait without the lock (timeout, error) leaves no trace behind.
-            struct leaver {
-                basic_lock* self;
-                const std::string& value;
-                bool armed = true;
-                ~leaver() {
-                    if (armed) self->give_up(value);
-                }
-            } leave{this, value};
-            const std::string channel = Kind::wait_channel(keys_, value);
-            // Before subscribing: the clients already waiting are this waiter's rivals.
-            if constexpr (Kind::races) race.count_rivals([&] { return site::subscribers(channel); });
-            subscriber::subscription sub(*core_->sub, channel);
-            // This client's waiters for the lock take turns, by kind: a message makes the
-            // first try, not all of them (each of which would be refused but one).
-            sub.take_turns(&Kind::info);
-            sub.wait_active(std::min(deadline,
-                                     clock::now() + core_->ep.options.command_timeout));
-            // When to try again without a message (wait_policy): with a subscription and a TTL
-            // exactly "until the message or the TTL"; the fallback only when no message can
-            // be relied on; a fair waiter's heartbeat.
-            wait_policy policy(Kind::heartbeat(options_));
-            bool woken = false;  // the last wait ended with a message (an unlock, mostly)
-            for (;;) {
-                core_->throw_if_destroyed(name(), "the client was destroyed while this thread waited");
-                sub.throw_if_refused(name(), server());
-                if constexpr (Kind::races) race.before_try(deadline);
-                const std::uint64_t seen = sub.generation();
-                sent = clock::now();
-                try {
-                    if (undo_first) {
-                        this->undo(value);
-                        undo_first = false;
-                    }
-                    r = attempt(value, lease, try_kind::waiting);
-                    outage.reached();
-                } catch (const error& e) {
-                    // Rethrown when it is not an outage, or at the deadline: its last failure.
-                    const auto again = outage.again_after(e, deadline);
-                    undo_first = true;
-                    woken = sub.wait_turn(seen, std::min(deadline, again));
-                    continue;
-                }
-                if constexpr (Kind::races) race.after_try(r, woken);
-                if (r.acquired) break;
-                const auto now = clock::now();
-                if (now >= deadline) return false;
-                core_->throw_if_destroyed(name(), "the client was destroyed while this thread waited");
-                if (r.ttl == -2) continue;  // freed between SET and PTTL: try again now
-                // Re-read each time: a subscriber that reconnected is not listening until its
-                // SUBSCRIBE is confirmed (the confirmation then wakes this waiter to retry).
-                const wait_hint hint{r.ttl, r.holder_publishes, std::move(r.holder)};
-                const auto until = std::min(deadline, policy.next_try(now, hint, sub.active()));
-                woken = sub.wait_turn(seen, until);
-            }
-            leave.armed = false;
-            sub.leave_turns(!Kind::shared);
-        }
-        core_->add_hold(Kind::info, name(), std::move(value), thread,
-                        {lease, watched ? renewal::watched : renewal::leased, sent}, r.fencing);
+        lock_acquisition<Kind> op(*this, Kind::value_for(core_->id, thread, Kind::reentrant), lease);
+        // The wait (wait_blocking): until the unlock message or the holder's TTL, paced against
+        // other clients' waiters, riding out an outage (each try after one undoes what the one
+        // before may have taken: a release with the same value, so that nothing sent twice
+        // takes a second hold).
+        if (!wait_blocking(*core_, op, deadline, repeat::safe)) return false;
+        core_->add_hold(Kind::info, name(), std::move(op.value()), thread,
+                        {lease, watched ? renewal::watched : renewal::leased, op.sent()}, op.fencing());
         forget_lost_at_unlock(thread);
         return true;
     }

@@ -15,6 +15,7 @@
 #include "rlock/detail/hiredis.hpp"
 #include "rlock/detail/kind.hpp"
 #include "rlock/detail/registry.hpp"
+#include "rlock/detail/try_result.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
@@ -274,6 +275,61 @@ public:
     std::shared_ptr<client_core> core_;
     lock_keys keys_;
     lock_options options_;
+};
+
+/// The acquisition operation of a lock on one key, as both drivers run it (wait_blocking,
+/// async_waits): one try is lock_site::attempt with this waiter's value and lease; undo
+/// releases what a try that failed in an outage may have taken; give_up leaves the queue
+/// (fair_lock). The drivers pace the tries of a kind whose waiters race (races()).
+template <class Kind>
+class lock_acquisition {
+public:
+    using clock = std::chrono::steady_clock;
+    using site_type = lock_site<Kind>;
+
+    /// `value`: what the hold is stored under; `lease`: what each try asks for (never 0).
+    lock_acquisition(const site_type& site, std::string value, std::chrono::milliseconds lease)
+        : site_(&site), value_(std::move(value)), lease_(lease) {}
+
+    const std::string& name() const noexcept { return site_->name(); }
+    std::string channel() const { return Kind::wait_channel(site_->keys_, value_); }
+    const void* turns() const noexcept { return &Kind::info; }
+    bool shared() const noexcept { return Kind::shared; }
+    std::chrono::milliseconds heartbeat() const noexcept { return Kind::heartbeat(site_->options_); }
+    /// The client's record of races for this lock, where the kind's waiters race (else null).
+    race_record* races() const {
+        if constexpr (Kind::races) return &site_->core_->races(site_->name());
+        return nullptr;
+    }
+    /// How many clients listen on `channel` (lock_site::subscribers): the rivals a racing
+    /// waiter counts.
+    long long subscribers(const std::string& channel) const noexcept { return site_->subscribers(channel); }
+
+    try_result attempt(try_phase phase) {
+        using try_kind = typename site_type::try_kind;
+        const try_kind kind = phase == try_phase::only    ? try_kind::only
+                              : phase == try_phase::first ? try_kind::first
+                                                          : try_kind::waiting;
+        sent_ = clock::now();
+        acquire_result r = site_->attempt(value_, lease_, kind);
+        fencing_ = r.fencing;
+        return {r.acquired, wait_hint{r.ttl, r.holder_publishes, std::move(r.holder)}};
+    }
+    void undo() { site_->undo(value_); }
+    void give_up() noexcept { site_->give_up(value_); }
+
+    /// What the winning try left: its value, when it was sent (a lease runs from then) and
+    /// its fencing token.
+    std::string& value() noexcept { return value_; }
+    clock::time_point sent() const noexcept { return sent_; }
+    std::uint64_t fencing() const noexcept { return fencing_; }
+
+private:
+    const site_type* site_;
+    std::string value_;
+    std::chrono::milliseconds lease_;
+    clock::time_point sent_{};
+    std::uint64_t fencing_ = 0;
 };
 
 }  // namespace rlock::detail

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "rlock/detail/cluster.hpp"
 #include "rlock/detail/subscriber.hpp"
 #include "rlock/detail/synchronizer_scripts.hpp"
+#include "rlock/detail/wait_blocking.hpp"
 #include "rlock/detail/wait_policy.hpp"
 #include "rlock/errors.hpp"
 
@@ -33,12 +35,50 @@ struct attempt_result {
     clock::time_point again = clock::time_point::max();
 };
 
-/// Calls `attempt()` until it is done (then true) or `deadline` has passed (then false).
-/// After a first refusal it subscribes to `channel` through the client's subscriber and makes
-/// each next attempt when a message arrives there or the subscriber reconnects (a message may
-/// have gone by), never in between — except while the subscription is not confirmed, when no
-/// message can be counted on: then it also tries after 10 ms, doubling to 1 s — and at the
-/// `again` an attempt asked for. `attempt` returns an attempt_result (or a bool).
+/// The acquisition operation of a synchronizer's wait, as the blocking driver runs it
+/// (wait_blocking): a condition that a message on `channel` may have changed, with no holder
+/// and no TTL to bound the wait. `attempt()` returns an attempt_result (or a bool); it leaves
+/// nothing to undo (a repeat::safe one finds its own earlier work).
+template <class F>
+class channel_acquisition {
+public:
+    channel_acquisition(F& attempt, std::string_view name, const std::string& channel)
+        : attempt_(attempt), name_(name), channel_(channel) {}
+
+    std::string_view name() const noexcept { return name_; }
+    std::string channel() const { return channel_; }
+    const void* turns() const noexcept { return nullptr; }  // every waiter tries on a message
+    bool shared() const noexcept { return true; }
+    std::chrono::milliseconds heartbeat() const noexcept { return std::chrono::milliseconds(0); }
+    race_record* races() const noexcept { return nullptr; }  // its waiters do not race
+    long long subscribers(const std::string& /*channel*/) const noexcept { return -1; }
+    try_result attempt(try_phase /*phase*/) { return of(attempt_()); }
+    void undo() noexcept {}
+    void give_up() noexcept {}
+
+    /// An attempt_result as the drivers read it: no holder (-3), so messages, the fallback
+    /// while no message can be counted on, and the attempt's own `again`.
+    static try_result of(const attempt_result& r) {
+        try_result t;
+        t.done = r.done;
+        t.hint.ttl = -3;
+        t.hint.again = r.again;
+        return t;
+    }
+
+private:
+    F& attempt_;
+    std::string_view name_;
+    const std::string& channel_;
+};
+
+/// Calls `attempt()` until it is done (then true) or `deadline` has passed (then false):
+/// channel_acquisition under the blocking driver (wait_blocking). After a first refusal it
+/// subscribes to `channel` through the client's subscriber and makes each next attempt when a
+/// message arrives there or the subscriber reconnects (a message may have gone by), never in
+/// between — except while the subscription is not confirmed, when no message can be counted
+/// on: then it also tries after 10 ms, doubling to 1 s — and at the `again` an attempt asked
+/// for. `attempt` returns an attempt_result (or a bool).
 ///
 /// An attempt that fails with connection_failed or timeout (a restart, a killed connection) is
 /// made again after a backoff until the deadline (failure_ride, wait_policy.hpp), when
@@ -49,37 +89,8 @@ struct attempt_result {
 template <class F>
 bool wait_on_channel(client_core& core, const std::string& channel, std::string_view name,
                      std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt) {
-    using clock = std::chrono::steady_clock;
-    failure_ride failures(repeatable, core.ep.follows_failovers());
-    auto try_once = [&]() -> attempt_result {
-        try {
-            attempt_result r = attempt();
-            failures.reached();
-            return r;
-        } catch (const error& e) {
-            core.throw_if_destroyed(name, "the client was destroyed while this thread waited");
-            return {false, failures.again_after(e, deadline)};
-        }
-    };
-    attempt_result tried = try_once();
-    if (tried.done) return true;
-    if (clock::now() >= deadline) return false;
-    subscriber::subscription sub(*core.sub, channel);
-    sub.wait_active(std::min({deadline, tried.again, clock::now() + core.ep.options.command_timeout}));
-    wait_policy policy;
-    for (;;) {
-        core.throw_if_destroyed(name, "the client was destroyed while this thread waited");
-        sub.throw_if_refused(name, core.ep.name);
-        const std::uint64_t seen = sub.generation();
-        tried = try_once();
-        if (tried.done) return true;
-        const auto now = clock::now();
-        if (now >= deadline) return false;
-        wait_hint hint;
-        hint.ttl = -3;  // no holder: messages, the fallback and the attempt's own `again`
-        hint.again = tried.again;
-        (void)sub.wait(seen, std::min(deadline, policy.next_try(now, hint, sub.active())));
-    }
+    channel_acquisition<F> op(attempt, name, channel);
+    return wait_blocking(core, op, deadline, repeatable);
 }
 
 /// What an asynchronous synchronizer wait completes with: true when done, false when its wait
@@ -112,7 +123,7 @@ public:
     async_channel_wait(async_waits& waits, clock::time_point deadline, std::string name, std::string channel,
                        repeat repeatable, Op op, completion_t<signature> done)
         : async_waiter(waits, deadline), name_(std::move(name)), channel_(std::move(channel)),
-          failures_(repeatable, waits.core.ep.follows_failovers()), op_(std::move(op)),
+          step_(repeatable, waits.core.ep.follows_failovers()), op_(std::move(op)),
           done_(std::move(done)) {}
 
     /// The initiating task, on the engine thread.
@@ -176,19 +187,18 @@ public:
     }
 
 private:
-    // As wait_on_channel's: failure_ride decides about an attempt that threw. A wait whose
-    // deadline comes while it rides an outage ends with the outage's last error.
+    // As the blocking driver's (outage_step): an attempt that fails in an outage is made again
+    // after a backoff; a wait whose deadline comes while it rides one ends with its last error.
+    // Nothing is undone between tries: a repeat::safe attempt finds its own earlier work.
     attempt_result try_once() {
-        try {
-            attempt_result r = op_.attempt();
-            failures_.reached();
-            outage = nullptr;
-            return r;
-        } catch (const error& e) {
-            const auto again = failures_.again_after(e, deadline);
-            outage = std::current_exception();
-            return {false, again};
-        }
+        struct nothing_to_undo {
+            void undo() noexcept {}
+        } keep;
+        auto again = clock::time_point::max();
+        const std::optional<attempt_result> r = step_.run(keep, [&] { return op_.attempt(); }, deadline, again);
+        outage = step_.last_failure();
+        if (r) return *r;
+        return {false, again};
     }
     static wait_hint hint_of(const attempt_result& r) {
         wait_hint h;
@@ -199,7 +209,7 @@ private:
 
     std::string name_;
     std::string channel_;
-    failure_ride failures_;
+    outage_step step_;
     Op op_;
     completion_t<signature> done_;
     Result result_{};

@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "rlock/detail/client_core.hpp"
-#include "rlock/detail/kind.hpp"
 #include "rlock/detail/random.hpp"
+#include "rlock/detail/try_result.hpp"
 
 namespace rlock::detail {
 
@@ -112,12 +112,12 @@ public:
     /// After each try: `woken` when the wait before it ended with a message. Keeps `lost`:
     /// -1 for an acquisition; +2 (up to max_lost) when a try an unlock message woke was
     /// beaten by another waiter, i.e. the lock is raced for.
-    void after_try(const acquire_result& r, bool woken) {
+    void after_try(const try_result& r, bool woken) {
         ++round_;
         const int now = record_.lost.load(std::memory_order_relaxed);
-        if (r.acquired) {
+        if (r.done) {
             if (now > 0) record_.lost.fetch_sub(1, std::memory_order_relaxed);
-        } else if (woken && r.ttl != -2 && now < max_lost) {
+        } else if (woken && r.hint.ttl != -2 && now < max_lost) {
             record_.lost.fetch_add(2, std::memory_order_relaxed);
         }
     }

@@ -8,24 +8,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <optional>
 #include <string>
 
 #include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/try_result.hpp"
 #include "rlock/detail/wait_pacing.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {
-
-/// What a refused try said about when to try again.
-struct wait_hint {
-    long long ttl = -2;  // the holder's remaining ms, -1 no expiry, -2 freed meanwhile, -3 no
-                         // holder (a synchronizer: messages only, and the fallback)
-    bool holder_publishes = true;
-    std::string holder;
-    /// When the attempt itself asked to be made again (a synchronizer's ambiguous failure, a
-    /// permit's earliest lease end); max: it did not.
-    std::chrono::steady_clock::time_point again = std::chrono::steady_clock::time_point::max();
-};
 
 /// The rules of when a waiter tries again when no message comes. A message (an unlock, the
 /// subscription confirmed after a reconnect) ends every wait earlier; these bound it:
@@ -113,6 +105,48 @@ private:
     repeat repeatable_;
     bool follows_failovers_;
     std::chrono::milliseconds backoff_ = first_backoff;
+};
+
+/// One try of a wait under the outage rule, for both drivers (wait_blocking, async_waits):
+/// when the try before failed in an outage (it may have run), `op.undo()` comes first; then
+/// the try; a failure goes to failure_ride, which rethrows it or says when to try again.
+class outage_step {
+public:
+    using clock = std::chrono::steady_clock;
+
+    outage_step(repeat repeatable, bool follows_failovers) noexcept : ride_(repeatable, follows_failovers) {}
+
+    /// Returns what `attempt()` returned; or nothing when it failed in an outage the wait
+    /// rides, and then `again` is when to try next. Rethrows any other failure (and an
+    /// outage's at `deadline`).
+    template <class Op, class Attempt>
+    auto run(Op& op, Attempt&& attempt, clock::time_point deadline, clock::time_point& again)
+        -> std::optional<decltype(attempt())> {
+        try {
+            if (undo_first_) {
+                op.undo();
+                undo_first_ = false;
+            }
+            auto r = attempt();
+            ride_.reached();
+            last_ = nullptr;
+            return r;
+        } catch (const error& e) {
+            again = ride_.again_after(e, deadline);
+            undo_first_ = true;
+            last_ = std::current_exception();
+            return std::nullopt;
+        }
+    }
+
+    /// The last try's failure while the wait rides an outage; null once a try reached the
+    /// server.
+    const std::exception_ptr& last_failure() const noexcept { return last_; }
+
+private:
+    failure_ride ride_;
+    bool undo_first_ = false;  // the last try failed in an outage: it may have run
+    std::exception_ptr last_;
 };
 
 }  // namespace rlock::detail
