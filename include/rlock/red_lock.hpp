@@ -47,6 +47,7 @@
 #include "rlock/detail/async_lock.hpp"
 #include "rlock/detail/red_site.hpp"
 #include "rlock/detail/timed_lockable.hpp"
+#include "rlock/detail/wait_blocking.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
@@ -135,30 +136,19 @@ private:
     }
 
     // timed_lockable's entry point (see there). lock() (deadline max) gives up at once when
-    // too few nodes can be asked; a bounded wait keeps trying until its deadline.
+    // too few nodes can be asked; a bounded wait keeps trying until its deadline, and then
+    // throws quorum_not_reached if its last round could not ask a majority.
     bool acquire(clock::time_point deadline, std::chrono::milliseconds lease) {
-        const bool bounded = deadline != clock::time_point::max();
         const std::uint64_t thread = detail::current_thread_number();
         site_->check_acquire(thread);
         const bool watched = lease.count() == 0;
         if (watched) lease = site_->nodes().front()->ep.options.lock_watchdog_timeout;
-        std::optional<detail::subscriber::subscription> sub;
-        for (;;) {
-            const detail::red_site::round r = site_->try_once(thread, lease, watched);
-            if (r.held) return true;
-            if (site_->gives_up(r, deadline)) return false;
-            const auto now = clock::now();
-            // Redlock's random delay between rounds, cut short by an unlock message from the
-            // first node.
-            if (!sub) sub.emplace(*site_->nodes().front()->sub, site_->channel());
-            // A channel the first node's ACL refuses: the wait fails with that refusal (as
-            // every kind's does) rather than waking at once each round.
-            sub->throw_if_refused(site_->name(), site_->nodes().front()->ep.name);
-            const auto seen = sub->generation();
-            auto until = now + site_->retry_pause();
-            if (bounded) until = std::min(until, deadline);
-            sub->wait(seen, until);
-        }
+        // Rounds until one holds, each after Redlock's random delay or an unlock message from
+        // the first node, whichever comes first (wait_blocking).
+        detail::red_acquisition op(*site_, thread, lease, watched, deadline);
+        if (detail::wait_blocking(*site_->nodes().front(), op, deadline, detail::repeat::safe)) return true;
+        (void)site_->gives_up(op.last(), deadline);  // throws when the quorum was out of reach
+        return false;
     }
 
     // async_lockable's entry point (async_lock.hpp).
@@ -175,10 +165,10 @@ private:
                            detail::completion done) {
             detail::client_core& first = *s->nodes().front();
             first.throw_if_destroyed(s->name(), "the client of the red_lock's first node has been destroyed");
-            (void)detail::waits_of(first);  // the engine's owner and stop hook
             auto op = std::make_shared<detail::red_acquire>(
-                s, deadline, lease, owner != 0 ? owner : detail::next_owner_number(), std::move(done));
-            if (!first.eng.post([op] { op->run_round(); })) {
+                s, detail::waits_of(first), deadline, lease, owner != 0 ? owner : detail::next_owner_number(),
+                std::move(done));
+            if (!first.eng.post([op] { op->start(); })) {
                 throw error(errc::connection_failed, s->name(), first.ep.name,
                             "the client of the red_lock's first node has been destroyed");
             }

@@ -1,5 +1,6 @@
 // red_lock's site: its nodes, name and options, with one Redlock round (fan_out.hpp), one
-// release and the validity of a hold for an owner; and red_acquire, its asynchronous acquire.
+// release and the validity of a hold for an owner; red_acquisition, its acquisition operation;
+// and red_acquire, its asynchronous acquire.
 // rlock::red_lock (red_lock.hpp) is the public face; its contract is there.
 #pragma once
 
@@ -22,6 +23,7 @@
 #include "rlock/detail/random.hpp"
 #include "rlock/detail/registry.hpp"
 #include "rlock/detail/subscriber.hpp"
+#include "rlock/detail/try_result.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
@@ -358,114 +360,163 @@ private:
     lock_keys keys_;
 };
 
-/// One asynchronous red_lock acquire: rounds on the first node's engine thread, with Redlock's
-/// random pause between them waited on a timer and cut short by an unlock message from the
-/// first node (as a blocking round's pause is).
-class red_acquire final : public cancellable, public std::enable_shared_from_this<red_acquire> {
+/// red_lock's acquisition operation, as the blocking driver runs it (wait_blocking, on the
+/// first node's client, whose channel carries the unlock message): one try is one Redlock
+/// round (red_site::try_once), which undoes itself on every node when it does not hold; a
+/// refused round asks for the next after Redlock's random delay (red_site::retry_pause). A
+/// round that could not ask a majority throws quorum_not_reached without a deadline, and at
+/// the deadline with one (red_site::gives_up; the caller asks again when the driver returns
+/// at its deadline, with last()).
+class red_acquisition {
+public:
     using clock = std::chrono::steady_clock;
 
-public:
-    red_acquire(std::shared_ptr<const red_site> site, clock::time_point deadline,
-                std::chrono::milliseconds lease, std::uint64_t owner, completion_t<void(std::exception_ptr, rlock::hold)> done)
-        : site_(std::move(site)), deadline_(deadline), lease_(lease), owner_(owner), done_(std::move(done)) {}
+    red_acquisition(const red_site& site, std::uint64_t owner, std::chrono::milliseconds lease, bool watched,
+                    clock::time_point deadline)
+        : site_(site), owner_(owner), lease_(lease), watched_(watched), deadline_(deadline) {}
 
-    /// The initiating task, and each round after it, on the first node's engine thread.
-    void run_round() noexcept {
-        if (settled_) return;
-        engine& eng = site_->nodes().front()->eng;
-        eng.cancel(timer_);
-        timer_ = 0;
+    const std::string& name() const noexcept { return site_.name(); }
+    std::string channel() const { return site_.channel(); }
+    const void* turns() const noexcept { return nullptr; }  // each waiter runs its own rounds
+    bool shared() const noexcept { return true; }
+    std::chrono::milliseconds heartbeat() const noexcept { return std::chrono::milliseconds(0); }
+    race_record* races() const noexcept { return nullptr; }  // Redlock's random delay paces it
+    long long subscribers(const std::string& /*channel*/) const noexcept { return -1; }
+
+    try_result attempt(try_phase /*phase*/) {
+        red_site::round r = site_.try_once(owner_, lease_, watched_);
+        if (r.held) {
+            held_ = std::move(r.held);
+            return {true, {}};
+        }
+        (void)site_.gives_up(r, deadline_);
+        last_ = std::move(r);
+        try_result t;
+        t.hint.ttl = -3;  // no holder to wait out: the unlock message, or the next round
+        t.hint.again = clock::now() + site_.retry_pause();
+        return t;
+    }
+    void undo() noexcept {}     // a round undoes itself
+    void give_up() noexcept {}  // nothing queued
+
+    /// The last round that did not hold.
+    const red_site::round& last() const noexcept { return last_; }
+    /// The first node's hold of the round that held.
+    const registry::hold_ptr& held() const noexcept { return held_; }
+
+private:
+    const red_site& site_;
+    std::uint64_t owner_;
+    std::chrono::milliseconds lease_;
+    bool watched_;
+    clock::time_point deadline_;
+    red_site::round last_;
+    registry::hold_ptr held_;
+};
+
+/// One asynchronous red_lock acquire: red_acquisition's rounds on the first node's engine
+/// thread, driven by that client's async_waits (the asynchronous driver) as a blocking acquire
+/// is by wait_blocking: the next round after Redlock's random delay or an unlock message from
+/// the first node, the deadline, cancellation and the client's destruction as for every
+/// asynchronous acquire. A wait whose deadline comes while its last round could not ask a
+/// majority ends with quorum_not_reached (async_waiter::outage).
+class red_acquire final : public async_waiter {
+public:
+    red_acquire(std::shared_ptr<const red_site> site, async_waits& waits, clock::time_point deadline,
+                std::chrono::milliseconds lease, std::uint64_t owner, completion done)
+        : async_waiter(waits, deadline), site_(std::move(site)), lease_(lease), owner_(owner), done_(std::move(done)) {}
+
+    /// The initiating task, on the first node's engine thread.
+    void start() noexcept {
         try {
-            if (eng.stopping()) {
+            if (waits.core.eng.stopping()) {
                 throw error(errc::connection_failed, site_->name(), "",
-                            "the client of the red_lock's first node was destroyed while this "
-                            "asynchronous acquire waited");
+                            "the client of the red_lock's first node was destroyed before this "
+                            "asynchronous acquire started");
             }
-            if (!started_) {
-                site_->check_acquire(owner_);
-                watched_ = lease_.count() == 0;
-                if (watched_) lease_ = site_->nodes().front()->ep.options.lock_watchdog_timeout;
-                started_ = true;
-            } else {
-                for (client_core* n : site_->nodes()) {
-                    n->throw_if_destroyed(site_->name(), "the client of this node has been destroyed");
-                }
-            }
-            if (sub_) sub_->throw_if_refused(site_->name(), site_->nodes().front()->ep.name);
-            red_site::round r = site_->try_once(owner_, lease_, watched_);
-            if (r.held) {
-                registry::hold_ptr record = make_hold(red_lock_info, site_->name(), r.held->value, owner_,
-                                                     {lease_, r.held->watched ? renewal::watched : renewal::leased, clock::now()});
-                record->id = r.held->group->id;
-                finish(nullptr, rlock::hold(site_, std::move(record)));
+            site_->check_acquire(owner_);
+            const bool watched = lease_.count() == 0;
+            if (watched) lease_ = site_->nodes().front()->ep.options.lock_watchdog_timeout;
+            op_.emplace(*site_, owner_, lease_, watched, deadline);
+            wait_hint hint;
+            if (round(hint) != attempt_outcome::refused) {
+                deliver();
                 return;
             }
-            if (site_->gives_up(r, deadline_)) {
-                finish(nullptr, rlock::hold());
+            if (clock::now() >= deadline) {
+                settle(nullptr);
+                deliver();
                 return;
             }
-            const auto now = clock::now();
-            if (!sub_) {
-                std::weak_ptr<red_acquire> weak = weak_from_this();
-                sub_ = std::make_unique<subscriber::subscription>(
-                    *site_->nodes().front()->sub, site_->channel(), [this, weak, first = &eng] {
-                        // On the subscriber's thread: only hand the news on. `this` and the
-                        // engine outlive the subscription (the op owns it; the site, the core).
-                        if (posted_.exchange(true)) return;
-                        (void)first->post([weak] {
-                            if (auto self = weak.lock()) {
-                                self->posted_.store(false);
-                                self->run_round();
-                            }
-                        });
-                    });
-            }
-            std::shared_ptr<red_acquire> self = shared_from_this();  // the timer owns it until then
-            timer_ = eng.at(std::min(now + site_->retry_pause(), deadline_), [self] { self->run_round(); });
+            std::string key(red_lock_info.name);
+            key += '\0';
+            key += site_->channel();
+            // Behind waiters already queued on this client, the group's own timer leads.
+            wait_group* g = waits.find(key);
+            waits.join(shared_from_this(), key, site_->channel(), false, std::chrono::milliseconds(0),
+                       g && !g->queue.empty() ? nullptr : &hint);
         } catch (...) {
-            finish(std::current_exception(), rlock::hold());
+            settle(std::current_exception());
+            deliver();
         }
     }
 
-    void cancel() noexcept override {
+    attempt_outcome attempt_waiting(wait_hint& hint, bool /*woken*/) override {
         try {
-            std::weak_ptr<red_acquire> weak = weak_from_this();
-            (void)site_->nodes().front()->eng.post([weak] {
-                auto self = weak.lock();
-                if (!self || self->settled_) return;
-                self->site_->nodes().front()->eng.cancel(self->timer_);
-                try {
-                    throw error(errc::operation_aborted, self->site_->name(), "",
-                                "the asynchronous acquire was cancelled");
-                } catch (...) {
-                    self->finish(std::current_exception(), rlock::hold());
-                }
-            });
+            for (client_core* n : site_->nodes()) {
+                n->throw_if_destroyed(site_->name(), "the client of this node has been destroyed");
+            }
+        } catch (...) {
+            settle(std::current_exception());
+            return attempt_outcome::failed;
+        }
+        return round(hint);
+    }
+    std::chrono::microseconds pause_before_try() const override { return std::chrono::microseconds(0); }
+    void give_up() noexcept override {}  // a round undoes itself
+    const std::string& lock_name() const noexcept override { return site_->name(); }
+    const std::string& server() const noexcept override { return no_server_; }
+    void deliver() noexcept override {
+        try {
+            done_(std::move(failure), std::move(result_));
         } catch (...) {
         }
     }
 
 private:
-    // Completes the operation, once: no subscription is left behind.
-    void finish(std::exception_ptr e, rlock::hold h) noexcept {
-        if (settled_) return;
-        settled_ = true;
-        sub_.reset();
+    // One round; on `acquired` the result is set and `hint` carries the lease.
+    attempt_outcome round(wait_hint& hint) noexcept {
         try {
-            done_(std::move(e), std::move(h));
+            const try_result r = op_->attempt(try_phase::waiting);
+            if (r.done) {
+                const registry::hold_ptr& held = op_->held();
+                registry::hold_ptr record = make_hold(red_lock_info, site_->name(), held->value, owner_,
+                                                     {lease_, held->watched ? renewal::watched : renewal::leased, clock::now()});
+                record->id = held->group->id;
+                result_ = rlock::hold(site_, std::move(record));
+                settled = true;
+                hint.ttl = lease_.count();
+                return attempt_outcome::acquired;
+            }
+            hint = r.hint;
+            // What the wait ends with if its deadline comes now (settle).
+            outage = op_->last().unreachable
+                         ? std::make_exception_ptr(error(errc::quorum_not_reached, site_->name(), "", op_->last().detail))
+                         : nullptr;
+            return attempt_outcome::refused;
         } catch (...) {
+            settle(std::current_exception());
+            return attempt_outcome::failed;
         }
     }
 
     std::shared_ptr<const red_site> site_;
-    clock::time_point deadline_;
     std::chrono::milliseconds lease_;
     std::uint64_t owner_;
-    completion_t<void(std::exception_ptr, rlock::hold)> done_;
-    bool started_ = false, watched_ = false, settled_ = false;
-    engine::timer_id timer_ = 0;
-    std::atomic<bool> posted_{false};  // a round is posted by the subscription's news
-    std::unique_ptr<subscriber::subscription> sub_;
+    completion done_;
+    std::optional<red_acquisition> op_;  // made once the lease is known (start)
+    rlock::hold result_;
+    std::string no_server_;  // a red_lock's errors name no one server
 };
 
 }  // namespace rlock::detail
