@@ -66,7 +66,7 @@ using namespace ::asio;  // NOLINT(google-build-using-namespace): one spelling f
 }  // namespace rlock::detail::asio_ns
 #endif
 
-#include "rlock/detail/completion.hpp"
+#include "rlock/detail/runtime/completion.hpp"
 #include "rlock/hold.hpp"
 
 namespace rlock::detail {

@@ -26,7 +26,7 @@
 #include <string_view>
 #include <utility>
 
-#include "rlock/detail/client_core.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock {

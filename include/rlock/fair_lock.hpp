@@ -18,12 +18,12 @@
 // try_lock() (no wait) never joins the queue.
 //
 // Everything else — reentry, leases, watchdog, lost holds, fencing, thread-safety — is as for
-// rlock::reentrant_lock (same hash layout). Details and the scripts: detail/fair_kind.hpp.
+// rlock::reentrant_lock (same hash layout). Details and the scripts: detail/protocol/fair_kind.hpp.
 #pragma once
 
 #include "rlock/client.hpp"
-#include "rlock/detail/basic_lock.hpp"
-#include "rlock/detail/fair_kind.hpp"
+#include "rlock/detail/front/basic_lock.hpp"
+#include "rlock/detail/protocol/fair_kind.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock {

@@ -19,10 +19,10 @@
 #include <string>
 #include <utility>
 
-#include "rlock/detail/completion.hpp"
-#include "rlock/detail/engine.hpp"
-#include "rlock/detail/random.hpp"
-#include "rlock/detail/registry.hpp"
+#include "rlock/detail/runtime/completion.hpp"
+#include "rlock/detail/runtime/engine.hpp"
+#include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/runtime/registry.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock {

@@ -34,7 +34,7 @@
 // Thread-safety: one mutex object may be shared by many threads (like std::mutex); a hold
 // belongs to the thread that took it, and only that thread may unlock it.
 //
-// Members (from basic_lock): see rlock/detail/basic_lock.hpp for the full contract of each.
+// Members (from basic_lock): see rlock/detail/front/basic_lock.hpp for the full contract of each.
 //   lock / try_lock / try_lock_for / try_lock_until / unlock      TimedLockable
 //   is_locked()                  anyone holds it (one round trip)
 //   is_held_by_current_thread()  this thread holds it and Redis agrees (one round trip)
@@ -45,8 +45,8 @@
 #pragma once
 
 #include "rlock/client.hpp"
-#include "rlock/detail/basic_lock.hpp"
-#include "rlock/detail/mutex_kind.hpp"
+#include "rlock/detail/front/basic_lock.hpp"
+#include "rlock/detail/protocol/mutex_kind.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock {

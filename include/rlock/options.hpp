@@ -177,7 +177,7 @@ struct lock_options {
 
 }  // namespace rlock
 
-#include "rlock/detail/uri.hpp"
+#include "rlock/detail/redis/uri.hpp"
 
 namespace rlock {
 

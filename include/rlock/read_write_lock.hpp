@@ -25,7 +25,7 @@
 //   - readers entering while a writer waits are let in (as in Redisson): a steady stream of
 //     readers can keep a writer waiting.
 //
-// In Redis: see rlock/detail/read_write_kind.hpp (Redisson's layout; the channel is
+// In Redis: see rlock/detail/protocol/read_write_kind.hpp (Redisson's layout; the channel is
 // `redisson_rwlock:{name}`: `0` when the last reader leaves, `1` when the writer leaves).
 //
 // Thread-safety: as rlock::mutex — share the object freely; a hold belongs to its thread.
@@ -37,9 +37,10 @@
 #include <utility>
 
 #include "rlock/client.hpp"
-#include "rlock/detail/basic_lock.hpp"
-#include "rlock/detail/read_write_kind.hpp"
-#include "rlock/detail/timed_lockable.hpp"
+#include "rlock/detail/front/basic_lock.hpp"
+#include "rlock/detail/protocol/read_write_kind.hpp"
+#include "rlock/detail/front/async_lockable.hpp"
+#include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock {

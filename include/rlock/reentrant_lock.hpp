@@ -15,12 +15,12 @@
 // `errc::lock_lost` when it tries to re-enter: it must unlock first.
 //
 // Everything else — leases, watchdog, waiting, lost holds, fencing, thread-safety — is as for
-// rlock::mutex (see mutex.hpp and detail/basic_lock.hpp).
+// rlock::mutex (see mutex.hpp and detail/front/basic_lock.hpp).
 #pragma once
 
 #include "rlock/client.hpp"
-#include "rlock/detail/basic_lock.hpp"
-#include "rlock/detail/reentrant_kind.hpp"
+#include "rlock/detail/front/basic_lock.hpp"
+#include "rlock/detail/protocol/reentrant_kind.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock {

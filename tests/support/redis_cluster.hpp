@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "rlock/detail/cluster.hpp"
+#include "rlock/detail/redis/cluster.hpp"
 #include "support/redis_server.hpp"
 
 namespace rlock_test {

@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/options.hpp"
 #include "support/helpers.hpp"
 #include "support/redis_server.hpp"

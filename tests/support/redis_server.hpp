@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock_test {

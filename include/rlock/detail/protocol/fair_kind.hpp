@@ -38,12 +38,12 @@
 #include <string>
 #include <string_view>
 
-#include "rlock/detail/kind.hpp"
-#include "rlock/detail/hiredis.hpp"
-#include "rlock/detail/script.hpp"
-#include "rlock/detail/lua_checks.hpp"
-#include "rlock/detail/reentrant_kind.hpp"
-#include "rlock/detail/registry.hpp"
+#include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/protocol/lua_checks.hpp"
+#include "rlock/detail/protocol/reentrant_kind.hpp"
+#include "rlock/detail/protocol/kind_info.hpp"
 
 namespace rlock::detail {
 

@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "rlock/detail/cluster.hpp"
-#include "rlock/detail/hiredis.hpp"
+#include "rlock/detail/redis/cluster.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/options.hpp"
 

@@ -16,19 +16,12 @@
 #include <utility>
 #include <vector>
 
-#include "rlock/detail/script.hpp"
+#include "rlock/detail/protocol/kind_info.hpp"
+#include "rlock/detail/redis/script.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock::detail {
-
-/// What the watchdog needs to know about a kind of lock.
-struct kind_info {
-    const char* name = nullptr;            // "mutex", "reentrant_lock": for messages
-    const script& (*renew)() = nullptr;    // batch renewal; KEYS = lock keys, ARGV = lease, values...
-    bool follows_ask = true;               // Redis Cluster: see kind_defaults::follows_ask
-    const char* gone = nullptr;            // why a renewal found a hold gone, when not a lock's
-};
 
 /// A hold id: unique in the process, never 0.
 inline std::uint64_t next_hold_id() noexcept {

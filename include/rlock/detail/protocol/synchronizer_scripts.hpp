@@ -14,9 +14,9 @@
 #include <string_view>
 #include <system_error>
 
-#include "rlock/detail/hiredis.hpp"
-#include "rlock/detail/lua_checks.hpp"
-#include "rlock/detail/script.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/protocol/lua_checks.hpp"
+#include "rlock/detail/redis/script.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {

@@ -10,12 +10,13 @@
 #include <string>
 #include <string_view>
 
-#include "rlock/detail/client_core.hpp"
-#include "rlock/detail/cluster.hpp"
-#include "rlock/detail/hiredis.hpp"
-#include "rlock/detail/kind.hpp"
-#include "rlock/detail/registry.hpp"
-#include "rlock/detail/try_result.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/redis/cluster.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/runtime/registry.hpp"
+#include "rlock/detail/acquisition/try_result.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
@@ -104,6 +105,20 @@ public:
             reg.report(*h, error(errc::lock_lost, name(), server(),
                                  "at unlock the lock was no longer held by this thread (expired, "
                                  "deleted or taken over)"));
+        }
+    }
+
+    /// Throws what a fresh (not re-entrant) acquisition by `owner` must: would_deadlock while
+    /// it holds the kind that refuses it (Kind::refused_while_holding: a reader asking for the
+    /// write side).
+    void check_acquire(std::uint64_t owner) const {
+        if constexpr (Kind::refused_while_holding != nullptr) {
+            if (core_->reg.find(Kind::refused_while_holding, name(), owner)) {
+                throw error(errc::would_deadlock, name(), server(),
+                            owner_name(owner) + " " + Kind::refused_while_holding_why);
+            }
+        } else {
+            (void)owner;
         }
     }
 

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "rlock/detail/cluster.hpp"
+#include "rlock/detail/redis/cluster.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {

@@ -19,10 +19,10 @@
 #include <utility>
 #include <vector>
 
-#include "rlock/detail/cluster.hpp"
-#include "rlock/detail/connect.hpp"
-#include "rlock/detail/hiredis.hpp"
-#include "rlock/detail/wake_pipe.hpp"
+#include "rlock/detail/redis/cluster.hpp"
+#include "rlock/detail/redis/connect.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/redis/wake_pipe.hpp"
 
 namespace rlock::detail {
 

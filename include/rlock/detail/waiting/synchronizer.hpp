@@ -13,14 +13,14 @@
 #include <string_view>
 #include <utility>
 
-#include "rlock/detail/async_lock.hpp"
-#include "rlock/detail/client_core.hpp"
-#include "rlock/detail/completion.hpp"
-#include "rlock/detail/cluster.hpp"
-#include "rlock/detail/subscriber.hpp"
-#include "rlock/detail/synchronizer_scripts.hpp"
-#include "rlock/detail/wait_blocking.hpp"
-#include "rlock/detail/wait_policy.hpp"
+#include "rlock/detail/waiting/async_lock.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/runtime/completion.hpp"
+#include "rlock/detail/redis/cluster.hpp"
+#include "rlock/detail/runtime/subscriber.hpp"
+#include "rlock/detail/protocol/synchronizer_scripts.hpp"
+#include "rlock/detail/waiting/wait_blocking.hpp"
+#include "rlock/detail/waiting/wait_policy.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {

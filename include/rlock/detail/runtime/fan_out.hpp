@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "rlock/detail/client_core.hpp"
-#include "rlock/detail/hiredis.hpp"
-#include "rlock/detail/script.hpp"
-#include "rlock/detail/pool.hpp"
-#include "rlock/detail/wake_pipe.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/redis/pool.hpp"
+#include "rlock/detail/redis/wake_pipe.hpp"
 
 namespace rlock::detail {
 

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "rlock/detail/hiredis.hpp"
-#include "rlock/detail/sha1.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/redis/sha1.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {

@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "rlock/detail/engine.hpp"
+#include "rlock/detail/runtime/engine.hpp"
 
 namespace rlock {
 struct use_future_t;

@@ -22,9 +22,9 @@
 #include <thread>
 #include <utility>
 
-#include "rlock/detail/connect.hpp"
-#include "rlock/detail/hiredis.hpp"
-#include "rlock/detail/wake_pipe.hpp"
+#include "rlock/detail/redis/connect.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/redis/wake_pipe.hpp"
 
 namespace rlock::detail {
 

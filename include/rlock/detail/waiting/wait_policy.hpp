@@ -12,9 +12,9 @@
 #include <optional>
 #include <string>
 
-#include "rlock/detail/hiredis.hpp"
-#include "rlock/detail/try_result.hpp"
-#include "rlock/detail/wait_pacing.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/acquisition/try_result.hpp"
+#include "rlock/detail/waiting/wait_pacing.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {

@@ -12,11 +12,11 @@
 #include <string_view>
 #include <type_traits>
 
-#include "rlock/detail/hiredis.hpp"
-#include "rlock/detail/lua_checks.hpp"
-#include "rlock/detail/script.hpp"
-#include "rlock/detail/random.hpp"
-#include "rlock/detail/registry.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/protocol/lua_checks.hpp"
+#include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/protocol/kind_info.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock::detail {
@@ -151,10 +151,11 @@ inline long long release_by(const script& release_script, const connection& c, c
 }
 
 struct kind_defaults {
-    /// Called before a fresh (not re-entrant) acquisition; may throw (read_write_lock: a reader
-    /// asking for the write side).
-    static void check_acquire(const registry&, std::string_view /*name*/, std::uint64_t /*thread*/,
-                              std::string_view /*server*/) {}
+    /// A hold of this other kind, of the same name and owner, makes a fresh (not re-entrant)
+    /// acquisition would_deadlock, for `refused_while_holding_why` (read_write_lock: a reader
+    /// asking for the write side would wait for itself for ever). Null: none.
+    static constexpr const kind_info* refused_while_holding = nullptr;
+    static constexpr const char* refused_while_holding_why = "";
     /// The channel this waiter listens on.
     static std::string wait_channel(const lock_keys& k, std::string_view /*value*/) {
         return k.channel;

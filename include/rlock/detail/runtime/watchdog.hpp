@@ -19,12 +19,12 @@
 #include <utility>
 #include <vector>
 
-#include "rlock/detail/cluster.hpp"
-#include "rlock/detail/connect.hpp"
-#include "rlock/detail/hiredis.hpp"
-#include "rlock/detail/pool.hpp"
-#include "rlock/detail/registry.hpp"
-#include "rlock/detail/script.hpp"
+#include "rlock/detail/redis/cluster.hpp"
+#include "rlock/detail/redis/connect.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/redis/pool.hpp"
+#include "rlock/detail/runtime/registry.hpp"
+#include "rlock/detail/redis/script.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {

@@ -10,9 +10,9 @@
 #include <string>
 #include <thread>
 
-#include "rlock/detail/client_core.hpp"
-#include "rlock/detail/random.hpp"
-#include "rlock/detail/try_result.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/acquisition/try_result.hpp"
 
 namespace rlock::detail {
 

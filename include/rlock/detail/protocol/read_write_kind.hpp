@@ -20,12 +20,12 @@
 #include <string>
 #include <string_view>
 
-#include "rlock/detail/kind.hpp"
-#include "rlock/detail/hiredis.hpp"
-#include "rlock/detail/script.hpp"
-#include "rlock/detail/lua_checks.hpp"
-#include "rlock/detail/reentrant_kind.hpp"
-#include "rlock/detail/registry.hpp"
+#include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/protocol/lua_checks.hpp"
+#include "rlock/detail/protocol/reentrant_kind.hpp"
+#include "rlock/detail/protocol/kind_info.hpp"
 
 namespace rlock::detail {
 
@@ -381,14 +381,9 @@ return {0, redis.call('publish', ARGV[2], '1')}
     }
 
     /// A thread with a read hold asking for the write side would wait for itself for ever.
-    static void check_acquire(const registry& reg, std::string_view name, std::uint64_t thread,
-                              std::string_view server) {
-        if (reg.find(&rw_read_kind::info, name, thread)) {
-            throw error(errc::would_deadlock, name, server,
-                        owner_name(thread) + " holds the read side; it cannot wait for the write "
-                        "side (release the read hold first)");
-        }
-    }
+    static constexpr const kind_info* refused_while_holding = &rw_read_kind::info;
+    static constexpr const char* refused_while_holding_why =
+        "holds the read side; it cannot wait for the write side (release the read hold first)";
 
     static acquire_result acquire(const connection& c, const lock_keys& k, const attempt_spec& a,
                                   std::string_view server) {

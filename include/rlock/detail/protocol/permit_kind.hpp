@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "rlock/detail/registry.hpp"
-#include "rlock/detail/synchronizer_scripts.hpp"
+#include "rlock/detail/protocol/kind_info.hpp"
+#include "rlock/detail/protocol/synchronizer_scripts.hpp"
 
 namespace rlock::detail {
 

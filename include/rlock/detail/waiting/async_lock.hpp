@@ -1,6 +1,6 @@
-// Asynchronous acquisition for every lock on one key (async_lock, async_try_lock,
-// async_try_lock_for, async_try_lock_until: async_lockable), driven by the client's engine
-// thread (engine.hpp).
+// The asynchronous driver (async_waits: a client's wait groups) and the asynchronous acquire of
+// every lock on one key (async_acquire, running lock_acquisition), on the client's engine
+// thread (engine.hpp). The public forms are async_lockable's (async_lockable.hpp).
 //
 // - An acquire is a task on the engine: a first attempt (one round trip through the pool), then,
 //   when refused and allowed to wait, a place at the end of the wait group of its kind and
@@ -33,16 +33,15 @@
 #include <utility>
 #include <vector>
 
-#include "rlock/detail/client_core.hpp"
-#include "rlock/detail/completion.hpp"
-#include "rlock/detail/engine.hpp"
-#include "rlock/detail/kind.hpp"
-#include "rlock/detail/lock_site.hpp"
-#include "rlock/detail/registry.hpp"
-#include "rlock/detail/subscriber.hpp"
-#include "rlock/detail/timed_lockable.hpp"
-#include "rlock/detail/wait_pacing.hpp"
-#include "rlock/detail/wait_policy.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/runtime/completion.hpp"
+#include "rlock/detail/runtime/engine.hpp"
+#include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/acquisition/lock_site.hpp"
+#include "rlock/detail/runtime/registry.hpp"
+#include "rlock/detail/runtime/subscriber.hpp"
+#include "rlock/detail/waiting/wait_pacing.hpp"
+#include "rlock/detail/waiting/wait_policy.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 
@@ -377,7 +376,7 @@ public:
                 deliver();
                 return;
             }
-            Kind::check_acquire(reg, site_->name(), owner_, site_->server());
+            site_->check_acquire(owner_);
             watched_ = lease_.count() == 0;
             if (watched_) lease_ = core.ep.options.lock_watchdog_timeout;
             op_.emplace(*site_, Kind::value_for(core.id, owner_, Kind::reentrant), lease_);
@@ -546,124 +545,10 @@ private:
     outage_step step_;  // tries are undone before the next after an outage
 };
 
-/// The asynchronous forms, written once for every lock type. A lock type derives from
-/// async_lockable<itself> and supplies (as a friend: it may be private)
-///   template <class Token> auto start_async(steady_clock::time_point deadline,
-///                                           std::chrono::milliseconds lease,
-///                                           std::uint64_t owner, Token&& token);
-/// with timed_lockable's meaning of deadline and lease, and owner 0 for "a new owner".
-/// Each form takes a completion token last: a callback `void(std::exception_ptr, rlock::hold)`
-/// (returns an rlock::pending), rlock::use_future (returns std::future<rlock::hold>), or with
-/// <rlock/asio.hpp> any Asio token. Invalid arguments (a lease not positive or over 100
-/// years) and a destroyed client throw `error` from the call itself; everything else
-/// completes the operation.
-template <class Derived>
-class async_lockable {
-    using clock = std::chrono::steady_clock;
-    static constexpr clock::time_point forever = clock::time_point::max();
-    static constexpr std::chrono::milliseconds watched{0};
-
-public:
-    /// Completes with a hold once this (new) owner holds the lock: watched, no time limit.
-    template <class Token>
-    auto async_lock(Token&& token) {
-        return self().start_async(forever, watched, 0, std::forward<Token>(token));
-    }
-    /// As async_lock(token), with a hold that expires after `lease`, never renewed.
-    template <class Rep, class Period, class Token>
-    auto async_lock(const std::chrono::duration<Rep, Period>& lease, Token&& token) {
-        return self().start_async(forever, checked(lease), 0, std::forward<Token>(token));
-    }
-    /// As async_lock(token), for `who`: a reentrant kind re-enters when `who` holds it already.
-    template <class Token>
-    auto async_lock(const owner& who, Token&& token) {
-        return self().start_async(forever, watched, who.number(), std::forward<Token>(token));
-    }
-    template <class Rep, class Period, class Token>
-    auto async_lock(const owner& who, const std::chrono::duration<Rep, Period>& lease, Token&& token) {
-        return self().start_async(forever, checked(lease), who.number(), std::forward<Token>(token));
-    }
-
-    /// One attempt, no wait: completes with a hold, or an empty one when the lock is taken.
-    template <class Token>
-    auto async_try_lock(Token&& token) {
-        return self().start_async(clock::time_point::min(), watched, 0, std::forward<Token>(token));
-    }
-    template <class Token>
-    auto async_try_lock(const owner& who, Token&& token) {
-        return self().start_async(clock::time_point::min(), watched, who.number(),
-                                  std::forward<Token>(token));
-    }
-
-    /// Waits up to `wait` (steady_clock): a hold, or an empty one when the wait ran out (leaving
-    /// nothing behind).
-    template <class Rep, class Period, class Token>
-    auto async_try_lock_for(const std::chrono::duration<Rep, Period>& wait, Token&& token) {
-        return self().start_async(deadline_after(wait), watched, 0, std::forward<Token>(token));
-    }
-    template <class Rep, class Period, class Rep2, class Period2, class Token>
-    auto async_try_lock_for(const std::chrono::duration<Rep, Period>& wait,
-                            const std::chrono::duration<Rep2, Period2>& lease, Token&& token) {
-        const auto l = checked(lease);
-        return self().start_async(deadline_after(wait), l, 0, std::forward<Token>(token));
-    }
-    template <class Rep, class Period, class Token>
-    auto async_try_lock_for(const owner& who, const std::chrono::duration<Rep, Period>& wait, Token&& token) {
-        return self().start_async(deadline_after(wait), watched, who.number(), std::forward<Token>(token));
-    }
-    template <class Rep, class Period, class Rep2, class Period2, class Token>
-    auto async_try_lock_for(const owner& who, const std::chrono::duration<Rep, Period>& wait,
-                            const std::chrono::duration<Rep2, Period2>& lease, Token&& token) {
-        const auto l = checked(lease);
-        return self().start_async(deadline_after(wait), l, who.number(), std::forward<Token>(token));
-    }
-
-    /// Waits until `deadline` (any clock; measured on steady_clock from now).
-    template <class Clock, class Duration, class Token>
-    auto async_try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline, Token&& token) {
-        return self().start_async(to_steady(deadline), watched, 0, std::forward<Token>(token));
-    }
-    template <class Clock, class Duration, class Rep, class Period, class Token>
-    auto async_try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline,
-                              const std::chrono::duration<Rep, Period>& lease, Token&& token) {
-        const auto l = checked(lease);
-        return self().start_async(to_steady(deadline), l, 0, std::forward<Token>(token));
-    }
-    template <class Clock, class Duration, class Token>
-    auto async_try_lock_until(const owner& who, const std::chrono::time_point<Clock, Duration>& deadline,
-                              Token&& token) {
-        return self().start_async(to_steady(deadline), watched, who.number(), std::forward<Token>(token));
-    }
-    template <class Clock, class Duration, class Rep, class Period, class Token>
-    auto async_try_lock_until(const owner& who, const std::chrono::time_point<Clock, Duration>& deadline,
-                              const std::chrono::duration<Rep, Period>& lease, Token&& token) {
-        const auto l = checked(lease);
-        return self().start_async(to_steady(deadline), l, who.number(), std::forward<Token>(token));
-    }
-
-private:
-    Derived& self() { return static_cast<Derived&>(*this); }
-    template <class Rep, class Period>
-    std::chrono::milliseconds checked(const std::chrono::duration<Rep, Period>& lease) {
-        return lease_ms(lease, self().name(), self().server());
-    }
-};
-
 /// What starts an asynchronous acquire of one lock (deadline, lease, owner, completion) and
 /// returns its cancel handle; it shares the lock's site, so it outlives the lock object.
 using async_start = std::function<rlock::pending(std::chrono::steady_clock::time_point,
                                                  std::chrono::milliseconds, std::uint64_t, completion)>;
-
-/// An async_lockable's start_async for a lock whose acquires start through `start` (red_lock,
-/// multi_lock).
-template <class Token>
-auto start_with(async_start start, std::chrono::steady_clock::time_point deadline,
-                std::chrono::milliseconds lease, std::uint64_t owner, Token&& token) {
-    return initiate<acquire_signature>(std::forward<Token>(token),
-                                       [start = std::move(start), deadline, lease, owner](completion done) {
-                                           return start(deadline, lease, owner, std::move(done));
-                                       });
-}
 
 /// Starts an asynchronous acquire of `site`'s lock: posts it to the engine and returns its
 /// cancel handle. Throws `error` (connection_failed) when the client is being destroyed.

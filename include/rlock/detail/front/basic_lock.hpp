@@ -16,19 +16,19 @@
 #include <thread>
 #include <vector>
 
-#include "rlock/detail/client_core.hpp"
-#include "rlock/detail/hiredis.hpp"
-#include "rlock/detail/script.hpp"
-#include "rlock/detail/kind.hpp"
-#include "rlock/detail/lock_site.hpp"
-#include "rlock/detail/async_lock.hpp"
-#include "rlock/detail/random.hpp"
-#include "rlock/detail/registry.hpp"
-#include "rlock/detail/subscriber.hpp"
-#include "rlock/detail/timed_lockable.hpp"
-#include "rlock/detail/wait_pacing.hpp"
-#include "rlock/detail/wait_blocking.hpp"
-#include "rlock/detail/wait_policy.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/acquisition/lock_site.hpp"
+#include "rlock/detail/front/async_lockable.hpp"
+#include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/runtime/registry.hpp"
+#include "rlock/detail/runtime/subscriber.hpp"
+#include "rlock/detail/front/timed_lockable.hpp"
+#include "rlock/detail/waiting/wait_pacing.hpp"
+#include "rlock/detail/waiting/wait_blocking.hpp"
+#include "rlock/detail/waiting/wait_policy.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
@@ -173,7 +173,7 @@ private:
         if (registry::hold_ptr h = reg.find(&Kind::info, name(), thread)) {
             return reenter(*h, lease);
         }
-        Kind::check_acquire(reg, name(), thread, server());
+        site::check_acquire(thread);
         const bool watched = lease.count() == 0;
         if (watched) lease = watchdog;
         lock_acquisition<Kind> op(*this, Kind::value_for(core_->id, thread, Kind::reentrant), lease);

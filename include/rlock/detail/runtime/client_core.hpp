@@ -20,16 +20,16 @@
 #include <utility>
 #include <vector>
 
-#include "rlock/detail/connect.hpp"
-#include "rlock/detail/engine.hpp"
-#include "rlock/detail/hiredis.hpp"
-#include "rlock/detail/kind.hpp"
-#include "rlock/detail/pool.hpp"
-#include "rlock/detail/random.hpp"
-#include "rlock/detail/registry.hpp"
-#include "rlock/detail/sentinel.hpp"
-#include "rlock/detail/subscriber.hpp"
-#include "rlock/detail/watchdog.hpp"
+#include "rlock/detail/redis/connect.hpp"
+#include "rlock/detail/runtime/engine.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/redis/pool.hpp"
+#include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/runtime/registry.hpp"
+#include "rlock/detail/redis/sentinel.hpp"
+#include "rlock/detail/runtime/subscriber.hpp"
+#include "rlock/detail/runtime/watchdog.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/options.hpp"
 

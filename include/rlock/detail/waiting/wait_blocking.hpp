@@ -11,10 +11,10 @@
 #include <string>
 #include <thread>
 
-#include "rlock/detail/client_core.hpp"
-#include "rlock/detail/subscriber.hpp"
-#include "rlock/detail/wait_pacing.hpp"
-#include "rlock/detail/wait_policy.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/runtime/subscriber.hpp"
+#include "rlock/detail/waiting/wait_pacing.hpp"
+#include "rlock/detail/waiting/wait_policy.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {

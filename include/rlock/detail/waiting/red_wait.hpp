@@ -1,0 +1,127 @@
+// red_lock's asynchronous acquire: its acquisition operation (red_acquisition, red_site.hpp)
+// as a waiter of the first node's wait groups (async_waits, the asynchronous driver).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "rlock/detail/waiting/async_lock.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/acquisition/red_site.hpp"
+#include "rlock/detail/runtime/registry.hpp"
+#include "rlock/detail/acquisition/try_result.hpp"
+#include "rlock/errors.hpp"
+#include "rlock/hold.hpp"
+
+namespace rlock::detail {
+
+/// One asynchronous red_lock acquire: red_acquisition's rounds on the first node's engine
+/// thread, driven by that client's async_waits (the asynchronous driver) as a blocking acquire
+/// is by wait_blocking: the next round after Redlock's random delay or an unlock message from
+/// the first node, the deadline, cancellation and the client's destruction as for every
+/// asynchronous acquire. A wait whose deadline comes while its last round could not ask a
+/// majority ends with quorum_not_reached (async_waiter::outage).
+class red_acquire final : public async_waiter {
+public:
+    red_acquire(std::shared_ptr<const red_site> site, async_waits& waits, clock::time_point deadline,
+                std::chrono::milliseconds lease, std::uint64_t owner, completion done)
+        : async_waiter(waits, deadline), site_(std::move(site)), lease_(lease), owner_(owner), done_(std::move(done)) {}
+
+    /// The initiating task, on the first node's engine thread.
+    void start() noexcept {
+        try {
+            if (waits.core.eng.stopping()) {
+                throw error(errc::connection_failed, site_->name(), "",
+                            "the client of the red_lock's first node was destroyed before this "
+                            "asynchronous acquire started");
+            }
+            site_->check_acquire(owner_);
+            const bool watched = lease_.count() == 0;
+            if (watched) lease_ = site_->nodes().front()->ep.options.lock_watchdog_timeout;
+            op_.emplace(*site_, owner_, lease_, watched, deadline);
+            wait_hint hint;
+            if (round(hint) != attempt_outcome::refused) {
+                deliver();
+                return;
+            }
+            if (clock::now() >= deadline) {
+                settle(nullptr);
+                deliver();
+                return;
+            }
+            std::string key(red_lock_info.name);
+            key += '\0';
+            key += site_->channel();
+            // Behind waiters already queued on this client, the group's own timer leads.
+            wait_group* g = waits.find(key);
+            waits.join(shared_from_this(), key, site_->channel(), false, std::chrono::milliseconds(0),
+                       g && !g->queue.empty() ? nullptr : &hint);
+        } catch (...) {
+            settle(std::current_exception());
+            deliver();
+        }
+    }
+
+    attempt_outcome attempt_waiting(wait_hint& hint, bool /*woken*/) override {
+        try {
+            for (client_core* n : site_->nodes()) {
+                n->throw_if_destroyed(site_->name(), "the client of this node has been destroyed");
+            }
+        } catch (...) {
+            settle(std::current_exception());
+            return attempt_outcome::failed;
+        }
+        return round(hint);
+    }
+    std::chrono::microseconds pause_before_try() const override { return std::chrono::microseconds(0); }
+    void give_up() noexcept override {}  // a round undoes itself
+    const std::string& lock_name() const noexcept override { return site_->name(); }
+    const std::string& server() const noexcept override { return no_server_; }
+    void deliver() noexcept override {
+        try {
+            done_(std::move(failure), std::move(result_));
+        } catch (...) {
+        }
+    }
+
+private:
+    // One round; on `acquired` the result is set and `hint` carries the lease.
+    attempt_outcome round(wait_hint& hint) noexcept {
+        try {
+            const try_result r = op_->attempt(try_phase::waiting);
+            if (r.done) {
+                const registry::hold_ptr& held = op_->held();
+                registry::hold_ptr record = make_hold(red_lock_info, site_->name(), held->value, owner_,
+                                                     {lease_, held->watched ? renewal::watched : renewal::leased, clock::now()});
+                record->id = held->group->id;
+                result_ = rlock::hold(site_, std::move(record));
+                settled = true;
+                hint.ttl = lease_.count();
+                return attempt_outcome::acquired;
+            }
+            hint = r.hint;
+            // What the wait ends with if its deadline comes now (settle).
+            outage = op_->last().unreachable
+                         ? std::make_exception_ptr(error(errc::quorum_not_reached, site_->name(), "", op_->last().detail))
+                         : nullptr;
+            return attempt_outcome::refused;
+        } catch (...) {
+            settle(std::current_exception());
+            return attempt_outcome::failed;
+        }
+    }
+
+    std::shared_ptr<const red_site> site_;
+    std::chrono::milliseconds lease_;
+    std::uint64_t owner_;
+    completion done_;
+    std::optional<red_acquisition> op_;  // made once the lease is known (start)
+    rlock::hold result_;
+    std::string no_server_;  // a red_lock's errors name no one server
+};
+
+}  // namespace rlock::detail
