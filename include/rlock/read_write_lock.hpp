@@ -169,6 +169,9 @@ private:
         return write_.start_async(deadline, lease, owner, std::forward<Token>(token));
     }
     std::string_view server() const noexcept { return write_.server(); }
+    // As a multi_lock part it is its write side.
+    friend struct detail::part_access;
+    detail::part_view as_part() { return detail::part_access::view(write_); }
 
     write_side write_;
     read_side read_;

@@ -46,6 +46,7 @@
 #include "rlock/client.hpp"
 #include "rlock/detail/front/async_lockable.hpp"
 #include "rlock/detail/acquisition/red_site.hpp"
+#include "rlock/detail/waiting/multi_parts.hpp"
 #include "rlock/detail/waiting/red_wait.hpp"
 #include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/detail/waiting/wait_blocking.hpp"
@@ -126,7 +127,7 @@ public:
 private:
     friend class detail::timed_lockable<red_lock>;
     friend class detail::async_lockable<red_lock>;
-    friend class multi_lock;
+    friend struct detail::part_access;  // a multi_lock part (as_part)
     std::string_view server() const noexcept { return ""; }  // one per node: named in messages
 
     static std::vector<detail::client_core*> cores_of(const std::vector<client*>& nodes) {
@@ -157,6 +158,14 @@ private:
     auto start_async(clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
                      Token&& token) {
         return detail::start_with(async_starter(), deadline, lease, owner, std::forward<Token>(token));
+    }
+
+    // This red_lock as a multi_lock part: ordered by name; its node holds are a group of their
+    // own (it is told as its own red_lock).
+    detail::part_view as_part() const {
+        detail::part_view v;
+        v.starter = [this] { return async_starter(); };
+        return v;
     }
 
     // What starts an asynchronous acquire of this red_lock, sharing its site (multi_lock keeps

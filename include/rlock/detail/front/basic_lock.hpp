@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "rlock/detail/runtime/client_core.hpp"
@@ -27,6 +28,7 @@
 #include "rlock/detail/runtime/subscriber.hpp"
 #include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/detail/waiting/wait_pacing.hpp"
+#include "rlock/detail/waiting/multi_parts.hpp"
 #include "rlock/detail/waiting/wait_blocking.hpp"
 #include "rlock/detail/waiting/wait_policy.hpp"
 #include "rlock/errors.hpp"
@@ -39,6 +41,9 @@ class read_write_lock;
 }  // namespace rlock
 
 namespace rlock::detail {
+
+struct rw_read_kind;   // read_write_kind.hpp: a read_write_lock's sides
+struct rw_write_kind;
 
 /// lock(), try_lock(), try_lock_for() and try_lock_until() (timed_lockable) throw `error`:
 /// would_deadlock (a mutex this thread holds already; a reader asking for the write side),
@@ -157,7 +162,7 @@ protected:
     using site::server;
 
 private:
-    friend class rlock::multi_lock;  // takes several locks of one node in one script
+    friend struct part_access;  // a multi_lock part (as_part)
     friend class timed_lockable<basic_lock>;
     friend class async_lockable<basic_lock>;
     friend class rlock::read_write_lock;  // its two sides
@@ -205,6 +210,25 @@ private:
                                    std::uint64_t owner, completion done) {
             return start_acquire<Kind>(s, deadline, lease, owner, std::move(done));
         };
+    }
+
+    // This lock as a multi_lock part (multi_parts.hpp).
+    part_view as_part() {
+        part_view v;
+        // A read_write_lock's sides are ordered by name alone.
+        if constexpr (!std::is_same_v<Kind, rw_read_kind> && !std::is_same_v<Kind, rw_write_kind>) {
+            v.server = core_->ep.name;
+        }
+        v.core = core_.get();
+        v.kind = &Kind::info;
+        if constexpr (Kind::multi_code != 0) {
+            v.code = Kind::multi_code;
+            v.keys = &keys_;
+            v.fencing = options_.fencing;
+            v.lost_at_unlock = [this](std::uint64_t thread) { mark_lost_at_unlock(thread); };
+        }
+        v.starter = [this] { return async_starter(); };
+        return v;
     }
 
     // This lock as its asynchronous acquires share it (made on the first). Throws

@@ -18,6 +18,9 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/protocol/kind_info.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/waiting/async_lock.hpp"
 #include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/runtime/registry.hpp"
@@ -25,6 +28,31 @@
 #include "rlock/hold.hpp"
 
 namespace rlock::detail {
+
+/// What a lock is as a multi_lock part, as the lock itself describes it (each lock type's
+/// private `as_part()`, read through part_access): where its hold is registered, its server
+/// (the parts are ordered by server and name), and, for a kind with a step in the one-script
+/// path (kind_defaults::multi_code), its keys and code.
+struct part_view {
+    std::string server;           // "" orders it by name alone
+    client_core* core = nullptr;  // where its hold is registered; null: a red_lock, whose node
+                                  // holds are a group of their own
+    const kind_info* kind = nullptr;
+    char code = 0;  // the one-script path's step (multi_scripts.hpp), 0: none
+    const lock_keys* keys = nullptr;
+    bool fencing = false;
+    std::function<void(std::uint64_t thread)> lost_at_unlock;  // lost() stays true for it
+    std::function<async_start()> starter;                      // its own asynchronous acquire
+};
+
+/// How multi_lock reads a part's view: each lock type befriends this and defines
+/// `detail::part_view as_part()`.
+struct part_access {
+    template <class L>
+    static part_view view(L& lock) {
+        return lock.as_part();
+    }
+};
 
 template <class E, class = void>
 struct is_pointer_like : std::false_type {};
