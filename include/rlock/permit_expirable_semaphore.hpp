@@ -63,13 +63,13 @@
 #include <vector>
 
 #include "rlock/client.hpp"
-#include "rlock/detail/redis/cluster.hpp"
+#include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/detail/protocol/permit_kind.hpp"
+#include "rlock/detail/protocol/synchronizer_scripts.hpp"
+#include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/waiting/synchronizer.hpp"
-#include "rlock/detail/protocol/synchronizer_scripts.hpp"
-#include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock {

@@ -37,10 +37,10 @@
 #include <utility>
 
 #include "rlock/client.hpp"
-#include "rlock/detail/front/basic_lock.hpp"
-#include "rlock/detail/protocol/read_write_kind.hpp"
 #include "rlock/detail/front/async_lockable.hpp"
+#include "rlock/detail/front/basic_lock.hpp"
 #include "rlock/detail/front/timed_lockable.hpp"
+#include "rlock/detail/protocol/read_write_kind.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock {

@@ -44,11 +44,11 @@
 #include <vector>
 
 #include "rlock/client.hpp"
-#include "rlock/detail/front/async_lockable.hpp"
 #include "rlock/detail/acquisition/red_site.hpp"
+#include "rlock/detail/front/async_lockable.hpp"
+#include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/detail/waiting/multi_parts.hpp"
 #include "rlock/detail/waiting/red_wait.hpp"
-#include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/detail/waiting/wait_blocking.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"

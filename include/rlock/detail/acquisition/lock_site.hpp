@@ -10,13 +10,13 @@
 #include <string>
 #include <string_view>
 
-#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/acquisition/try_result.hpp"
+#include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
-#include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/runtime/registry.hpp"
-#include "rlock/detail/acquisition/try_result.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"

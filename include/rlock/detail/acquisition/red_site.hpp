@@ -14,15 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "rlock/detail/acquisition/try_result.hpp"
+#include "rlock/detail/protocol/mutex_kind.hpp"
+#include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/runtime/engine.hpp"
 #include "rlock/detail/runtime/fan_out.hpp"
-#include "rlock/detail/protocol/mutex_kind.hpp"
-#include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
-#include "rlock/detail/acquisition/try_result.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"

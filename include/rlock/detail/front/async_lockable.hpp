@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <utility>
 
-#include "rlock/detail/waiting/async_lock.hpp"
-#include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/front/timed_lockable.hpp"
+#include "rlock/detail/runtime/completion.hpp"
+#include "rlock/detail/waiting/async_lock.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 

@@ -17,26 +17,25 @@
 #include <type_traits>
 #include <vector>
 
-#include "rlock/detail/runtime/client_core.hpp"
-#include "rlock/detail/redis/hiredis.hpp"
-#include "rlock/detail/redis/script.hpp"
-#include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/acquisition/lock_site.hpp"
 #include "rlock/detail/front/async_lockable.hpp"
+#include "rlock/detail/front/timed_lockable.hpp"
+#include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
-#include "rlock/detail/front/timed_lockable.hpp"
-#include "rlock/detail/waiting/wait_pacing.hpp"
 #include "rlock/detail/waiting/multi_parts.hpp"
 #include "rlock/detail/waiting/wait_blocking.hpp"
+#include "rlock/detail/waiting/wait_pacing.hpp"
 #include "rlock/detail/waiting/wait_policy.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock {
-class multi_lock;
 class read_write_lock;
 }  // namespace rlock
 

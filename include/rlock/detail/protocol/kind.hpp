@@ -12,11 +12,11 @@
 #include <string_view>
 #include <type_traits>
 
-#include "rlock/detail/redis/hiredis.hpp"
-#include "rlock/detail/protocol/lua_checks.hpp"
-#include "rlock/detail/redis/script.hpp"
-#include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
+#include "rlock/detail/protocol/lua_checks.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/redis/script.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock::detail {

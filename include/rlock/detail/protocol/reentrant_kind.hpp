@@ -7,10 +7,10 @@
 #include <string_view>
 
 #include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/protocol/kind_info.hpp"
+#include "rlock/detail/protocol/lua_checks.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/script.hpp"
-#include "rlock/detail/protocol/lua_checks.hpp"
-#include "rlock/detail/protocol/kind_info.hpp"
 
 namespace rlock::detail {
 

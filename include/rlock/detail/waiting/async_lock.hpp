@@ -33,11 +33,11 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/detail/acquisition/lock_site.hpp"
+#include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/runtime/engine.hpp"
-#include "rlock/detail/protocol/kind.hpp"
-#include "rlock/detail/acquisition/lock_site.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
 #include "rlock/detail/waiting/wait_pacing.hpp"

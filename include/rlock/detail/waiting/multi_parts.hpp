@@ -21,9 +21,9 @@
 #include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
-#include "rlock/detail/waiting/async_lock.hpp"
 #include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/runtime/registry.hpp"
+#include "rlock/detail/waiting/async_lock.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 

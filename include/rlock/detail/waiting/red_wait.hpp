@@ -9,11 +9,11 @@
 #include <optional>
 #include <string>
 
-#include "rlock/detail/waiting/async_lock.hpp"
-#include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/acquisition/red_site.hpp"
-#include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/acquisition/try_result.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/runtime/registry.hpp"
+#include "rlock/detail/waiting/async_lock.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 
