@@ -73,7 +73,7 @@ class multi_lock : public detail::timed_lockable<multi_lock>, public detail::asy
     struct part {
         void* lock = nullptr;
         std::string name;
-        bool (*try_until)(void*, clock::time_point, std::chrono::milliseconds) = nullptr;
+        bool (*try_until)(void*, clock::time_point, detail::lease_request) = nullptr;
         void (*release)(void*) = nullptr;
         bool (*is_lost)(void*) = nullptr;
         std::uint64_t (*hold_id)(void*) = nullptr;
@@ -181,9 +181,9 @@ private:
         part p;
         p.lock = &l;
         p.name = l.name();
-        p.try_until = [](void* o, clock::time_point t, std::chrono::milliseconds lease) {
+        p.try_until = [](void* o, clock::time_point t, detail::lease_request lease) {
             L& x = *static_cast<L*>(o);
-            return lease.count() == 0 ? x.try_lock_until(t) : x.try_lock_until(t, lease);
+            return lease.is_watched() ? x.try_lock_until(t) : x.try_lock_until(t, lease.fixed_duration());
         };
         p.release = [](void* o) { static_cast<L*>(o)->unlock(); };
         p.is_lost = [](void* o) { return static_cast<L*>(o)->lost(); };
@@ -203,7 +203,7 @@ private:
     std::string_view server() const noexcept { return ""; }
 
     // timed_lockable's entry point (see there).
-    bool acquire(clock::time_point deadline, std::chrono::milliseconds lease) {
+    bool acquire(clock::time_point deadline, detail::lease_request lease) {
         std::size_t first = 0;
         if (one_node_) {
             std::size_t refusing = 0;
@@ -252,7 +252,7 @@ private:
 
     // async_lockable's entry point (async_lock.hpp).
     template <class Token>
-    auto start_async(clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+    auto start_async(clock::time_point deadline, detail::lease_request lease, std::uint64_t owner,
                      Token&& token) {
         return detail::start_with(async_starter(), deadline, lease, owner, std::forward<Token>(token));
     }
@@ -265,7 +265,7 @@ private:
             refs.push_back({p.view.starter(), p.name, p.view.core != nullptr,
                             p.view.core ? p.view.core->ep.options.on_lock_lost : lock_lost_handler()});
         }
-        return [refs = std::move(refs)](clock::time_point deadline, std::chrono::milliseconds lease,
+        return [refs = std::move(refs)](clock::time_point deadline, detail::lease_request lease,
                                         std::uint64_t owner, detail::completion done) {
             auto op = std::make_shared<detail::multi_acquire>(
                 refs, deadline, lease, owner != 0 ? owner : detail::next_owner_number(), std::move(done));
@@ -298,7 +298,7 @@ private:
         }
     }
 
-    bool acquire_in_one_script(std::chrono::milliseconds lease, std::size_t& refusing) {
+    bool acquire_in_one_script(detail::lease_request requested, std::size_t& refusing) {
         detail::client_core& core = *parts_.front().view.core;
         const std::uint64_t thread = detail::current_thread_number();
         core.throw_if_destroyed(parts_.front().name,
@@ -309,8 +309,8 @@ private:
                 return false;  // a re-entry or would_deadlock: the parts decide, one by one
             }
         }
-        const bool watched = lease.count() == 0;
-        if (watched) lease = core.ep.options.lock_watchdog_timeout;
+        const bool watched = requested.is_watched();
+        const std::chrono::milliseconds lease = requested.duration(core.ep.options.lock_watchdog_timeout);
         const std::string lease_text = std::to_string(lease.count());
         const std::string token = detail::random_token(), holder = core.holder_id(thread);
         std::vector<std::string_view> values;

@@ -160,11 +160,11 @@ public:
 private:
     friend class detail::timed_lockable<read_write_lock>;
     friend class detail::async_lockable<read_write_lock>;
-    bool acquire(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds lease) {
+    bool acquire(std::chrono::steady_clock::time_point deadline, detail::lease_request lease) {
         return write_.acquire(deadline, lease);
     }
     template <class Token>
-    auto start_async(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds lease,
+    auto start_async(std::chrono::steady_clock::time_point deadline, detail::lease_request lease,
                      std::uint64_t owner, Token&& token) {
         return write_.start_async(deadline, lease, owner, std::forward<Token>(token));
     }

@@ -140,14 +140,12 @@ private:
     // timed_lockable's entry point (see there). lock() (deadline max) gives up at once when
     // too few nodes can be asked; a bounded wait keeps trying until its deadline, and then
     // throws quorum_not_reached if its last round could not ask a majority.
-    bool acquire(clock::time_point deadline, std::chrono::milliseconds lease) {
+    bool acquire(clock::time_point deadline, detail::lease_request lease) {
         const std::uint64_t thread = detail::current_thread_number();
         site_->check_acquire(thread);
-        const bool watched = lease.count() == 0;
-        if (watched) lease = site_->nodes().front()->ep.options.lock_watchdog_timeout;
         // Rounds until one holds, each after Redlock's random delay or an unlock message from
         // the first node, whichever comes first (wait_blocking).
-        detail::red_acquisition op(*site_, thread, lease, watched, deadline);
+        detail::red_acquisition op(*site_, thread, lease, deadline);
         if (detail::wait_blocking(*site_->nodes().front(), op, deadline, detail::repeat::safe)) return true;
         (void)site_->gives_up(op.last(), deadline);  // throws when the quorum was out of reach
         return false;
@@ -155,7 +153,7 @@ private:
 
     // async_lockable's entry point (async_lock.hpp).
     template <class Token>
-    auto start_async(clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+    auto start_async(clock::time_point deadline, detail::lease_request lease, std::uint64_t owner,
                      Token&& token) {
         return detail::start_with(async_starter(), deadline, lease, owner, std::forward<Token>(token));
     }
@@ -171,7 +169,7 @@ private:
     // What starts an asynchronous acquire of this red_lock, sharing its site (multi_lock keeps
     // one per part).
     detail::async_start async_starter() const {
-        return [s = site_](clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+        return [s = site_](clock::time_point deadline, detail::lease_request lease, std::uint64_t owner,
                            detail::completion done) {
             detail::client_core& first = *s->nodes().front();
             first.throw_if_destroyed(s->name(), "the client of the red_lock's first node has been destroyed");

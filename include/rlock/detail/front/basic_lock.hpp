@@ -166,9 +166,8 @@ private:
     friend class async_lockable<basic_lock>;
     friend class rlock::read_write_lock;  // its two sides
 
-    // timed_lockable's entry point. deadline: time_point::max() waits for ever. lease == 0:
-    // watched.
-    bool acquire(clock::time_point deadline, std::chrono::milliseconds lease) {
+    // timed_lockable's entry point. deadline: time_point::max() waits for ever.
+    bool acquire(clock::time_point deadline, lease_request lease) {
         registry& reg = core_->reg;
         const std::uint64_t thread = current_thread_number();
         const std::chrono::milliseconds watchdog = core_->ep.options.lock_watchdog_timeout;
@@ -178,23 +177,22 @@ private:
             return reenter(*h, lease);
         }
         site::check_acquire(thread);
-        const bool watched = lease.count() == 0;
-        if (watched) lease = watchdog;
-        lock_acquisition<Kind> op(*this, Kind::value_for(core_->id, thread, Kind::reentrant), lease);
+        lock_acquisition<Kind> op(*this, Kind::value_for(core_->id, thread, Kind::reentrant), lease.duration(watchdog));
         // The wait (wait_blocking): until the unlock message or the holder's TTL, paced against
         // other clients' waiters, riding out an outage (each try after one undoes what the one
         // before may have taken: a release with the same value, so that nothing sent twice
         // takes a second hold).
         if (!wait_blocking(*core_, op, deadline, repeat::safe)) return false;
         core_->add_hold(Kind::info, name(), std::move(op.value()), thread,
-                        {lease, watched ? renewal::watched : renewal::leased, op.sent()}, op.fencing());
+                        {lease.duration(watchdog), lease.is_watched() ? renewal::watched : renewal::leased, op.sent()},
+                        op.fencing());
         forget_lost_at_unlock(thread);
         return true;
     }
 
     // async_lockable's entry point (async_lock.hpp).
     template <class Token>
-    auto start_async(clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+    auto start_async(clock::time_point deadline, lease_request lease, std::uint64_t owner,
                      Token&& token) {
         return initiate<acquire_signature>(std::forward<Token>(token),
                         [s = shared_site(), deadline, lease, owner](completion done) {
@@ -205,7 +203,7 @@ private:
     // What starts an asynchronous acquire of this lock, sharing its site: a multi_lock keeps
     // one per part, so that its operation outlives the part objects.
     async_start async_starter() {
-        return [s = shared_site()](clock::time_point deadline, std::chrono::milliseconds lease,
+        return [s = shared_site()](clock::time_point deadline, lease_request lease,
                                    std::uint64_t owner, completion done) {
             return start_acquire<Kind>(s, deadline, lease, owner, std::move(done));
         };

@@ -138,7 +138,7 @@ public:
         lock_lost_handler tell;   // its client's on_lock_lost (grouped parts)
     };
 
-    multi_acquire(std::vector<part_ref> parts, clock::time_point deadline, std::chrono::milliseconds lease,
+    multi_acquire(std::vector<part_ref> parts, clock::time_point deadline, lease_request lease,
                   std::uint64_t owner, completion done)
         : parts_(std::move(parts)), taken_(parts_.size()), deadline_(deadline), lease_(lease), owner_(owner),
           done_(std::move(done)) {}
@@ -245,7 +245,7 @@ private:
         }
         const std::shared_ptr<hold>& first = hold_access::record(taken_.front());
         registry::hold_ptr record = make_hold(*first->kind, parts_.front().name, "", owner_,
-                                              {lease_, renewal::leased, clock::now()});
+                                              {lease_.fixed_duration(), renewal::leased, clock::now()});
         record->id = any ? group->id : taken_.front().hold_id();
         return rlock::hold(std::make_shared<const multi_held>(std::move(taken_)), std::move(record));
     }
@@ -267,7 +267,7 @@ private:
     std::vector<rlock::hold> taken_;
     std::size_t head_ = 0;
     const clock::time_point deadline_;
-    const std::chrono::milliseconds lease_;
+    const lease_request lease_;
     const std::uint64_t owner_;
     completion done_;
     bool finished_ = false;
