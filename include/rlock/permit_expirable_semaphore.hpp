@@ -334,7 +334,7 @@ public:
     /// shorter lease in Redis would let another holder in while the handle says it holds).
     template <class Rep, class Period>
     bool update_lease_time(const std::string& id, const std::chrono::duration<Rep, Period>& lease) {
-        const std::string ms = std::to_string(checked(lease).count());
+        const std::string ms = std::to_string(checked(lease).fixed_duration().count());
         const std::string raw = id_bytes(id);
         if (owned_by_a_handle(raw)) {
             throw error(errc::invalid_argument, name_, server(),
