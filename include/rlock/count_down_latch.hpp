@@ -36,9 +36,9 @@
 #include <string>
 
 #include "rlock/client.hpp"
-#include "rlock/detail/waiting/synchronizer.hpp"
-#include "rlock/detail/protocol/synchronizer_scripts.hpp"
 #include "rlock/detail/front/timed_lockable.hpp"
+#include "rlock/detail/protocol/synchronizer_scripts.hpp"
+#include "rlock/detail/waiting/synchronizer.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock {

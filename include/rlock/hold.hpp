@@ -19,9 +19,9 @@
 #include <string>
 #include <utility>
 
+#include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/runtime/engine.hpp"
-#include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/errors.hpp"
 

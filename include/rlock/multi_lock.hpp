@@ -38,22 +38,19 @@
 
 #include "rlock/client.hpp"
 #include "rlock/detail/front/async_lockable.hpp"
-#include "rlock/detail/front/basic_lock.hpp"
-#include "rlock/detail/protocol/fair_kind.hpp"
-#include "rlock/detail/protocol/lua_checks.hpp"
-#include "rlock/detail/waiting/multi_parts.hpp"
-#include "rlock/detail/protocol/multi_scripts.hpp"
-#include "rlock/detail/protocol/mutex_kind.hpp"
-#include "rlock/detail/protocol/reentrant_kind.hpp"
 #include "rlock/detail/front/timed_lockable.hpp"
+#include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/protocol/lua_checks.hpp"
+#include "rlock/detail/protocol/multi_scripts.hpp"
+#include "rlock/detail/redis/cluster.hpp"
+#include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/waiting/multi_parts.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/mutex.hpp"
 #include "rlock/reentrant_lock.hpp"
 
 namespace rlock {
-
-class read_write_lock;
-class red_lock;
 
 /// lock() blocks until every part is held (watched parts: renewed by their clients'
 /// watchdogs); with a lease every part is leased and never renewed. It never waits while holding
@@ -75,21 +72,12 @@ class multi_lock : public detail::timed_lockable<multi_lock>, public detail::asy
 
     struct part {
         void* lock = nullptr;
-        std::string server, name;
-        bool (*try_until)(void*, clock::time_point, std::chrono::milliseconds) = nullptr;
+        std::string name;
+        bool (*try_until)(void*, clock::time_point, detail::lease_request) = nullptr;
         void (*release)(void*) = nullptr;
         bool (*is_lost)(void*) = nullptr;
         std::uint64_t (*hold_id)(void*) = nullptr;
-        detail::async_start (*starter)(void*) = nullptr;  // the part's own asynchronous acquire
-        // Where the part's hold is registered: set for every part but a red_lock (whose node
-        // holds are a group of their own). The parts found there are grouped (group_parts).
-        detail::client_core* core = nullptr;
-        const detail::kind_info* kind = nullptr;
-        // For the one-script path: set for mutex and reentrant_lock.
-        void (*lost_at_unlock)(void*, std::uint64_t thread) = nullptr;  // lost() stays true
-        const detail::lock_keys* keys = nullptr;
-        char code = 0;  // 'm' or 'r'
-        bool fencing = false;
+        detail::part_view view;  // what the lock says of itself as a part (part_access)
     };
 
 public:
@@ -131,7 +119,7 @@ public:
             }
         }
         if (!any) {
-            throw error(errc::not_owner, parts_.front().name, parts_.front().server,
+            throw error(errc::not_owner, parts_.front().name, parts_.front().view.server,
                         "unlock by a thread that holds no part of the multi_lock");
         }
     }
@@ -156,9 +144,9 @@ public:
     [[nodiscard]] std::uint64_t hold_id() const {
         const std::uint64_t thread = detail::current_thread_number();
         for (const part& p : parts_) {
-            if (!p.core) continue;
-            if (auto h = p.core->reg.find(p.kind, p.name, thread)) {
-                if (auto group = p.core->reg.with([&] { return h->group; })) return group->id;
+            if (!p.view.core) continue;
+            if (auto h = p.view.core->reg.find(p.view.kind, p.name, thread)) {
+                if (auto group = p.view.core->reg.with([&] { return h->group; })) return group->id;
             }
         }
         return parts_.front().hold_id(parts_.front().lock);
@@ -171,74 +159,37 @@ private:
     // Canonical order, no lock twice, and whether one script can take them all.
     void name_parts() {
         std::sort(parts_.begin(), parts_.end(), [](const part& a, const part& b) {
-            return std::tie(a.server, a.name) < std::tie(b.server, b.name);
+            return std::tie(a.view.server, a.name) < std::tie(b.view.server, b.name);
         });
         for (std::size_t i = 1; i < parts_.size(); ++i) {
-            if (parts_[i].server == parts_[i - 1].server && parts_[i].name == parts_[i - 1].name) {
-                throw error(errc::invalid_argument, parts_[i].name, parts_[i].server,
+            if (parts_[i].view.server == parts_[i - 1].view.server && parts_[i].name == parts_[i - 1].name) {
+                throw error(errc::invalid_argument, parts_[i].name, parts_[i].view.server,
                             "the same lock is given twice to one multi_lock");
             }
         }
         one_node_ = std::all_of(parts_.begin(), parts_.end(), [&](const part& p) {
             // In a cluster one script reaches one slot only.
-            return p.code && !p.fencing && p.core == parts_.front().core &&
-                   (!p.core->ep.slots || detail::key_slot(p.name) == detail::key_slot(parts_.front().name));
+            return p.view.code && !p.view.fencing && p.view.core == parts_.front().view.core &&
+                   (!p.view.core->ep.slots || detail::key_slot(p.name) == detail::key_slot(parts_.front().name));
         });
     }
 
+    // A part through the lock's public calls and its own view of itself (part_access): no
+    // lock type is named here.
     template <class L>
     static part make_part(L& l) {
         part p;
         p.lock = &l;
         p.name = l.name();
-        p.try_until = [](void* o, clock::time_point t, std::chrono::milliseconds lease) {
+        p.try_until = [](void* o, clock::time_point t, detail::lease_request lease) {
             L& x = *static_cast<L*>(o);
-            return lease.count() == 0 ? x.try_lock_until(t) : x.try_lock_until(t, lease);
+            return lease.is_watched() ? x.try_lock_until(t) : x.try_lock_until(t, lease.fixed_duration());
         };
         p.release = [](void* o) { static_cast<L*>(o)->unlock(); };
         p.is_lost = [](void* o) { return static_cast<L*>(o)->lost(); };
         p.hold_id = [](void* o) { return static_cast<const L*>(o)->hold_id(); };
-        p.starter = [](void* o) -> detail::async_start {
-            L& x = *static_cast<L*>(o);
-            if constexpr (std::is_base_of_v<read_write_lock, L>) {
-                return x.writer().async_starter();
-            } else {
-                return x.async_starter();
-            }
-        };
-        if constexpr (std::is_base_of_v<read_write_lock, L>) {
-            registered_in(p, l.writer());  // a read_write_lock part takes its write side
-        } else if constexpr (!std::is_base_of_v<red_lock, L>) {
-            registered_in(p, l);
-        }
-        if constexpr (std::is_base_of_v<detail::basic_lock<detail::mutex_kind>, L> ||
-                      std::is_base_of_v<detail::basic_lock<detail::reentrant_kind>, L>) {
-            p.keys = &l.keys_;
-            p.lost_at_unlock = [](void* o, std::uint64_t thread) {
-                static_cast<L*>(o)->mark_lost_at_unlock(thread);
-            };
-            p.fencing = l.options_.fencing;
-            p.server = l.core_->ep.name;
-            p.code = std::is_base_of_v<detail::basic_lock<detail::mutex_kind>, L> ? 'm' : 'r';
-        } else {
-            p.server = server_of(l);
-        }
+        p.view = detail::part_access::view(l);
         return p;
-    }
-
-    template <class Kind>
-    static void registered_in(part& p, const detail::basic_lock<Kind>& l) {
-        p.core = l.core_.get();
-        p.kind = &Kind::info;
-    }
-
-    template <class L>
-    static std::string server_of(L& l) {
-        if constexpr (std::is_base_of_v<detail::basic_lock<detail::fair_kind>, L>) {
-            return l.core_->ep.name;
-        } else {
-            return "";  // read_write_lock, red_lock: ordered by name
-        }
     }
 
     void set_refused(std::string what) {
@@ -252,7 +203,7 @@ private:
     std::string_view server() const noexcept { return ""; }
 
     // timed_lockable's entry point (see there).
-    bool acquire(clock::time_point deadline, std::chrono::milliseconds lease) {
+    bool acquire(clock::time_point deadline, detail::lease_request lease) {
         std::size_t first = 0;
         if (one_node_) {
             std::size_t refusing = 0;
@@ -265,7 +216,7 @@ private:
         for (;;) {
             part& head = parts_[first];
             if (!head.try_until(head.lock, deadline, lease)) {
-                set_refused(head.server + "/" + head.name);
+                set_refused(head.view.server + "/" + head.name);
                 return false;
             }
             std::size_t refusing = parts_.size();
@@ -293,7 +244,7 @@ private:
             release(taken);  // never wait while holding a part
             first = refusing;
             if (clock::now() >= deadline) {
-                set_refused(parts_[refusing].server + "/" + parts_[refusing].name);
+                set_refused(parts_[refusing].view.server + "/" + parts_[refusing].name);
                 return false;
             }
         }
@@ -301,7 +252,7 @@ private:
 
     // async_lockable's entry point (async_lock.hpp).
     template <class Token>
-    auto start_async(clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+    auto start_async(clock::time_point deadline, detail::lease_request lease, std::uint64_t owner,
                      Token&& token) {
         return detail::start_with(async_starter(), deadline, lease, owner, std::forward<Token>(token));
     }
@@ -311,10 +262,10 @@ private:
         std::vector<detail::multi_acquire::part_ref> refs;
         refs.reserve(parts_.size());
         for (part& p : parts_) {
-            refs.push_back({p.starter(p.lock), p.name, p.core != nullptr,
-                            p.core ? p.core->ep.options.on_lock_lost : lock_lost_handler()});
+            refs.push_back({p.view.starter(), p.name, p.view.core != nullptr,
+                            p.view.core ? p.view.core->ep.options.on_lock_lost : lock_lost_handler()});
         }
-        return [refs = std::move(refs)](clock::time_point deadline, std::chrono::milliseconds lease,
+        return [refs = std::move(refs)](clock::time_point deadline, detail::lease_request lease,
                                         std::uint64_t owner, detail::completion done) {
             auto op = std::make_shared<detail::multi_acquire>(
                 refs, deadline, lease, owner != 0 ? owner : detail::next_owner_number(), std::move(done));
@@ -339,38 +290,38 @@ private:
         group->tolerance = 0;
         const std::uint64_t thread = detail::current_thread_number();
         for (part& p : parts_) {
-            if (!p.core) continue;
-            if (!group->tell) group->tell = p.core->ep.options.on_lock_lost;
-            if (auto h = p.core->reg.find(p.kind, p.name, thread)) {
-                p.core->reg.with([&] { h->group = group; });
+            if (!p.view.core) continue;
+            if (!group->tell) group->tell = p.view.core->ep.options.on_lock_lost;
+            if (auto h = p.view.core->reg.find(p.view.kind, p.name, thread)) {
+                p.view.core->reg.with([&] { h->group = group; });
             }
         }
     }
 
-    bool acquire_in_one_script(std::chrono::milliseconds lease, std::size_t& refusing) {
-        detail::client_core& core = *parts_.front().core;
+    bool acquire_in_one_script(detail::lease_request requested, std::size_t& refusing) {
+        detail::client_core& core = *parts_.front().view.core;
         const std::uint64_t thread = detail::current_thread_number();
         core.throw_if_destroyed(parts_.front().name,
                                 "the client this lock was made from has been destroyed");
         for (part& p : parts_) {
-            if (core.reg.find(p.kind, p.name, thread)) {
+            if (core.reg.find(p.view.kind, p.name, thread)) {
                 refusing = 0;
                 return false;  // a re-entry or would_deadlock: the parts decide, one by one
             }
         }
-        const bool watched = lease.count() == 0;
-        if (watched) lease = core.ep.options.lock_watchdog_timeout;
+        const bool watched = requested.is_watched();
+        const std::chrono::milliseconds lease = requested.duration(core.ep.options.lock_watchdog_timeout);
         const std::string lease_text = std::to_string(lease.count());
         const std::string token = detail::random_token(), holder = core.holder_id(thread);
         std::vector<std::string_view> values;
         values.reserve(parts_.size());
-        for (part& p : parts_) values.push_back(p.code == 'm' ? std::string_view(token) : holder);
+        for (part& p : parts_) values.push_back(p.view.code == 'm' ? std::string_view(token) : holder);
         detail::script_call call;
         call.start(detail::multi_acquire_script(), parts_.size());
-        for (part& p : parts_) call.push(p.keys->name);
+        for (part& p : parts_) call.push(p.view.keys->name);
         call.push(lease_text);
         for (std::size_t i = 0; i < parts_.size(); ++i) {
-            call.push(parts_[i].code == 'm' ? "m" : "r");
+            call.push(parts_[i].view.code == 'm' ? "m" : "r");
             call.push(values[i]);
         }
         const std::string& name = parts_.front().name;
@@ -413,7 +364,7 @@ private:
         const detail::hold_terms terms{
             lease, watched ? detail::renewal::watched : detail::renewal::leased, sent};
         for (part& p : parts_) {
-            core.add_hold(*p.kind, p.name, p.code == 'm' ? token : holder, thread, terms, 0, group);
+            core.add_hold(*p.view.kind, p.name, p.view.code == 'm' ? token : holder, thread, terms, 0, group);
         }
         return true;
     }
@@ -423,11 +374,11 @@ private:
         detail::script_call call;
         call.start(detail::multi_release_script(), 2 * parts_.size());
         for (const part& p : parts_) {
-            call.push(p.keys->name);
-            call.push(p.keys->channel);
+            call.push(p.view.keys->name);
+            call.push(p.view.keys->channel);
         }
         for (std::size_t i = 0; i < parts_.size(); ++i) {
-            call.push(parts_[i].code == 'm' ? "m" : "r");
+            call.push(parts_[i].view.code == 'm' ? "m" : "r");
             call.push(values[i]);
         }
         return call;
@@ -458,11 +409,11 @@ private:
     }
 
     bool release_in_one_script() {
-        detail::client_core& core = *parts_.front().core;
+        detail::client_core& core = *parts_.front().view.core;
         const std::uint64_t thread = detail::current_thread_number();
         std::vector<detail::registry::hold_ptr> holds;
         for (part& p : parts_) {
-            auto h = core.reg.find(p.kind, p.name, thread);
+            auto h = core.reg.find(p.view.kind, p.name, thread);
             if (!h || core.reg.with([&] { return h->count; }) != 1) return false;  // part by part
             holds.push_back(std::move(h));
         }
@@ -477,12 +428,12 @@ private:
             });
             for (std::size_t i = 0; i < holds.size() && r && i < r->elements; ++i) {
                 if (r->element[i]->integer >= 0 || core.reg.ended_by_lease(*holds[i])) continue;
-                parts_[i].lost_at_unlock(parts_[i].lock, thread);  // first, as basic_lock
+                parts_[i].view.lost_at_unlock(thread);  // first, as basic_lock
                 core.reg.report(*holds[i], error(errc::lock_lost, holds[i]->name, core.ep.name,
                                                  "at unlock the part was no longer held"));
             }
         } catch (const error& e) {
-            for (part& p : parts_) p.lost_at_unlock(p.lock, thread);
+            for (part& p : parts_) p.view.lost_at_unlock(thread);
             core.reg.report(*holds.front(), e);
         }
         return true;

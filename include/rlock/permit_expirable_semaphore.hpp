@@ -63,13 +63,13 @@
 #include <vector>
 
 #include "rlock/client.hpp"
-#include "rlock/detail/redis/cluster.hpp"
+#include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/detail/protocol/permit_kind.hpp"
+#include "rlock/detail/protocol/synchronizer_scripts.hpp"
+#include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/waiting/synchronizer.hpp"
-#include "rlock/detail/protocol/synchronizer_scripts.hpp"
-#include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock {
@@ -220,7 +220,7 @@ public:
     /// Blocks until `permits` are free and takes them, watched: renewed by the client's
     /// watchdog until released.
     [[nodiscard]] permit acquire(long long permits = 1) {
-        return take_until(clock::time_point::max(), std::chrono::milliseconds(0), permits);
+        return take_until(clock::time_point::max(), detail::lease_request::watched(), permits);
     }
     /// As acquire(permits), with a lease: the permits come back by themselves after `lease`.
     template <class Rep, class Period>
@@ -230,12 +230,12 @@ public:
 
     /// One attempt, no waiting; watched permits, or an empty permit when not enough were free.
     [[nodiscard]] permit try_acquire(long long permits = 1) {
-        return take_until(clock::now(), std::chrono::milliseconds(0), permits);
+        return take_until(clock::now(), detail::lease_request::watched(), permits);
     }
     /// Waits up to `wait` (steady_clock) for `permits`, watched; empty when not taken in time.
     template <class Rep, class Period>
     [[nodiscard]] permit try_acquire_for(const std::chrono::duration<Rep, Period>& wait, long long permits = 1) {
-        return take_until(detail::deadline_after(wait), std::chrono::milliseconds(0), permits);
+        return take_until(detail::deadline_after(wait), detail::lease_request::watched(), permits);
     }
     /// As try_acquire_for(wait, permits), with a lease.
     template <class Rep, class Period, class Rep2, class Period2>
@@ -249,7 +249,7 @@ public:
     template <class Clock, class Duration>
     [[nodiscard]] permit try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline,
                                            long long permits = 1) {
-        return take_until(detail::to_steady(deadline), std::chrono::milliseconds(0), permits);
+        return take_until(detail::to_steady(deadline), detail::lease_request::watched(), permits);
     }
     /// As try_acquire_until(deadline, permits), with a lease.
     template <class Clock, class Duration, class Rep, class Period>
@@ -272,11 +272,11 @@ public:
     /// Completes with `permits` (default 1) watched permits.
     template <class Token>
     auto async_acquire(Token&& token) {
-        return async_take(clock::time_point::max(), std::chrono::milliseconds(0), 1, std::forward<Token>(token));
+        return async_take(clock::time_point::max(), detail::lease_request::watched(), 1, std::forward<Token>(token));
     }
     template <class Token>
     auto async_acquire(long long permits, Token&& token) {
-        return async_take(clock::time_point::max(), std::chrono::milliseconds(0), permits,
+        return async_take(clock::time_point::max(), detail::lease_request::watched(), permits,
                           std::forward<Token>(token));
     }
     /// Completes with `permits` leased for `lease`.
@@ -287,7 +287,7 @@ public:
     /// Waits up to `wait` for `permits` watched permits; an empty permit when not taken in time.
     template <class Rep, class Period, class Token>
     auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& wait, long long permits, Token&& token) {
-        return async_take(detail::deadline_after(wait), std::chrono::milliseconds(0), permits,
+        return async_take(detail::deadline_after(wait), detail::lease_request::watched(), permits,
                           std::forward<Token>(token));
     }
     /// As async_try_acquire_for(wait, permits, token), leased for `lease`.
@@ -301,7 +301,7 @@ public:
     template <class Clock, class Duration, class Token>
     auto async_try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline, long long permits,
                                  Token&& token) {
-        return async_take(detail::to_steady(deadline), std::chrono::milliseconds(0), permits,
+        return async_take(detail::to_steady(deadline), detail::lease_request::watched(), permits,
                           std::forward<Token>(token));
     }
 
@@ -334,7 +334,7 @@ public:
     /// shorter lease in Redis would let another holder in while the handle says it holds).
     template <class Rep, class Period>
     bool update_lease_time(const std::string& id, const std::chrono::duration<Rep, Period>& lease) {
-        const std::string ms = std::to_string(checked(lease).count());
+        const std::string ms = std::to_string(checked(lease).fixed_duration().count());
         const std::string raw = id_bytes(id);
         if (owned_by_a_handle(raw)) {
             throw error(errc::invalid_argument, name_, server(),
@@ -371,8 +371,8 @@ public:
 
 private:
     template <class Rep, class Period>
-    std::chrono::milliseconds checked(const std::chrono::duration<Rep, Period>& lease) const {
-        return detail::lease_ms(lease, name_, server());
+    detail::lease_request checked(const std::chrono::duration<Rep, Period>& lease) const {
+        return detail::lease_request::fixed(detail::lease_ms(lease, name_, server()));
     }
 
     void check_permits(long long permits, std::string_view op) const {
@@ -524,18 +524,17 @@ private:
         }
     };
 
-    // lease 0: watched.
-    taking prepare(std::chrono::milliseconds lease, long long permits) const {
+    taking prepare(detail::lease_request lease, long long permits) const {
         check_permits(permits, "acquire");
-        const bool watched = lease.count() == 0;
-        const std::chrono::milliseconds term = watched ? core_->ep.options.lock_watchdog_timeout : lease;
+        const bool watched = lease.is_watched();
+        const std::chrono::milliseconds term = lease.duration(core_->ep.options.lock_watchdog_timeout);
         std::string packed(static_cast<std::size_t>(permits) * 16, '\0');
         detail::random_bytes(reinterpret_cast<unsigned char*>(packed.data()), packed.size());
         return taking{core_, detail::permit_keys{name_, timeouts_, channel_}, std::to_string(permits),
                       std::to_string(term.count()), std::move(packed), term, watched};
     }
 
-    permit take_until(clock::time_point deadline, std::chrono::milliseconds lease, long long permits) {
+    permit take_until(clock::time_point deadline, detail::lease_request lease, long long permits) {
         taking t = prepare(lease, permits);
         bool got = false;
         try {
@@ -549,7 +548,7 @@ private:
     }
 
     template <class Token>
-    auto async_take(clock::time_point deadline, std::chrono::milliseconds lease, long long permits,
+    auto async_take(clock::time_point deadline, detail::lease_request lease, long long permits,
                     Token&& token) {
         return synchronizer::async_wait_until<permit>(deadline, detail::repeat::safe, prepare(lease, permits),
                                                       std::forward<Token>(token));

@@ -37,10 +37,10 @@
 #include <utility>
 
 #include "rlock/client.hpp"
-#include "rlock/detail/front/basic_lock.hpp"
-#include "rlock/detail/protocol/read_write_kind.hpp"
 #include "rlock/detail/front/async_lockable.hpp"
+#include "rlock/detail/front/basic_lock.hpp"
 #include "rlock/detail/front/timed_lockable.hpp"
+#include "rlock/detail/protocol/read_write_kind.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock {
@@ -160,15 +160,18 @@ public:
 private:
     friend class detail::timed_lockable<read_write_lock>;
     friend class detail::async_lockable<read_write_lock>;
-    bool acquire(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds lease) {
+    bool acquire(std::chrono::steady_clock::time_point deadline, detail::lease_request lease) {
         return write_.acquire(deadline, lease);
     }
     template <class Token>
-    auto start_async(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds lease,
+    auto start_async(std::chrono::steady_clock::time_point deadline, detail::lease_request lease,
                      std::uint64_t owner, Token&& token) {
         return write_.start_async(deadline, lease, owner, std::forward<Token>(token));
     }
     std::string_view server() const noexcept { return write_.server(); }
+    // As a multi_lock part it is its write side.
+    friend struct detail::part_access;
+    detail::part_view as_part() { return detail::part_access::view(write_); }
 
     write_side write_;
     read_side read_;

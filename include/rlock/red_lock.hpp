@@ -44,10 +44,11 @@
 #include <vector>
 
 #include "rlock/client.hpp"
-#include "rlock/detail/front/async_lockable.hpp"
 #include "rlock/detail/acquisition/red_site.hpp"
-#include "rlock/detail/waiting/red_wait.hpp"
+#include "rlock/detail/front/async_lockable.hpp"
 #include "rlock/detail/front/timed_lockable.hpp"
+#include "rlock/detail/waiting/multi_parts.hpp"
+#include "rlock/detail/waiting/red_wait.hpp"
 #include "rlock/detail/waiting/wait_blocking.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
@@ -126,7 +127,7 @@ public:
 private:
     friend class detail::timed_lockable<red_lock>;
     friend class detail::async_lockable<red_lock>;
-    friend class multi_lock;
+    friend struct detail::part_access;  // a multi_lock part (as_part)
     std::string_view server() const noexcept { return ""; }  // one per node: named in messages
 
     static std::vector<detail::client_core*> cores_of(const std::vector<client*>& nodes) {
@@ -139,14 +140,12 @@ private:
     // timed_lockable's entry point (see there). lock() (deadline max) gives up at once when
     // too few nodes can be asked; a bounded wait keeps trying until its deadline, and then
     // throws quorum_not_reached if its last round could not ask a majority.
-    bool acquire(clock::time_point deadline, std::chrono::milliseconds lease) {
+    bool acquire(clock::time_point deadline, detail::lease_request lease) {
         const std::uint64_t thread = detail::current_thread_number();
         site_->check_acquire(thread);
-        const bool watched = lease.count() == 0;
-        if (watched) lease = site_->nodes().front()->ep.options.lock_watchdog_timeout;
         // Rounds until one holds, each after Redlock's random delay or an unlock message from
         // the first node, whichever comes first (wait_blocking).
-        detail::red_acquisition op(*site_, thread, lease, watched, deadline);
+        detail::red_acquisition op(*site_, thread, lease, deadline);
         if (detail::wait_blocking(*site_->nodes().front(), op, deadline, detail::repeat::safe)) return true;
         (void)site_->gives_up(op.last(), deadline);  // throws when the quorum was out of reach
         return false;
@@ -154,15 +153,23 @@ private:
 
     // async_lockable's entry point (async_lock.hpp).
     template <class Token>
-    auto start_async(clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+    auto start_async(clock::time_point deadline, detail::lease_request lease, std::uint64_t owner,
                      Token&& token) {
         return detail::start_with(async_starter(), deadline, lease, owner, std::forward<Token>(token));
+    }
+
+    // This red_lock as a multi_lock part: ordered by name; its node holds are a group of their
+    // own (it is told as its own red_lock).
+    detail::part_view as_part() const {
+        detail::part_view v;
+        v.starter = [this] { return async_starter(); };
+        return v;
     }
 
     // What starts an asynchronous acquire of this red_lock, sharing its site (multi_lock keeps
     // one per part).
     detail::async_start async_starter() const {
-        return [s = site_](clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+        return [s = site_](clock::time_point deadline, detail::lease_request lease, std::uint64_t owner,
                            detail::completion done) {
             detail::client_core& first = *s->nodes().front();
             first.throw_if_destroyed(s->name(), "the client of the red_lock's first node has been destroyed");

@@ -42,10 +42,10 @@
 #include <string_view>
 
 #include "rlock/client.hpp"
+#include "rlock/detail/front/timed_lockable.hpp"
+#include "rlock/detail/protocol/synchronizer_scripts.hpp"
 #include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/waiting/synchronizer.hpp"
-#include "rlock/detail/protocol/synchronizer_scripts.hpp"
-#include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock {

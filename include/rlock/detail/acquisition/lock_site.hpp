@@ -10,13 +10,14 @@
 #include <string>
 #include <string_view>
 
-#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/acquisition/lease_request.hpp"
+#include "rlock/detail/acquisition/try_result.hpp"
+#include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
-#include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/runtime/registry.hpp"
-#include "rlock/detail/acquisition/try_result.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
@@ -122,7 +123,7 @@ public:
         }
     }
 
-    bool reenter(hold& h, std::chrono::milliseconds lease) const {
+    bool reenter(hold& h, lease_request lease) const {
         registry& reg = core_->reg;
         if constexpr (!Kind::reentrant) {
             (void)lease;
@@ -136,10 +137,11 @@ public:
             }
             // A re-entry keeps the hold watched if it was, or makes it watched if asked to;
             // otherwise the new lease applies from now.
-            const bool watched = reg.with([&] { return h.watched; }) || lease.count() == 0;
-            if (watched) lease = core_->ep.options.lock_watchdog_timeout;
+            const bool watched = reg.with([&] { return h.watched; }) || lease.is_watched();
+            const std::chrono::milliseconds duration =
+                watched ? core_->ep.options.lock_watchdog_timeout : lease.fixed_duration();
             const auto sent = clock::now();
-            acquire_result r = attempt(h.value, lease, try_kind::reentry);
+            acquire_result r = attempt(h.value, duration, try_kind::reentry);
             if (!r.acquired) {
                 reg.report(h, error(errc::lock_lost, name(), server(),
                                     "found the hold gone on re-entry"));
@@ -149,8 +151,8 @@ public:
             reg.with([&] {
                 h.count = static_cast<std::size_t>(r.count);
                 h.watched = watched;
-                h.lease = lease;
-                h.expires = sent + lease;
+                h.lease = duration;
+                h.expires = sent + duration;
                 if (options_.fencing) h.fencing = r.fencing;
             });
             return true;

@@ -14,15 +14,16 @@
 #include <string>
 #include <vector>
 
+#include "rlock/detail/acquisition/lease_request.hpp"
+#include "rlock/detail/acquisition/try_result.hpp"
+#include "rlock/detail/protocol/mutex_kind.hpp"
+#include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/runtime/engine.hpp"
 #include "rlock/detail/runtime/fan_out.hpp"
-#include "rlock/detail/protocol/mutex_kind.hpp"
-#include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
-#include "rlock/detail/acquisition/try_result.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
@@ -370,9 +371,10 @@ class red_acquisition {
 public:
     using clock = std::chrono::steady_clock;
 
-    red_acquisition(const red_site& site, std::uint64_t owner, std::chrono::milliseconds lease, bool watched,
-                    clock::time_point deadline)
-        : site_(site), owner_(owner), lease_(lease), watched_(watched), deadline_(deadline) {}
+    red_acquisition(const red_site& site, std::uint64_t owner, lease_request lease, clock::time_point deadline)
+        : site_(site), owner_(owner),
+          lease_(lease.duration(site.nodes().front()->ep.options.lock_watchdog_timeout)),
+          watched_(lease.is_watched()), deadline_(deadline) {}
 
     const std::string& name() const noexcept { return site_.name(); }
     std::string channel() const { return site_.channel(); }
@@ -400,6 +402,8 @@ public:
 
     /// The last round that did not hold.
     const red_site::round& last() const noexcept { return last_; }
+    /// What each round asks for: the lease's duration (red_site::try_once).
+    std::chrono::milliseconds lease() const noexcept { return lease_; }
     /// The first node's hold of the round that held.
     const registry::hold_ptr& held() const noexcept { return held_; }
 

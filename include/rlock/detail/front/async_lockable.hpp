@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <utility>
 
-#include "rlock/detail/waiting/async_lock.hpp"
-#include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/front/timed_lockable.hpp"
+#include "rlock/detail/runtime/completion.hpp"
+#include "rlock/detail/waiting/async_lock.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 
@@ -18,7 +18,7 @@ namespace rlock::detail {
 /// The asynchronous forms, written once for every lock type. A lock type derives from
 /// async_lockable<itself> and supplies (as a friend: it may be private)
 ///   template <class Token> auto start_async(steady_clock::time_point deadline,
-///                                           std::chrono::milliseconds lease,
+///                                           lease_request lease,
 ///                                           std::uint64_t owner, Token&& token);
 /// with timed_lockable's meaning of deadline and lease, and owner 0 for "a new owner".
 /// Each form takes a completion token last: a callback `void(std::exception_ptr, rlock::hold)`
@@ -30,7 +30,7 @@ template <class Derived>
 class async_lockable {
     using clock = std::chrono::steady_clock;
     static constexpr clock::time_point forever = clock::time_point::max();
-    static constexpr std::chrono::milliseconds watched{0};
+    static constexpr lease_request watched = lease_request::watched();
 
 public:
     /// Completes with a hold once this (new) owner holds the lock: watched, no time limit.
@@ -113,8 +113,8 @@ public:
 private:
     Derived& self() { return static_cast<Derived&>(*this); }
     template <class Rep, class Period>
-    std::chrono::milliseconds checked(const std::chrono::duration<Rep, Period>& lease) {
-        return lease_ms(lease, self().name(), self().server());
+    lease_request checked(const std::chrono::duration<Rep, Period>& lease) {
+        return lease_request::fixed(lease_ms(lease, self().name(), self().server()));
     }
 };
 
@@ -122,7 +122,7 @@ private:
 /// multi_lock).
 template <class Token>
 auto start_with(async_start start, std::chrono::steady_clock::time_point deadline,
-                std::chrono::milliseconds lease, std::uint64_t owner, Token&& token) {
+                lease_request lease, std::uint64_t owner, Token&& token) {
     return initiate<acquire_signature>(std::forward<Token>(token),
                                        [start = std::move(start), deadline, lease, owner](completion done) {
                                            return start(deadline, lease, owner, std::move(done));

@@ -14,31 +14,35 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
-#include "rlock/detail/runtime/client_core.hpp"
-#include "rlock/detail/redis/hiredis.hpp"
-#include "rlock/detail/redis/script.hpp"
-#include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/acquisition/lock_site.hpp"
 #include "rlock/detail/front/async_lockable.hpp"
+#include "rlock/detail/front/timed_lockable.hpp"
+#include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
-#include "rlock/detail/front/timed_lockable.hpp"
-#include "rlock/detail/waiting/wait_pacing.hpp"
+#include "rlock/detail/waiting/multi_parts.hpp"
 #include "rlock/detail/waiting/wait_blocking.hpp"
+#include "rlock/detail/waiting/wait_pacing.hpp"
 #include "rlock/detail/waiting/wait_policy.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock {
-class multi_lock;
 class read_write_lock;
 }  // namespace rlock
 
 namespace rlock::detail {
+
+struct rw_read_kind;   // read_write_kind.hpp: a read_write_lock's sides
+struct rw_write_kind;
 
 /// lock(), try_lock(), try_lock_for() and try_lock_until() (timed_lockable) throw `error`:
 /// would_deadlock (a mutex this thread holds already; a reader asking for the write side),
@@ -157,14 +161,13 @@ protected:
     using site::server;
 
 private:
-    friend class rlock::multi_lock;  // takes several locks of one node in one script
+    friend struct part_access;  // a multi_lock part (as_part)
     friend class timed_lockable<basic_lock>;
     friend class async_lockable<basic_lock>;
     friend class rlock::read_write_lock;  // its two sides
 
-    // timed_lockable's entry point. deadline: time_point::max() waits for ever. lease == 0:
-    // watched.
-    bool acquire(clock::time_point deadline, std::chrono::milliseconds lease) {
+    // timed_lockable's entry point. deadline: time_point::max() waits for ever.
+    bool acquire(clock::time_point deadline, lease_request lease) {
         registry& reg = core_->reg;
         const std::uint64_t thread = current_thread_number();
         const std::chrono::milliseconds watchdog = core_->ep.options.lock_watchdog_timeout;
@@ -174,23 +177,22 @@ private:
             return reenter(*h, lease);
         }
         site::check_acquire(thread);
-        const bool watched = lease.count() == 0;
-        if (watched) lease = watchdog;
-        lock_acquisition<Kind> op(*this, Kind::value_for(core_->id, thread, Kind::reentrant), lease);
+        lock_acquisition<Kind> op(*this, Kind::value_for(core_->id, thread, Kind::reentrant), lease.duration(watchdog));
         // The wait (wait_blocking): until the unlock message or the holder's TTL, paced against
         // other clients' waiters, riding out an outage (each try after one undoes what the one
         // before may have taken: a release with the same value, so that nothing sent twice
         // takes a second hold).
         if (!wait_blocking(*core_, op, deadline, repeat::safe)) return false;
         core_->add_hold(Kind::info, name(), std::move(op.value()), thread,
-                        {lease, watched ? renewal::watched : renewal::leased, op.sent()}, op.fencing());
+                        {lease.duration(watchdog), lease.is_watched() ? renewal::watched : renewal::leased, op.sent()},
+                        op.fencing());
         forget_lost_at_unlock(thread);
         return true;
     }
 
     // async_lockable's entry point (async_lock.hpp).
     template <class Token>
-    auto start_async(clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+    auto start_async(clock::time_point deadline, lease_request lease, std::uint64_t owner,
                      Token&& token) {
         return initiate<acquire_signature>(std::forward<Token>(token),
                         [s = shared_site(), deadline, lease, owner](completion done) {
@@ -201,10 +203,29 @@ private:
     // What starts an asynchronous acquire of this lock, sharing its site: a multi_lock keeps
     // one per part, so that its operation outlives the part objects.
     async_start async_starter() {
-        return [s = shared_site()](clock::time_point deadline, std::chrono::milliseconds lease,
+        return [s = shared_site()](clock::time_point deadline, lease_request lease,
                                    std::uint64_t owner, completion done) {
             return start_acquire<Kind>(s, deadline, lease, owner, std::move(done));
         };
+    }
+
+    // This lock as a multi_lock part (multi_parts.hpp).
+    part_view as_part() {
+        part_view v;
+        // A read_write_lock's sides are ordered by name alone.
+        if constexpr (!std::is_same_v<Kind, rw_read_kind> && !std::is_same_v<Kind, rw_write_kind>) {
+            v.server = core_->ep.name;
+        }
+        v.core = core_.get();
+        v.kind = &Kind::info;
+        if constexpr (Kind::multi_code != 0) {
+            v.code = Kind::multi_code;
+            v.keys = &keys_;
+            v.fencing = options_.fencing;
+            v.lost_at_unlock = [this](std::uint64_t thread) { mark_lost_at_unlock(thread); };
+        }
+        v.starter = [this] { return async_starter(); };
+        return v;
     }
 
     // This lock as its asynchronous acquires share it (made on the first). Throws

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "rlock/detail/acquisition/lease_request.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {
@@ -60,10 +61,10 @@ std::chrono::steady_clock::time_point to_steady(const std::chrono::time_point<Cl
 }
 
 /// What a lock type gives timed_lockable (as a friend: these may be private):
-///   bool acquire(steady_clock::time_point deadline, std::chrono::milliseconds lease);
+///   bool acquire(steady_clock::time_point deadline, lease_request lease);
 ///       true when the calling thread now holds the lock. `deadline` is time_point::max() for
-///       lock() (wait for ever); a deadline already past is one attempt. `lease` is 0 for a
-///       watched hold (renewed until unlock), else already checked by lease_ms.
+///       lock() (wait for ever); a deadline already past is one attempt. `lease`: watched
+///       (renewed until unlock), or a fixed one already checked by lease_ms.
 ///   const std::string& name() const;  std::string_view server() const;  (lease errors)
 /// read_write_lock's read side maps std::shared_timed_mutex's names onto a second lock object
 /// of this kind (its read side), forwarding.
@@ -71,7 +72,7 @@ template <class Derived>
 class timed_lockable {
     using clock = std::chrono::steady_clock;
     static constexpr clock::time_point forever = clock::time_point::max();
-    static constexpr std::chrono::milliseconds watched{0};
+    static constexpr lease_request watched = lease_request::watched();
 
 public:
     /// Blocks until the calling thread holds the lock; the hold is watched (renewed until
@@ -113,8 +114,8 @@ public:
 private:
     Derived& self() { return static_cast<Derived&>(*this); }
     template <class Rep, class Period>
-    std::chrono::milliseconds checked(const std::chrono::duration<Rep, Period>& lease) {
-        return lease_ms(lease, self().name(), self().server());
+    lease_request checked(const std::chrono::duration<Rep, Period>& lease) {
+        return lease_request::fixed(lease_ms(lease, self().name(), self().server()));
     }
 };
 

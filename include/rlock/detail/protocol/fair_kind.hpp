@@ -39,11 +39,11 @@
 #include <string_view>
 
 #include "rlock/detail/protocol/kind.hpp"
-#include "rlock/detail/redis/hiredis.hpp"
-#include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/protocol/kind_info.hpp"
 #include "rlock/detail/protocol/lua_checks.hpp"
 #include "rlock/detail/protocol/reentrant_kind.hpp"
-#include "rlock/detail/protocol/kind_info.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/redis/script.hpp"
 
 namespace rlock::detail {
 

@@ -12,11 +12,11 @@
 #include <string_view>
 #include <type_traits>
 
-#include "rlock/detail/redis/hiredis.hpp"
-#include "rlock/detail/protocol/lua_checks.hpp"
-#include "rlock/detail/redis/script.hpp"
-#include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
+#include "rlock/detail/protocol/lua_checks.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/redis/script.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock::detail {
@@ -151,6 +151,10 @@ inline long long release_by(const script& release_script, const connection& c, c
 }
 
 struct kind_defaults {
+    /// multi_lock's one-script path (multi_scripts.hpp) takes and releases a part of this kind
+    /// by its own Lua step, named by this code ('m' mutex, 'r' reentrant_lock); 0: it has none,
+    /// and a multi_lock with such a part takes the parts one by one.
+    static constexpr char multi_code = 0;
     /// A hold of this other kind, of the same name and owner, makes a fresh (not re-entrant)
     /// acquisition would_deadlock, for `refused_while_holding_why` (read_write_lock: a reader
     /// asking for the write side would wait for itself for ever). Null: none.

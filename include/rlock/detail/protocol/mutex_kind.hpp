@@ -6,11 +6,11 @@
 #include <string_view>
 
 #include "rlock/detail/protocol/kind.hpp"
-#include "rlock/detail/redis/hiredis.hpp"
-#include "rlock/detail/redis/script.hpp"
-#include "rlock/detail/protocol/lua_checks.hpp"
-#include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
+#include "rlock/detail/protocol/lua_checks.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/redis/script.hpp"
 
 namespace rlock::detail {
 
@@ -102,6 +102,7 @@ return {0, mutex_leave(KEYS[1], ARGV[2])}
     }
 
     static inline const kind_info info{"mutex", &renew_script};
+    static constexpr char multi_code = 'm';  // multi_scripts.hpp
 
     /// The unscripted acquire, `SET key token NX PX lease`, as a call of its own (red_lock
     /// sends it to every node; acquire() below pipelines it with PTTL and GET).

@@ -7,10 +7,10 @@
 #include <string_view>
 
 #include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/protocol/kind_info.hpp"
+#include "rlock/detail/protocol/lua_checks.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/script.hpp"
-#include "rlock/detail/protocol/lua_checks.hpp"
-#include "rlock/detail/protocol/kind_info.hpp"
 
 namespace rlock::detail {
 
@@ -118,6 +118,7 @@ return left
     }
 
     static inline const kind_info info{"reentrant_lock", &renew_script};
+    static constexpr char multi_code = 'r';  // multi_scripts.hpp
 
     static acquire_result acquire(const connection& c, const lock_keys& k, const attempt_spec& a,
                                   std::string_view server) {

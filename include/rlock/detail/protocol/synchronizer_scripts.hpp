@@ -14,8 +14,8 @@
 #include <string_view>
 #include <system_error>
 
-#include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/protocol/lua_checks.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/script.hpp"
 #include "rlock/errors.hpp"
 

@@ -20,14 +20,14 @@
 #include <utility>
 #include <vector>
 
-#include "rlock/detail/redis/connect.hpp"
-#include "rlock/detail/runtime/engine.hpp"
-#include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/redis/connect.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/pool.hpp"
 #include "rlock/detail/redis/random.hpp"
-#include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/redis/sentinel.hpp"
+#include "rlock/detail/runtime/engine.hpp"
+#include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
 #include "rlock/detail/runtime/watchdog.hpp"
 #include "rlock/errors.hpp"

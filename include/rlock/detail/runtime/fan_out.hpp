@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
-#include "rlock/detail/redis/script.hpp"
 #include "rlock/detail/redis/pool.hpp"
+#include "rlock/detail/redis/script.hpp"
 #include "rlock/detail/redis/wake_pipe.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
 
 namespace rlock::detail {
 

@@ -23,8 +23,8 @@
 #include "rlock/detail/redis/connect.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/pool.hpp"
-#include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/runtime/registry.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {

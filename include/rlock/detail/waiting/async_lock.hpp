@@ -33,11 +33,12 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/detail/acquisition/lease_request.hpp"
+#include "rlock/detail/acquisition/lock_site.hpp"
+#include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/runtime/engine.hpp"
-#include "rlock/detail/protocol/kind.hpp"
-#include "rlock/detail/acquisition/lock_site.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
 #include "rlock/detail/waiting/wait_pacing.hpp"
@@ -352,7 +353,7 @@ template <class Kind>
 class async_acquire final : public async_waiter {
 public:
     async_acquire(std::shared_ptr<const lock_site<Kind>> site, async_waits& waits,
-                  clock::time_point deadline, std::chrono::milliseconds lease, std::uint64_t owner,
+                  clock::time_point deadline, lease_request lease, std::uint64_t owner,
                   completion handler)
         : async_waiter(waits, deadline), site_(std::move(site)), lease_(lease), owner_(owner),
           race_(site_->core_->races(site_->name())),
@@ -377,9 +378,8 @@ public:
                 return;
             }
             site_->check_acquire(owner_);
-            watched_ = lease_.count() == 0;
-            if (watched_) lease_ = core.ep.options.lock_watchdog_timeout;
-            op_.emplace(*site_, Kind::value_for(core.id, owner_, Kind::reentrant), lease_);
+            op_.emplace(*site_, Kind::value_for(core.id, owner_, Kind::reentrant),
+                        lease_.duration(core.ep.options.lock_watchdog_timeout));
             const bool may_wait = clock::now() < deadline;
             const std::string channel = op_->channel();
             std::string key(Kind::info.name);
@@ -490,7 +490,7 @@ public:
             if constexpr (Kind::races) race_.after_try(*r, woken);
             if (r->done) {
                 won();
-                hint.ttl = lease_.count();
+                hint.ttl = lease_.duration(site_->core_->ep.options.lock_watchdog_timeout).count();
                 return attempt_outcome::acquired;
             }
             hint = std::move(r->hint);
@@ -518,7 +518,8 @@ private:
     void won() {
         client_core& core = *site_->core_;
         registry::hold_ptr h = make_hold(Kind::info, site_->name(), op_->value(), owner_,
-                                         {lease_, watched_ ? renewal::watched : renewal::leased, op_->sent()});
+                                         {lease_.duration(core.ep.options.lock_watchdog_timeout),
+                                          lease_.is_watched() ? renewal::watched : renewal::leased, op_->sent()});
         h->fencing = op_->fencing();
         core.reg.add(h);
         result = rlock::hold(site_, std::move(h));
@@ -537,9 +538,8 @@ private:
     rlock::hold result;
     completion done;
     std::shared_ptr<const lock_site<Kind>> site_;
-    std::chrono::milliseconds lease_;
+    lease_request lease_;
     std::uint64_t owner_;
-    bool watched_ = false;
     std::optional<lock_acquisition<Kind>> op_;  // made once the lease is known (start)
     race_pacing race_;  // against waiters of other processes racing for the same release
     outage_step step_;  // tries are undone before the next after an outage
@@ -547,15 +547,15 @@ private:
 
 /// What starts an asynchronous acquire of one lock (deadline, lease, owner, completion) and
 /// returns its cancel handle; it shares the lock's site, so it outlives the lock object.
-using async_start = std::function<rlock::pending(std::chrono::steady_clock::time_point,
-                                                 std::chrono::milliseconds, std::uint64_t, completion)>;
+using async_start = std::function<rlock::pending(std::chrono::steady_clock::time_point, lease_request,
+                                                 std::uint64_t, completion)>;
 
 /// Starts an asynchronous acquire of `site`'s lock: posts it to the engine and returns its
 /// cancel handle. Throws `error` (connection_failed) when the client is being destroyed.
 template <class Kind>
 rlock::pending start_acquire(const std::shared_ptr<const lock_site<Kind>>& site,
                              std::chrono::steady_clock::time_point deadline,
-                             std::chrono::milliseconds lease, std::uint64_t owner, completion done) {
+                             lease_request lease, std::uint64_t owner, completion done) {
     client_core& core = *site->core_;
     async_waits& waits = waits_of(core);
     auto op = std::make_shared<async_acquire<Kind>>(site, waits, deadline, lease,

@@ -18,13 +18,41 @@
 #include <utility>
 #include <vector>
 
-#include "rlock/detail/waiting/async_lock.hpp"
+#include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/protocol/kind_info.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/runtime/registry.hpp"
+#include "rlock/detail/waiting/async_lock.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 
 namespace rlock::detail {
+
+/// What a lock is as a multi_lock part, as the lock itself describes it (each lock type's
+/// private `as_part()`, read through part_access): where its hold is registered, its server
+/// (the parts are ordered by server and name), and, for a kind with a step in the one-script
+/// path (kind_defaults::multi_code), its keys and code.
+struct part_view {
+    std::string server;           // "" orders it by name alone
+    client_core* core = nullptr;  // where its hold is registered; null: a red_lock, whose node
+                                  // holds are a group of their own
+    const kind_info* kind = nullptr;
+    char code = 0;  // the one-script path's step (multi_scripts.hpp), 0: none
+    const lock_keys* keys = nullptr;
+    bool fencing = false;
+    std::function<void(std::uint64_t thread)> lost_at_unlock;  // lost() stays true for it
+    std::function<async_start()> starter;                      // its own asynchronous acquire
+};
+
+/// How multi_lock reads a part's view: each lock type befriends this and defines
+/// `detail::part_view as_part()`.
+struct part_access {
+    template <class L>
+    static part_view view(L& lock) {
+        return lock.as_part();
+    }
+};
 
 template <class E, class = void>
 struct is_pointer_like : std::false_type {};
@@ -110,7 +138,7 @@ public:
         lock_lost_handler tell;   // its client's on_lock_lost (grouped parts)
     };
 
-    multi_acquire(std::vector<part_ref> parts, clock::time_point deadline, std::chrono::milliseconds lease,
+    multi_acquire(std::vector<part_ref> parts, clock::time_point deadline, lease_request lease,
                   std::uint64_t owner, completion done)
         : parts_(std::move(parts)), taken_(parts_.size()), deadline_(deadline), lease_(lease), owner_(owner),
           done_(std::move(done)) {}
@@ -217,7 +245,7 @@ private:
         }
         const std::shared_ptr<hold>& first = hold_access::record(taken_.front());
         registry::hold_ptr record = make_hold(*first->kind, parts_.front().name, "", owner_,
-                                              {lease_, renewal::leased, clock::now()});
+                                              {lease_.fixed_duration(), renewal::leased, clock::now()});
         record->id = any ? group->id : taken_.front().hold_id();
         return rlock::hold(std::make_shared<const multi_held>(std::move(taken_)), std::move(record));
     }
@@ -239,7 +267,7 @@ private:
     std::vector<rlock::hold> taken_;
     std::size_t head_ = 0;
     const clock::time_point deadline_;
-    const std::chrono::milliseconds lease_;
+    const lease_request lease_;
     const std::uint64_t owner_;
     completion done_;
     bool finished_ = false;

@@ -9,11 +9,11 @@
 #include <optional>
 #include <string>
 
-#include "rlock/detail/waiting/async_lock.hpp"
-#include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/acquisition/red_site.hpp"
-#include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/acquisition/try_result.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/runtime/registry.hpp"
+#include "rlock/detail/waiting/async_lock.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 
@@ -28,7 +28,7 @@ namespace rlock::detail {
 class red_acquire final : public async_waiter {
 public:
     red_acquire(std::shared_ptr<const red_site> site, async_waits& waits, clock::time_point deadline,
-                std::chrono::milliseconds lease, std::uint64_t owner, completion done)
+                lease_request lease, std::uint64_t owner, completion done)
         : async_waiter(waits, deadline), site_(std::move(site)), lease_(lease), owner_(owner), done_(std::move(done)) {}
 
     /// The initiating task, on the first node's engine thread.
@@ -40,9 +40,7 @@ public:
                             "asynchronous acquire started");
             }
             site_->check_acquire(owner_);
-            const bool watched = lease_.count() == 0;
-            if (watched) lease_ = site_->nodes().front()->ep.options.lock_watchdog_timeout;
-            op_.emplace(*site_, owner_, lease_, watched, deadline);
+            op_.emplace(*site_, owner_, lease_, deadline);
             wait_hint hint;
             if (round(hint) != attempt_outcome::refused) {
                 deliver();
@@ -96,11 +94,12 @@ private:
             if (r.done) {
                 const registry::hold_ptr& held = op_->held();
                 registry::hold_ptr record = make_hold(red_lock_info, site_->name(), held->value, owner_,
-                                                     {lease_, held->watched ? renewal::watched : renewal::leased, clock::now()});
+                                                     {op_->lease(), held->watched ? renewal::watched : renewal::leased,
+                                                      clock::now()});
                 record->id = held->group->id;
                 result_ = rlock::hold(site_, std::move(record));
                 settled = true;
-                hint.ttl = lease_.count();
+                hint.ttl = op_->lease().count();
                 return attempt_outcome::acquired;
             }
             hint = r.hint;
@@ -116,7 +115,7 @@ private:
     }
 
     std::shared_ptr<const red_site> site_;
-    std::chrono::milliseconds lease_;
+    lease_request lease_;
     std::uint64_t owner_;
     completion done_;
     std::optional<red_acquisition> op_;  // made once the lease is known (start)

@@ -13,12 +13,12 @@
 #include <string_view>
 #include <utility>
 
-#include "rlock/detail/waiting/async_lock.hpp"
+#include "rlock/detail/protocol/synchronizer_scripts.hpp"
+#include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/runtime/completion.hpp"
-#include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
-#include "rlock/detail/protocol/synchronizer_scripts.hpp"
+#include "rlock/detail/waiting/async_lock.hpp"
 #include "rlock/detail/waiting/wait_blocking.hpp"
 #include "rlock/detail/waiting/wait_policy.hpp"
 #include "rlock/errors.hpp"

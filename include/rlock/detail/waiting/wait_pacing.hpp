@@ -10,9 +10,9 @@
 #include <string>
 #include <thread>
 
-#include "rlock/detail/runtime/client_core.hpp"
-#include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/acquisition/try_result.hpp"
+#include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
 
 namespace rlock::detail {
 

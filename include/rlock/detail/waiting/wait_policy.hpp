@@ -12,8 +12,8 @@
 #include <optional>
 #include <string>
 
-#include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/acquisition/try_result.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/waiting/wait_pacing.hpp"
 #include "rlock/errors.hpp"
 
