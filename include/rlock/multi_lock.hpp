@@ -250,7 +250,7 @@ private:
         }
     }
 
-    // async_lockable's entry point (async_lock.hpp).
+    // async_lockable's entry point (async_lockable.hpp).
     template <class Token>
     auto start_async(clock::time_point deadline, detail::lease_request lease, std::uint64_t owner,
                      Token&& token) {

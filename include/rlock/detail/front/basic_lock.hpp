@@ -190,7 +190,7 @@ private:
         return true;
     }
 
-    // async_lockable's entry point (async_lock.hpp).
+    // async_lockable's entry point (async_lockable.hpp).
     template <class Token>
     auto start_async(clock::time_point deadline, lease_request lease, std::uint64_t owner,
                      Token&& token) {

@@ -23,7 +23,7 @@ struct mutex_kind : kind_defaults {
     /// KEYS[1] lock key, KEYS[2] redisson_lock_token:{name} (with fencing only); ARGV[1] token,
     /// ARGV[2] lease ms, ARGV[3] '1' to take the next fencing token.
     /// Returns {1, fencing token or 0} when set; when refused {0, PTTL of the holder's key, its
-    /// value} (basic_lock's wait loop tells by the value whether the holder's release will be
+    /// value} (the wait tells by the value whether the holder's release will be
     /// published). A key of another type is not a lock a mutex can wait for (a list, or a hash:
     /// a lock of another kind): WRONGTYPE, with nothing written (SET NX wrote nothing). The counter is checked before the SET
     /// (lua_checks.hpp): a counter INCR would refuse is an error with nothing written, not a

@@ -79,7 +79,7 @@ inline long long random_between(long long lo, long long hi) {
 /// How every token rlock stores in a mutex-layout key starts (rlock::mutex, red_lock,
 /// multi_lock's mutex parts). It marks a holder whose release publishes on the lock's channel:
 /// a waiter behind any other value (redis-py's Lock, node-redlock, go-redsync, an rlock older
-/// than this mark) cannot count on a message and looks again itself (basic_lock's wait loop).
+/// than this mark) cannot count on a message and looks again itself (the blocking driver, wait_blocking).
 /// ':' is neither a hex digit (redis-py, node-redlock) nor base64 (go-redsync), so no random
 /// token of theirs starts with it.
 inline constexpr std::string_view token_prefix = "rlock:";

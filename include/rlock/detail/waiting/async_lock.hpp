@@ -395,7 +395,7 @@ public:
                 }
             }
             if constexpr (Kind::races) {
-                // As a blocking newcomer does (basic_lock::acquire), the first try lets the
+                // As a blocking newcomer does (wait_blocking), the first try lets the
                 // waiters a release has just woken go first: while this client loses races for
                 // the lock (race_pacing::newcomer_pause), and after this client's own release
                 // that woke waiters (note_woken). Waited on a timer, not on the engine thread.

@@ -1,6 +1,6 @@
 // How a waiter paces its tries where an unlock message alone would pace it badly: against
 // waiters of other processes racing for the same release (race_pacing), and behind a holder
-// that never publishes its release (silent_holder_looks). basic_lock's wait loop asks both;
+// that never publishes its release (silent_holder_looks). the drivers (wait_blocking, async_waits) ask both;
 // neither is a poll for a lock whose holder publishes (docs/design.md, basic_lock step 4).
 #pragma once
 

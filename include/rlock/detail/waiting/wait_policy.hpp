@@ -1,7 +1,7 @@
 // When a waiter tries again without a message, and what it does after a try that failed in a way
 // that may have run: the rules every wait follows, blocking or asynchronous, lock or
-// synchronizer, written once. The drivers (basic_lock::acquire, async_waits, wait_on_channel,
-// async_channel_wait) ask wait_policy::next_try after each refused try, and wait until then or
+// synchronizer, written once. The two drivers (wait_blocking, async_waits, and the asynchronous
+// waiters it runs) ask wait_policy::next_try after each refused try, and wait until then or
 // for a message, whichever comes first; they ask failure_ride what to do with a try that threw
 // (an outage is waited through until the deadline).
 #pragma once
