@@ -113,13 +113,11 @@ public:
     /// it holds the kind that refuses it (Kind::refused_while_holding: a reader asking for the
     /// write side).
     void check_acquire(std::uint64_t owner) const {
-        if constexpr (Kind::refused_while_holding != nullptr) {
-            if (core_->reg.find(Kind::refused_while_holding, name(), owner)) {
+        if (const kind_info* refusing = Kind::refused_while_holding()) {
+            if (core_->reg.find(refusing, name(), owner)) {
                 throw error(errc::would_deadlock, name(), server(),
                             owner_name(owner) + " " + Kind::refused_while_holding_why);
             }
-        } else {
-            (void)owner;
         }
     }
 

@@ -158,7 +158,7 @@ struct kind_defaults {
     /// A hold of this other kind, of the same name and owner, makes a fresh (not re-entrant)
     /// acquisition would_deadlock, for `refused_while_holding_why` (read_write_lock: a reader
     /// asking for the write side would wait for itself for ever). Null: none.
-    static constexpr const kind_info* refused_while_holding = nullptr;
+    static const kind_info* refused_while_holding() noexcept { return nullptr; }
     static constexpr const char* refused_while_holding_why = "";
     /// The channel this waiter listens on.
     static std::string wait_channel(const lock_keys& k, std::string_view /*value*/) {

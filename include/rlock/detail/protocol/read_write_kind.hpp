@@ -381,7 +381,7 @@ return {0, redis.call('publish', ARGV[2], '1')}
     }
 
     /// A thread with a read hold asking for the write side would wait for itself for ever.
-    static constexpr const kind_info* refused_while_holding = &rw_read_kind::info;
+    static const kind_info* refused_while_holding() noexcept { return &rw_read_kind::info; }
     static constexpr const char* refused_while_holding_why =
         "holds the read side; it cannot wait for the write side (release the read hold first)";
 
