@@ -23,7 +23,6 @@
 #include "rlock/detail/runtime/engine.hpp"
 #include "rlock/detail/runtime/fan_out.hpp"
 #include "rlock/detail/runtime/registry.hpp"
-#include "rlock/detail/runtime/subscriber.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
