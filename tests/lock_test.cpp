@@ -576,4 +576,257 @@ TYPED_TEST(lock_test, excludes_across_four_processes_of_two_threads) {
     EXPECT_EQ(this->server().integer({"EXISTS", this->name()}), 0);
 }
 
+
+// Issue 32: local hand-off. Threads of one client that want one mutex wait for it in the
+// process, behind one of them that waits at Redis; an unlock hands the hold to the next of them
+// without a round trip, within a bound, so that other clients still get their turn.
+class local_handoff : public rlock_test::kind_fixture<local_handoff> {
+protected:
+    // Top-level lock commands the server ran: acquires (SET, scripts), releases (scripts).
+    long long lock_calls() {
+        const std::string info = server().text({"INFO", "commandstats"});
+        long long n = 0;
+        for (const char* cmd : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls=", "cmdstat_set:calls=",
+                                "cmdstat_publish:calls="}) {
+            const auto at = info.find(cmd);
+            if (at != std::string::npos) n += std::stoll(info.substr(at + std::strlen(cmd)));
+        }
+        return n;
+    }
+
+    // A thread of `c` waits for the lock while this thread holds it; this thread unlocks.
+    // Returns the key's value while each held it, and the lock commands the hand-over cost.
+    struct hand_over {
+        std::string first, second;
+        long long calls = 0;
+    };
+    void another_client_gets_in(const rlock::client_options& o);
+    hand_over unlock_to_a_waiting_thread(rlock::client& c, rlock::lock_options lo = {}) {
+        rlock::mutex mine(c, name(), lo), theirs(c, name(), lo);
+        mine.lock();
+        hand_over out;
+        out.first = server().text({"GET", name()});
+        std::promise<std::string> seen;
+        std::promise<void> done;
+        std::thread waiter([&] {
+            theirs.lock();
+            seen.set_value(server().text({"GET", name()}));
+            done.get_future().wait();
+            theirs.unlock();
+        });
+        std::this_thread::sleep_for(300ms);  // it waits
+        const long long before = lock_calls();
+        mine.unlock();
+        auto got = seen.get_future();
+        if (got.wait_for(5s) == std::future_status::ready) {
+            out.second = got.get();
+            out.calls = lock_calls() - before;
+        }
+        done.set_value();
+        waiter.join();
+        return out;
+    }
+};
+
+// The waiter must be waiting when the unlock comes: a hold of 300 ms, longer than the default
+// local_handoff_time (10 ms) from the acquisition at Redis, which would end the passes.
+rlock::client_options patient(rlock::client_options o) {
+    o.local_handoff_time = 60s;
+    return o;
+}
+
+TEST_F(local_handoff, an_unlock_hands_the_hold_to_a_waiting_thread_of_the_client_without_a_round_trip) {
+    rlock::client c(patient(options()));
+    const hand_over h = unlock_to_a_waiting_thread(c);
+    ASSERT_FALSE(h.second.empty()) << "the waiting thread did not get the lock";
+    EXPECT_EQ(h.second, h.first) << "the hold went through Redis (a new token)";
+    EXPECT_EQ(h.calls, 0) << "the hand-over sent lock commands";
+    // The last unlock, with no one waiting, releases through Redis.
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+}
+
+TEST_F(local_handoff, turned_off_for_a_lock_or_a_client_every_hold_goes_through_redis) {
+    {
+        rlock::client c(patient(options()));
+        const hand_over h = unlock_to_a_waiting_thread(c, rlock::lock_options{false, 300000ms, false});
+        ASSERT_FALSE(h.second.empty());
+        EXPECT_NE(h.second, h.first);
+        EXPECT_GE(h.calls, 2) << "a release and an acquire";
+    }
+    rlock::client_options o = patient(options());
+    o.local_handoff_passes = 0;
+    rlock::client c(o);
+    const hand_over h = unlock_to_a_waiting_thread(c);
+    ASSERT_FALSE(h.second.empty());
+    EXPECT_NE(h.second, h.first);
+}
+
+TEST_F(local_handoff, a_fenced_hold_is_not_handed_over_each_holder_gets_its_own_token) {
+    rlock::client c(patient(options()));
+    const hand_over h = unlock_to_a_waiting_thread(c, rlock::lock_options{true});
+    ASSERT_FALSE(h.second.empty());
+    EXPECT_NE(h.second, h.first);
+}
+
+// The bound: threads of one client that keep the lock busy between them release it through
+// Redis after local_handoff_passes passes, or local_handoff_time after they took it at Redis,
+// and another client's waiter gets in. Without a bound it starves (the threads always have a
+// waiter to pass to).
+TEST_F(local_handoff, another_clients_waiter_gets_in_while_threads_of_one_client_keep_the_lock_busy) {
+    rlock::client_options o = options();
+    o.local_handoff_passes = 4;
+    o.local_handoff_time = 60s;  // the passes bound it
+    another_client_gets_in(o);
+    o.local_handoff_passes = 100000;
+    o.local_handoff_time = 20ms;  // the time bounds it
+    another_client_gets_in(o);
+}
+
+void local_handoff::another_client_gets_in(const rlock::client_options& o) {
+    SCOPED_TRACE(std::to_string(o.local_handoff_passes) + " passes, " +
+                 std::to_string(o.local_handoff_time.count()) + " ms");
+    rlock::client busy(o), other(options());
+    std::atomic<bool> stop{false};
+    std::atomic<int> cycles{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 3; ++i) {
+        threads.emplace_back([&] {
+            rlock::mutex m(busy, name());
+            for (int n = 0; n < 5000 && !stop.load(); ++n) {  // bounded
+                m.lock();
+                ++cycles;
+                std::this_thread::sleep_for(1ms);
+                m.unlock();
+            }
+        });
+    }
+    ASSERT_TRUE(eventually([&] { return cycles.load() > 20; }));
+    rlock::mutex theirs(other, name());
+    const int before = cycles.load();
+    const bool got = theirs.try_lock_for(5s);
+    const int waited_cycles = cycles.load() - before;
+    if (got) theirs.unlock();
+    stop = true;
+    for (auto& t : threads) t.join();
+    ASSERT_TRUE(got) << "the other client's waiter starved behind " << waited_cycles << " local passes";
+    EXPECT_LE(waited_cycles, 40);
+}
+
+// A hold the client knows lost is not handed on: the next thread acquires at Redis.
+TEST_F(local_handoff, a_hold_known_lost_is_not_handed_over) {
+    rlock::client c(options(300ms));
+    rlock::mutex mine(c, name()), theirs(c, name());
+    mine.lock();
+    std::promise<bool> held;
+    std::thread waiter([&] {
+        theirs.lock();
+        held.set_value(server().integer({"EXISTS", name()}) == 1 && !theirs.lost());
+        theirs.unlock();
+    });
+    std::this_thread::sleep_for(200ms);
+    server().cmd({"DEL", name()});
+    ASSERT_TRUE(eventually([&] { return mine.lost(); }));
+    mine.unlock();  // told, not thrown
+    auto f = held.get_future();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    EXPECT_TRUE(f.get()) << "the waiting thread was handed a hold that was gone";
+    waiter.join();
+    EXPECT_EQ(lost.calls.load(), 1);
+}
+
+// Loss during a hand-off: the key is deleted while one thread holds it, and that thread hands
+// it on before the watchdog looks. When the watchdog finds it gone, the thread holding it is
+// told — and so is the one that handed it on, which may have held nothing either.
+TEST_F(local_handoff, a_loss_found_after_a_hand_over_is_told_to_the_owner_that_handed_it_on_too) {
+    rlock::client c(patient(options(3000ms)));  // the watchdog looks every second
+    rlock::mutex mine(c, name()), theirs(c, name());
+    mine.lock();
+    std::promise<void> got, done;
+    std::thread waiter([&] {
+        theirs.lock();
+        got.set_value();
+        done.get_future().wait();
+        theirs.unlock();  // told already; nothing thrown
+    });
+    std::this_thread::sleep_for(200ms);  // it waits
+    server().cmd({"DEL", name()});
+    mine.unlock();  // handed on: the client does not know yet
+    got.get_future().wait();
+    EXPECT_TRUE(eventually([&] { return lost.calls.load() >= 2; }, 5s))
+        << "told " << lost.calls.load() << " owner(s) of the lost hold";
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(lost.calls.load(), 2);
+    done.set_value();
+    waiter.join();
+}
+
+// A thread that exits holding frees the gate: the next local waiter waits at Redis, and gets
+// the lock when the exited thread's lease runs out.
+TEST_F(local_handoff, a_thread_that_exits_holding_does_not_strand_the_local_waiters) {
+    rlock::client c(options(300ms));
+    rlock::mutex theirs(c, name());
+    std::promise<void> locked;
+    std::thread holder([&] {
+        rlock::mutex(c, name()).lock();
+        locked.set_value();
+        std::this_thread::sleep_for(300ms);  // the other thread waits behind it; then it exits
+    });
+    locked.get_future().wait();
+    EXPECT_TRUE(theirs.try_lock_for(5s));
+    holder.join();
+    theirs.unlock();
+}
+
+// A multi_lock whose head part waited at a mutex's gate, released with the other parts in one
+// script, frees the gate: the client's next thread gets that mutex. (Before gate_place, the
+// gate stayed taken and every later lock() of the mutex on the client waited for ever: the
+// safety matrix's multi_lock runs hung.)
+TEST_F(local_handoff, a_multi_lock_released_in_one_script_frees_its_parts_gates) {
+    rlock::client c(options()), other(options());
+    rlock::mutex first(c, name() + "1"), second(c, name() + "2"), held_elsewhere(other, name() + "1");
+    std::promise<void> locked;
+    std::thread unlocker([&] {
+        held_elsewhere.lock();
+        locked.set_value();
+        std::this_thread::sleep_for(200ms);
+        held_elsewhere.unlock();
+    });
+    locked.get_future().wait();
+    rlock::multi_lock both(first, second);
+    both.lock();  // refused in one script, then waits for the first part at its gate
+    unlocker.join();
+    both.unlock();  // one script
+    std::promise<bool> got;
+    std::thread next([&] {
+        rlock::mutex again(c, name() + "1");
+        const bool ok = again.try_lock_for(3s);
+        if (ok) again.unlock();
+        got.set_value(ok);
+    });
+    auto f = got.get_future();
+    EXPECT_TRUE(f.get()) << "the mutex's gate stayed taken after the multi_lock's release";
+    next.join();
+}
+
+TEST_F(local_handoff, a_thread_waiting_in_the_process_throws_connection_failed_when_the_client_is_destroyed) {
+    auto c = std::make_unique<rlock::client>(options());
+    rlock::mutex mine(*c, name()), theirs(*c, name());
+    mine.lock();
+    std::promise<int> ended;
+    std::thread waiter([&] {
+        try {
+            theirs.lock();
+            ended.set_value(0);
+        } catch (const rlock::error& e) {
+            ended.set_value(static_cast<int>(e.value()));
+        }
+    });
+    std::this_thread::sleep_for(300ms);
+    c.reset();
+    auto f = ended.get_future();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    EXPECT_EQ(f.get(), static_cast<int>(rlock::errc::connection_failed));
+    waiter.join();
+}
+
 }  // namespace

@@ -436,6 +436,9 @@ private:
             for (part& p : parts_) p.view.lost_at_unlock(thread);
             core.reg.report(*holds.front(), e);
         }
+        // A part taken through its lock's gate (a mutex's local hand-off) frees it: another
+        // thread of this client may wait there.
+        for (auto& h : holds) h->gate.release();
         return true;
     }
 

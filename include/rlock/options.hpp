@@ -123,6 +123,20 @@ struct client_options {
     /// every lock_watchdog_timeout / 3; a client that dies leaves it to expire after this long.
     std::chrono::milliseconds lock_watchdog_timeout{30000};
 
+    /// Local hand-off (docs/design.md, "Local hand-off"): when a thread of this client unlocks
+    /// a mutex that another of its threads waits for, the hold passes to that thread without a
+    /// round trip — no release, no unlock message, no new SET NX; the key, its token and its
+    /// watchdog renewals stay. Only one thread of the client waits for the lock at Redis at a
+    /// time; the others wait in order behind it, in the process. At most
+    /// `local_handoff_passes` passes in a row and for at most `local_handoff_time` from the
+    /// acquisition at Redis: then the hold is released through Redis, and another client's
+    /// waiter has its turn. 0 passes turns it off for the client (lock_options::local_handoff
+    /// for one lock). Watched holds of the blocking mutex (lock(), try_lock_for(),
+    /// try_lock_until() without a lease) pass; a lease given, fencing, and the other kinds
+    /// acquire at Redis every time.
+    unsigned local_handoff_passes = 8;
+    std::chrono::milliseconds local_handoff_time{10};
+
     /// Told of every lost hold; may be empty (then only `lost()` tells).
     lock_lost_handler on_lock_lost;
 
@@ -173,6 +187,10 @@ struct lock_options {
     /// fairLockWaitTimeout). Live waiters renew it every third of this while they wait.
     /// Redisson's default: 5 minutes.
     std::chrono::milliseconds fair_lock_wait_timeout{300000};
+
+    /// Local hand-off for this lock (client_options::local_handoff_passes): false makes every
+    /// acquisition of it go to Redis.
+    bool local_handoff = true;
 };
 
 }  // namespace rlock

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "rlock/detail/acquisition/lease_request.hpp"
 #include "rlock/detail/acquisition/try_result.hpp"
@@ -17,6 +18,7 @@
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/runtime/local_gate.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/hold.hpp"
@@ -75,11 +77,43 @@ public:
     /// the last level takes it out of the registry first. A hold found lost, or a Redis that
     /// cannot be reached, is told to the owner (once) rather than thrown; `lost_last()` is
     /// called first when that happens at the last level.
+    ///
+    /// A last level taken through this client's gate (local hand-off) passes to the next
+    /// local waiter when there is one, the bound allows and the hold is not known lost:
+    /// nothing is sent. Otherwise it is released here and the gate's next waiter then waits at
+    /// Redis.
     template <class F>
     void unlock_hold(const registry::hold_ptr& h, F&& lost_last) const {
         registry& reg = core_->reg;
         const bool last = h->count == 1;
         if (last) reg.remove(h);
+        if (last && h->gate && !reg.is_lost(*h)) {
+            passed_hold pass = reg.with([&] {
+                h->handed_at = clock::now();
+                return passed_hold{h->value, h->lease, h->expires - h->lease, h};
+            });
+            if (h->gate.gate().hand_over(pass)) {
+                h->gate.handed();
+                return;
+            }
+        }
+        release_level(h, last, std::forward<F>(lost_last));
+        // The gate's next waiter leads (had the release thrown, the record's going would free it).
+        if (last) h->gate.release();
+    }
+
+    /// Whether an acquisition with `lease` waits at this client's gate (local hand-off): a
+    /// kind whose value names no owner, a watched hold, no fencing (each pass would need its
+    /// token), and hand-off on for the client and the lock.
+    bool through_gate(lease_request lease) const noexcept {
+        return Kind::hands_off && lease.is_watched() && !options_.fencing && options_.local_handoff &&
+               core_->gates.enabled();
+    }
+
+private:
+    template <class F>
+    void release_level(const registry::hold_ptr& h, bool last, F&& lost_last) const {
+        registry& reg = core_->reg;
         long long left = 0;
         long long woken = 0;  // subscribers the final release's message reached
         try {
@@ -103,11 +137,15 @@ public:
         if (left < 0 && !reg.ended_by_lease(*h)) {
             // Not ours any more. Marked first: an on_lock_lost handler that asks lost() sees it.
             if (last) lost_last();
-            reg.report(*h, error(errc::lock_lost, name(), server(),
-                                 "at unlock the lock was no longer held by this thread (expired, "
-                                 "deleted or taken over)"));
+            const error gone(errc::lock_lost, name(), server(),
+                             "at unlock the lock was no longer held by this thread (expired, "
+                             "deleted or taken over)");
+            reg.report(*h, gone);
+            reg.tell_handed_from(*h, gone);
         }
     }
+
+public:
 
     /// Throws what a fresh (not re-entrant) acquisition by `owner` must: would_deadlock while
     /// it holds the kind that refuses it (Kind::refused_while_holding: a reader asking for the

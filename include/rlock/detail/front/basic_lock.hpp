@@ -25,6 +25,7 @@
 #include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/redis/script.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/runtime/local_gate.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
 #include "rlock/detail/waiting/multi_parts.hpp"
@@ -177,6 +178,35 @@ private:
             return reenter(*h, lease);
         }
         site::check_acquire(thread);
+        std::shared_ptr<local_gate> gate;
+        if (site::through_gate(lease)) {
+            // Local hand-off: behind another thread of this client that holds the lock or waits
+            // for it at Redis, this one waits here, to be handed the hold or to lead.
+            gate = core_->gates.get(Kind::info, name());
+            passed_hold pass;
+            switch (gate->enter(deadline, pass)) {
+                case local_gate::entry::lead: break;
+                case local_gate::entry::granted:
+                    core_->add_hold(Kind::info, name(), std::move(pass.value), thread,
+                                    {pass.lease, renewal::watched, pass.sent}, 0, nullptr, std::move(gate),
+                                    std::move(pass.from));
+                    forget_lost_at_unlock(thread);
+                    return true;
+                case local_gate::entry::timed_out: return false;
+                case local_gate::entry::stopped:
+                    throw error(errc::connection_failed, name(), server(),
+                                "the client was destroyed while this thread waited");
+            }
+        }
+        // The leader's wait ends: with the lock (the gate is held until its unlock), or without
+        // it (the next local waiter leads).
+        struct leading {
+            local_gate* gate = nullptr;
+            bool acquired = false;
+            ~leading() {
+                if (gate) gate->led(acquired);
+            }
+        } lead{gate.get()};
         lock_acquisition<Kind> op(*this, Kind::value_for(core_->id, thread, Kind::reentrant), lease.duration(watchdog));
         // The wait (wait_blocking): until the unlock message or the holder's TTL, paced against
         // other clients' waiters, riding out an outage (each try after one undoes what the one
@@ -185,7 +215,8 @@ private:
         if (!wait_blocking(*core_, op, deadline, repeat::safe)) return false;
         core_->add_hold(Kind::info, name(), std::move(op.value()), thread,
                         {lease.duration(watchdog), lease.is_watched() ? renewal::watched : renewal::leased, op.sent()},
-                        op.fencing());
+                        op.fencing(), nullptr, gate);
+        lead.acquired = true;
         forget_lost_at_unlock(thread);
         return true;
     }

@@ -178,6 +178,11 @@ struct kind_defaults {
     /// Holders share the lock (read_write_lock's read side): when one asynchronous waiter of a
     /// client gets it, the next may too (async_lock.hpp).
     static constexpr bool shared = false;
+    /// A hold may pass from one owner of this client to the next without a round trip (local
+    /// hand-off, local_gate.hpp): true where the value in Redis names no owner (the mutex's
+    /// random token). A kind whose value names the holding thread (Redisson's hash fields)
+    /// would need a write per pass.
+    static constexpr bool hands_off = false;
     /// Longest single wait: a queued fair waiter must refresh its place (0: no limit).
     static std::chrono::milliseconds heartbeat(const lock_options&) {
         return std::chrono::milliseconds(0);

@@ -16,6 +16,7 @@ namespace rlock::detail {
 
 struct mutex_kind : kind_defaults {
     static constexpr bool reentrant = false;
+    static constexpr bool hands_off = true;  // the token names no owner
     static constexpr std::string_view channel_prefix = "rlock_lock__channel";
 
     /// Acquire by script: with fencing, and for a client's first acquisition (to learn that

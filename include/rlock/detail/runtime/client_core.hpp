@@ -103,6 +103,8 @@ public:
           id(random_uuid()),
           pool(ep),
           reg(ep.options.on_lock_lost),
+          gates({ep.options.local_handoff_passes,
+                 std::chrono::duration_cast<std::chrono::microseconds>(ep.options.local_handoff_time)}),
           watchdog_(ep, pool, reg) {
         pool.on_broken = [this] { verify_holds_soon(); };
         // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
@@ -148,6 +150,7 @@ public:
         // First: its pending operations complete (with an error) while everything they use
         // still runs.
         eng.stop();
+        gates.stop();  // threads waiting for a local hand-off throw connection_failed
         watchdog_.request_stop();
         if (sentinel) sentinel->stop();
         watchdog_.stop();
@@ -174,6 +177,8 @@ public:
     /// told of each watched one. They are not deleted: the thread may have left the data they
     /// guard half-written, and the lease is what a crashed process would leave too.
     void thread_exited(std::uint64_t thread) noexcept {
+        // A hold taken through a gate frees it as its record goes (gate_place): the next local
+        // waiter waits at Redis for the lease to run out.
         try {
             for (const registry::hold_ptr& h : reg.take_thread(thread)) {
                 reg.tell_hold(*h, error(errc::lock_lost, h->name, ep.name,
@@ -195,7 +200,9 @@ public:
     registry::hold_ptr add_hold(const kind_info& kind, std::string name, std::string value,
                                 std::uint64_t thread, const hold_terms& terms,
                                 std::uint64_t fencing = 0,
-                                std::shared_ptr<hold_group> group = nullptr);
+                                std::shared_ptr<hold_group> group = nullptr,
+                                std::shared_ptr<local_gate> gate = nullptr,
+                                std::shared_ptr<hold> handed_from = nullptr);
 
     /// Records a hold owned by a handle (a permit) rather than a thread: found by its hold id,
     /// renewed under `key` (when watched), and not ended by any thread's exit.
@@ -235,6 +242,9 @@ public:
 
     detail::pool pool;
     registry reg;
+    /// Where this client's threads meet before Redis for a lock they want at once (local
+    /// hand-off).
+    gate_table gates;
     /// The renewal thread (bench/footprint times its ticks).
     detail::watchdog& watch() noexcept { return watchdog_; }
 
@@ -309,10 +319,14 @@ inline registry::hold_ptr make_hold(const kind_info& kind, std::string name, std
 inline registry::hold_ptr client_core::add_hold(const kind_info& kind, std::string name,
                                                 std::string value, std::uint64_t thread,
                                                 const hold_terms& terms, std::uint64_t fencing,
-                                                std::shared_ptr<hold_group> group) {
+                                                std::shared_ptr<hold_group> group,
+                                                std::shared_ptr<local_gate> gate,
+                                                std::shared_ptr<hold> handed_from) {
     registry::hold_ptr h = make_hold(kind, std::move(name), std::move(value), thread, terms);
     h->fencing = fencing;
     h->group = std::move(group);
+    h->gate = gate_place(std::move(gate));
+    h->handed_from = std::move(handed_from);
     reg.add(h);
     if (h->watched) thread_exit_watch::enlist(*this);
     return h;

@@ -18,6 +18,7 @@
 
 #include "rlock/detail/protocol/kind_info.hpp"
 #include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/runtime/local_gate.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/options.hpp"
 
@@ -68,6 +69,11 @@ struct hold {
     std::uint64_t fencing = 0;
     std::uint64_t id = next_hold_id();  // what hold_id() returns and on_lock_lost is told
     std::shared_ptr<hold_group> group;  // set for the parts of a red_lock
+    gate_place gate;                    // taken through this client's gate (local hand-off)
+    // Local hand-off: the hold this one was handed by (and so on back), each with when it was
+    // handed on; kept while a loss found now may have happened during its tenure.
+    std::shared_ptr<hold> handed_from;
+    clock::time_point handed_at;
 
     // Only the hold's own thread reads or writes `count`; the rest is guarded by
     // registry::mu_ (the watchdog reads and writes it too).
@@ -138,6 +144,33 @@ public:
                     tell_group(*group, "a part answered an error: " + error_access::brief(reason),
                                reason.value());
                 }
+            }
+        } catch (...) {
+        }
+    }
+
+    /// `h` was found gone from Redis (a renewal or its unlock found the key deleted or taken
+    /// over): the owners it was handed on from within this client (local hand-off) are told
+    /// too when they handed it on after its last confirmation (the acquire or renewal its
+    /// expiry counts from) — the key may have been gone while they held it. Never throws.
+    void tell_handed_from(const hold& h, const error& reason) noexcept {
+        try {
+            std::vector<hold_ptr> tell;
+            {
+                std::lock_guard<std::mutex> g(mu_);
+                const clock::time_point confirmed = h.expires - h.lease;
+                for (hold_ptr p = h.handed_from; p && p->handed_at > confirmed; p = p->handed_from) {
+                    if (p->told) continue;
+                    p->told = true;
+                    p->lost = true;
+                    tell.push_back(p);
+                }
+            }
+            for (const hold_ptr& p : tell) {
+                tell_hold(*p, error(reason.value(), p->name, reason.server(),
+                                    "the hold was found gone after this owner handed it on to "
+                                    "another thread of the client, and may have been gone while "
+                                    "it held it: " + error_access::brief(reason)));
             }
         } catch (...) {
         }

@@ -120,11 +120,13 @@ public:
         for (const std::size_t i : reg.renewed(holds, r.ok, r.gone, sent)) {
             const hold& h = *holds[i];
             if (r.gone[i]) {
-                reg.tell_hold(h, error(errc::lock_lost, h.name, ep.name,
-                                   h.kind->gone != nullptr
-                                       ? h.kind->gone
-                                       : "the watchdog found the hold gone: the key expired, was "
-                                         "deleted or belongs to another holder now"));
+                const error gone(errc::lock_lost, h.name, ep.name,
+                                 h.kind->gone != nullptr
+                                     ? h.kind->gone
+                                     : "the watchdog found the hold gone: the key expired, was "
+                                       "deleted or belongs to another holder now");
+                reg.tell_hold(h, gone);
+                reg.tell_handed_from(h, gone);
             } else {
                 reg.tell_hold(h,
                      error(errc::lock_lost, h.name, ep.name,

@@ -1,0 +1,262 @@
+// local_gate: the threads of one client that want the same lock meet here before Redis (lock
+// cohorting). One of them at a time, the leader, waits for the lock at Redis; the rest wait
+// here, in order. A local owner's unlock hands its hold to the next of them without a round
+// trip — the key, its value and the watchdog's renewals stay as they are — at most
+// `max_passes` times in a row and for at most `max_time`, after which the hold is released
+// through Redis and other clients have their turn (docs/design.md, "Local hand-off").
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "rlock/detail/protocol/kind_info.hpp"
+
+namespace rlock::detail {
+
+struct hold;  // registry.hpp
+
+/// What a pass hands on: the hold's Redis side, unchanged, and the record it comes from.
+struct passed_hold {
+    std::string value;
+    std::chrono::milliseconds lease{0};
+    std::chrono::steady_clock::time_point sent;  // of the acquire or renewal its lease runs from
+    std::shared_ptr<hold> from;                  // told too if the key is found gone (hold::handed_from)
+};
+
+/// How far the local hand-off of one lock may go before its hold is released through Redis.
+struct handoff_bound {
+    unsigned max_passes = 0;  // 0: no hand-off
+    std::chrono::microseconds max_time{0};
+};
+
+class local_gate {
+public:
+    using clock = std::chrono::steady_clock;
+
+    /// How a wait at the gate ended.
+    enum class entry : unsigned char {
+        lead,       // no local thread holds or waits at Redis: this one does, as the leader
+        granted,    // a local owner handed its hold over (the pass was filled in)
+        timed_out,  // the deadline passed first
+        stopped,    // the client is being destroyed
+    };
+
+    explicit local_gate(handoff_bound bound) : bound_(bound) {}
+
+    /// Waits for a turn: to lead (wait at Redis) or to be handed the hold. A deadline already
+    /// past does not wait: it leads when the gate is free, and is timed out otherwise (another
+    /// thread of this client holds or waits for the lock; no round trip is spent to learn it).
+    entry enter(clock::time_point deadline, passed_hold& pass) {
+        std::unique_lock<std::mutex> g(mu_);
+        if (stopped_) return entry::stopped;
+        if (state_ == state::idle) {
+            state_ = state::leading;
+            return entry::lead;
+        }
+        if (clock::now() >= deadline) return entry::timed_out;
+        waiter me;
+        queue_.push_back(&me);
+        while (me.turn == turn_state::waiting && !stopped_) {
+            if (deadline == clock::time_point::max()) {
+                me.cv.wait(g);
+            } else if (me.cv.wait_until(g, deadline) == std::cv_status::timeout) {
+                break;
+            }
+        }
+        switch (me.turn) {
+            case turn_state::granted: pass = std::move(me.pass); return entry::granted;
+            case turn_state::promoted: return entry::lead;
+            case turn_state::waiting: break;
+        }
+        dequeue(me);
+        return stopped_ ? entry::stopped : entry::timed_out;
+    }
+
+    /// The leader's wait at Redis ended: with the lock (the gate is held until its unlock), or
+    /// without (the next waiter leads).
+    void led(bool acquired) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (acquired) {
+            state_ = state::holding;
+            passes_ = 0;
+            since_ = clock::now();
+            return;
+        }
+        next_leads();
+    }
+
+    /// A local owner's last unlock, its record already out of the registry: hands `pass` to
+    /// the first waiter when there is one and the bound allows. True when handed over (the
+    /// caller releases nothing); false when the caller releases through Redis and then calls
+    /// released().
+    bool hand_over(passed_hold& pass) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (queue_.empty() || stopped_ || passes_ >= bound_.max_passes ||
+            clock::now() - since_ >= bound_.max_time) {
+            return false;
+        }
+        waiter* next = queue_.front();
+        queue_.pop_front();
+        ++passes_;
+        next->pass = std::move(pass);
+        next->turn = turn_state::granted;
+        next->cv.notify_one();
+        return true;
+    }
+
+    /// The hold was released through Redis (or abandoned: its thread exited): the first waiter
+    /// leads, or the gate is free.
+    void released() noexcept {
+        std::lock_guard<std::mutex> g(mu_);
+        next_leads();
+    }
+
+    /// Wakes every waiter with entry::stopped (the client is being destroyed).
+    void stop() {
+        std::lock_guard<std::mutex> g(mu_);
+        stopped_ = true;
+        for (waiter* w : queue_) w->cv.notify_one();
+    }
+
+private:
+    enum class state : unsigned char { idle, leading, holding };
+    enum class turn_state : unsigned char { waiting, granted, promoted };
+    struct waiter {
+        std::condition_variable cv;
+        turn_state turn = turn_state::waiting;
+        passed_hold pass;
+    };
+
+    void next_leads() {
+        if (queue_.empty()) {
+            state_ = state::idle;
+            return;
+        }
+        waiter* next = queue_.front();
+        queue_.pop_front();
+        state_ = state::leading;
+        next->turn = turn_state::promoted;
+        next->cv.notify_one();
+    }
+    void dequeue(const waiter& w) {
+        for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+            if (*it == &w) {
+                queue_.erase(it);
+                return;
+            }
+        }
+    }
+
+    const handoff_bound bound_;
+    std::mutex mu_;
+    state state_ = state::idle;
+    std::deque<waiter*> queue_;  // on their threads' stacks
+    unsigned passes_ = 0;        // in a row, since the leader took the lock
+    clock::time_point since_;    // when it did
+    bool stopped_ = false;
+};
+
+/// A hold's place at its gate: the gate is the next waiter's once the hold goes, however it
+/// goes — its unlock releases it through Redis (release()), its thread exits, a multi_lock
+/// releases its parts in one script — unless it was handed on (handed()). Owned by the hold
+/// record (registry.hpp).
+class gate_place {
+public:
+    gate_place() noexcept = default;
+    explicit gate_place(std::shared_ptr<local_gate> gate) noexcept : gate_(std::move(gate)) {}
+    gate_place(gate_place&& other) noexcept : gate_(std::move(other.gate_)) {}
+    gate_place& operator=(gate_place&& other) noexcept {
+        if (this != &other) {
+            release();
+            gate_ = std::move(other.gate_);
+        }
+        return *this;
+    }
+    ~gate_place() { release(); }
+
+    explicit operator bool() const noexcept { return gate_ != nullptr; }
+    local_gate& gate() const noexcept { return *gate_; }
+    /// The hold went through Redis: the first waiter leads.
+    void release() noexcept {
+        if (std::shared_ptr<local_gate> gate = std::move(gate_)) gate->released();
+    }
+    /// The hold was handed on: the next holder has the place now.
+    void handed() noexcept { gate_.reset(); }
+
+private:
+    std::shared_ptr<local_gate> gate_;
+};
+
+/// A client's gates, one per lock its threads have wanted (made on first use, kept while idle
+/// so that an uncontended lock() allocates nothing for it, and swept when they pile up).
+class gate_table {
+public:
+    explicit gate_table(handoff_bound bound) : bound_(bound) {}
+
+    bool enabled() const noexcept { return bound_.max_passes > 0; }
+
+    std::shared_ptr<local_gate> get(const kind_info& kind, std::string_view name) {
+        std::lock_guard<std::mutex> g(mu_);
+        auto it = gates_.find(key_view{&kind, name});
+        if (it != gates_.end()) return it->second;
+        if (gates_.size() >= 2 * swept_size_ + 64) sweep();
+        auto gate = std::make_shared<local_gate>(bound_);
+        if (stopped_) gate->stop();
+        gates_.emplace(key{&kind, std::string(name)}, gate);
+        return gate;
+    }
+
+    /// Wakes every waiter of every gate (the client is being destroyed); gates made later are
+    /// stopped from the start.
+    void stop() {
+        std::lock_guard<std::mutex> g(mu_);
+        stopped_ = true;
+        for (auto& entry : gates_) entry.second->stop();
+    }
+
+private:
+    struct key {
+        const kind_info* kind;
+        std::string name;
+    };
+    struct key_view {
+        const kind_info* kind;
+        std::string_view name;
+    };
+    // Ordered by kind, then name; a lookup by key_view allocates nothing.
+    struct order {
+        using is_transparent = void;
+        template <class A, class B>
+        bool operator()(const A& a, const B& b) const noexcept {
+            if (a.kind != b.kind) return std::less<const kind_info*>()(a.kind, b.kind);
+            return std::string_view(a.name) < std::string_view(b.name);
+        }
+    };
+
+    // Drops the gates no thread holds or waits at: only the table refers to them, and no one
+    // can take a new reference without its lock.
+    void sweep() {
+        for (auto it = gates_.begin(); it != gates_.end();) {
+            it = it->second.use_count() == 1 ? gates_.erase(it) : std::next(it);
+        }
+        swept_size_ = gates_.size();
+    }
+
+    const handoff_bound bound_;
+    std::mutex mu_;
+    std::map<key, std::shared_ptr<local_gate>, order> gates_;
+    std::size_t swept_size_ = 0;
+    bool stopped_ = false;
+};
+
+}  // namespace rlock::detail
