@@ -29,7 +29,8 @@
 // The exit status is 1 when any run oversold or lost an update.
 //
 //   flash_sale [--kinds lua,setnx,mutex,...] [--procs 8] [--threads 4] [--keys 1000] [--zipf 1.1]
-//              [--stock 1000] [--seconds 5] [--setnx-sleep-ms 10] [--uri redis://127.0.0.1:PORT]
+//              [--stock 1000] [--seconds 5] [--setnx-sleep-ms 10] [--handoff-passes 8]
+//              [--handoff-ms 10] [--uri redis://127.0.0.1:PORT]
 //              [--detail]
 //
 // --detail adds the server's commands per request (INFO commandstats; GET and SET, the critical
@@ -74,6 +75,7 @@ struct options {
     long long stock = 1000;
     double seconds = 5;
     double setnx_sleep_ms = 10;
+    rlock::client_options client;  // the rlock kinds' local hand-off bound
     std::string uri;
     bool detail = false;  // the server's commands per request, by command
     bool worker = false;
@@ -89,7 +91,7 @@ struct sale {
 
 [[noreturn]] void usage(const char* why) {
     bench::usage_exit("flash_sale",
-                      "[--kinds lua,setnx,mutex,reentrant,fair,semaphore,async-mutex] [--procs N] [--threads N] [--keys N] [--zipf S] [--stock N] [--seconds S] [--setnx-sleep-ms MS] [--uri redis://127.0.0.1:PORT] [--detail]",
+                      "[--kinds lua,setnx,mutex,reentrant,fair,semaphore,async-mutex] [--procs N] [--threads N] [--keys N] [--zipf S] [--stock N] [--seconds S] [--setnx-sleep-ms MS] [--handoff-passes N] [--handoff-ms MS] [--uri redis://127.0.0.1:PORT] [--detail]",
                       why);
 }
 
@@ -120,6 +122,10 @@ options parse(int argc, char** argv) {
             o.seconds = args.number(0.001);
         } else if (a == "--setnx-sleep-ms") {
             o.setnx_sleep_ms = args.number(0);
+        } else if (a == "--handoff-passes") {
+            o.client.local_handoff_passes = static_cast<unsigned>(args.number(0));
+        } else if (a == "--handoff-ms") {
+            o.client.local_handoff_time = std::chrono::milliseconds(static_cast<long long>(args.number(0)));
         } else if (a == "--uri") {
             o.uri = args.value();
         } else if (a == "--detail") {
@@ -273,7 +279,7 @@ struct thread_result {
 };
 
 int worker_main(const options& o) {
-    const rlock::client_options co = rlock::client_options::from_uri(o.uri);
+    const rlock::client_options co = rlock::client_options::from_uri(o.uri, o.client);
     std::optional<rlock::client> c;
     if (o.kind != "lua" && o.kind != "setnx") c.emplace(co);
     const zipf pick(o.keys, o.zipf);
@@ -391,7 +397,9 @@ run_result run_kind(const options& o, const rlock::client_options& co, const std
                                          "--uri", o.uri, "--threads", std::to_string(o.threads),
                                          "--keys", std::to_string(o.keys), "--zipf", bench::fmt_double(o.zipf),
                                          "--seconds", bench::fmt_double(o.seconds),
-                                         "--setnx-sleep-ms", bench::fmt_double(o.setnx_sleep_ms)};
+                                         "--setnx-sleep-ms", bench::fmt_double(o.setnx_sleep_ms),
+                                         "--handoff-passes", std::to_string(o.client.local_handoff_passes),
+                                         "--handoff-ms", std::to_string(o.client.local_handoff_time.count())};
         proc p{};
         p.pid = bench::spawn_self(std::move(args), go[0], p.results);
         procs.push_back(p);
