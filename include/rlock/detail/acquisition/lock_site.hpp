@@ -87,7 +87,7 @@ public:
         registry& reg = core_->reg;
         const bool last = h->count == 1;
         if (last) reg.remove(h);
-        if (last && h->gate && !reg.is_lost(*h)) {
+        if (last && h->gate && h->gate.gate().can_hand_over() && !reg.is_lost(*h)) {
             passed_hold pass = reg.with([&] {
                 h->handed_at = clock::now();
                 return passed_hold{h->value, h->lease, h->expires - h->lease, h};

@@ -95,16 +95,20 @@ public:
         next_leads();
     }
 
+    /// Whether an unlock now could hand the hold over (hand_over): a waiter is queued and the
+    /// bound allows. Asked first, so that an unlock with no one to pass to copies nothing.
+    bool can_hand_over() {
+        std::lock_guard<std::mutex> g(mu_);
+        return may_pass();
+    }
+
     /// A local owner's last unlock, its record already out of the registry: hands `pass` to
     /// the first waiter when there is one and the bound allows. True when handed over (the
     /// caller releases nothing); false when the caller releases through Redis and then calls
     /// released().
     bool hand_over(passed_hold& pass) {
         std::lock_guard<std::mutex> g(mu_);
-        if (queue_.empty() || stopped_ || passes_ >= bound_.max_passes ||
-            clock::now() - since_ >= bound_.max_time) {
-            return false;
-        }
+        if (!may_pass()) return false;
         waiter* next = queue_.front();
         queue_.pop_front();
         ++passes_;
@@ -136,6 +140,10 @@ private:
         turn_state turn = turn_state::waiting;
         passed_hold pass;
     };
+
+    bool may_pass() const {
+        return !queue_.empty() && !stopped_ && passes_ < bound_.max_passes && clock::now() - since_ < bound_.max_time;
+    }
 
     void next_leads() {
         if (queue_.empty()) {
