@@ -95,8 +95,9 @@ public:
     /// our key was deleted. Throws not_owner only to a thread that does not hold it; never
     /// throws for unreachable nodes. A majority of nodes answering "not held" (a node lost its
     /// data, a key was deleted) means the hold was lost: on_lock_lost hears of it, once. A
-    /// release that reached fewer than a majority (nodes that did not answer in time keep our
-    /// key until its lease ends) is told too, with the cause (timeout, connection_failed).
+    /// release that leaves our key (on nodes that did not answer in time, until its lease ends)
+    /// where it keeps everyone from a majority is told too, with the cause (timeout,
+    /// connection_failed); a key left on a minority keeps nobody out and is not told.
     std::size_t unlock() { return site_->release(detail::current_thread_number()).nodes; }
 
     /// This thread's hold is lost: more than N - quorum of its node holds are gone, or the

@@ -168,8 +168,9 @@ public:
     /// Releases `owner`'s hold on every node in parallel (the renewals stop first). Throws
     /// not_owner when `owner` holds none; never throws for unreachable nodes. A majority of
     /// nodes answering "not held" (a node lost its data, a key was deleted) means the hold was
-    /// lost: on_lock_lost hears of it, once. A node that does not answer in time may keep our
-    /// key until its lease ends: when fewer than a majority released it, the owner is told.
+    /// lost: on_lock_lost hears of it, once. A node that does not answer in time, or refuses,
+    /// may keep our key until its lease ends: when so many may keep it that the others cannot
+    /// make a majority (the lock stays closed to everyone), the owner is told.
     released release(std::uint64_t owner) const {
         const bool was_lost = lost(owner);  // read before the holds leave the registries
         std::string token;
@@ -218,9 +219,14 @@ public:
         // to be gone.
         const bool expected = was_lost && !watched;
         const bool short_of_quorum = out.nodes + may_hold < quorum() && !expected;
-        if (refused && out.nodes < quorum() && !short_of_quorum && !expected && group) {
-            // Not released on a majority because nodes refused: told as their error (the
-            // keys they kept end with their lease), as a refused mutex unlock is.
+        // Nodes that released our key or answered "not held" are free for the next holder; the
+        // lock stays closed to everyone (until our lease ends) only when too few are for a
+        // majority. A hold on a bare majority one of whose nodes hangs at unlock leaves its key
+        // there, and that blocks nobody: the other nodes make a majority.
+        const bool kept_closed = may_hold + quorum() > nodes_.size();
+        if (refused && kept_closed && !short_of_quorum && !expected && group) {
+            // Kept closed because nodes refused: told as their error (the keys they kept end
+            // with their lease), as a refused mutex unlock is.
             out.lost = true;
             registry::tell_group(*group, "its unlock was refused: " + error_access::brief(*refused),
                                  refused->value());
@@ -232,9 +238,9 @@ public:
                                               " nodes still held it (a majority is " +
                                               std::to_string(quorum()) + ")"
                                         : std::string("its validity ran out before it was unlocked"));
-        } else if (unanswered && out.nodes < quorum() && !expected && group) {
-            // Not released on a majority because nodes did not answer (paused, partitioned):
-            // our key may stay there until its lease ends, keeping everyone out. The owner is
+        } else if (unanswered && kept_closed && !expected && group) {
+            // Not released because nodes did not answer (paused, partitioned): our key may stay
+            // there until its lease ends, keeping everyone out. The owner is
             // told, with the cause, as a mutex unlock that cannot reach Redis is; unlock()
             // itself does not throw (it runs in guards' destructors).
             out.lost = true;
