@@ -259,6 +259,7 @@ TEST(cluster_parse, every_publishing_script_has_an_spublish_form_and_the_others_
         {"force_unlock", &force_unlock_script()},
         {"multi release", &multi_release_script()},
         {"semaphore release / add_permits", &semaphore_scripts::add()},
+        {"semaphore acquire (a lost count set back to its capacity)", &semaphore_scripts::acquire()},
         {"semaphore / latch try_set", &count_scripts::try_set()},
         {"latch count_down", &latch_scripts::count_down()},
         {"permit acquire (puts ended leases back)", &permit_scripts::acquire()},
@@ -277,7 +278,7 @@ TEST(cluster_parse, every_publishing_script_has_an_spublish_form_and_the_others_
         &reentrant_kind::acquire_script(),
         &rw_read_kind::acquire_script(), &rw_read_kind::renew_script(),
         &rw_write_kind::acquire_script(), &rw_write_kind::renew_script(),
-        &semaphore_scripts::acquire(), &semaphore_scripts::drain()};
+        &semaphore_scripts::drain()};
     for (const script* s : all) {
         EXPECT_EQ(s->body(true), s->body());
         EXPECT_EQ(s->sha(true), s->sha());

@@ -339,6 +339,112 @@ TEST(semaphore, waiters_ride_out_a_two_second_restart) {
     EXPECT_TRUE(async_latch.get());
 }
 
+/// What a wait on another thread ended with: "got it", "returned false", or the error's code.
+template <class Wait>
+std::future<std::string> waiting(Wait wait) {
+    return std::async(std::launch::async, [wait]() -> std::string {
+        try {
+            return wait() ? "got it" : "returned false";
+        } catch (const rlock::error& e) {
+            return "threw " + std::to_string(static_cast<int>(e.value())) + ": " + e.what();
+        }
+    });
+}
+
+const std::string threw_lock_lost = "threw " + std::to_string(static_cast<int>(rlock::errc::lock_lost)) + ": ";
+
+// Issue 31, item 4: a restart without persistence takes the count with it. The waiters of a
+// client that saw the count set are told (lock_lost, naming the semaphore) instead of waiting
+// for ever, as are its later acquires; a client that never saw it set reads an absent count as
+// no permit (Redisson's rule), and a count set again serves everyone. Before, every waiter
+// waited out its deadline and returned false, told nothing.
+TEST(semaphore, waiters_are_told_when_the_server_lost_the_count) {
+    redis_server own;
+    rlock::client a(own.options()), fresh(own.options());
+    rlock::semaphore sem(a, name()), other(fresh, name());
+    ASSERT_TRUE(sem.try_set_permits(1));
+    ASSERT_TRUE(sem.try_acquire());
+    auto blocking = waiting([&] { return sem.try_acquire_for(20s); });
+    std::future<bool> async_wait = sem.async_try_acquire_for(20s, rlock::use_future);
+    std::this_thread::sleep_for(300ms);
+    own.kill_now();
+    own.restart();
+    ASSERT_EQ(blocking.wait_for(10s), std::future_status::ready) << "a waiter still waits on a lost count";
+    const std::string ended = blocking.get();
+    EXPECT_EQ(ended.rfind(threw_lock_lost, 0), 0u) << ended;
+    EXPECT_NE(ended.find(name()), std::string::npos) << ended;
+    ASSERT_EQ(async_wait.wait_for(10s), std::future_status::ready);
+    try {
+        (void)async_wait.get();
+        ADD_FAILURE() << "the asynchronous waiter was not told";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::lock_lost) << e.what();
+    }
+    try {
+        (void)sem.try_acquire_for(5s);
+        ADD_FAILURE() << "an acquire on the lost count was not told";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::lock_lost) << e.what();
+        EXPECT_EQ(e.lock(), name());
+        EXPECT_EQ(e.server(), a.server());
+    }
+    EXPECT_EQ(own.integer({"EXISTS", name()}), 0) << "a told acquire wrote";
+    EXPECT_FALSE(other.try_acquire()) << "a client that never saw the count reads no permit";
+    ASSERT_TRUE(other.try_set_permits(2));
+    EXPECT_TRUE(sem.try_acquire());
+    EXPECT_TRUE(other.try_acquire());
+}
+
+// With semaphore_options::capacity the lost count is set back by the next acquire, which is
+// served (and so are the waiters); the holders of the client that set it back are told at
+// once; a release never raises the count above the capacity, so the permits taken before the
+// loss do not add up to more than the capacity once everyone has released. No set-up either:
+// a semaphore with a capacity starts at it.
+TEST(semaphore, a_capacity_sets_a_lost_count_back_and_tells_the_holders) {
+    redis_server own;
+    rlock_test::lost_log a_lost, b_lost;
+    rlock::client_options ao = own.options(), bo = own.options();
+    ao.on_lock_lost = a_lost.handler();
+    bo.on_lock_lost = b_lost.handler();
+    rlock::client a(ao), b(bo);
+    rlock::semaphore_options two;
+    two.capacity = 2;
+    rlock::semaphore sa(a, name(), two), sb(b, name(), two);
+    ASSERT_TRUE(sa.try_acquire()) << "a semaphore with a capacity starts at it";
+    ASSERT_TRUE(sb.try_acquire());
+    EXPECT_EQ(own.text({"GET", name()}), "0");
+    auto waiter = waiting([&] { return sb.try_acquire_for(20s); });
+    std::this_thread::sleep_for(300ms);
+    own.kill_now();
+    own.restart();
+    ASSERT_EQ(waiter.wait_for(10s), std::future_status::ready) << "a waiter still waits on a lost count";
+    EXPECT_EQ(waiter.get(), "got it");
+    EXPECT_EQ(own.text({"GET", name()}), "1");
+    EXPECT_EQ(b_lost.calls.load(), 1) << "b set it back while holding a permit of the lost count";
+    EXPECT_EQ(b_lost.code.load(), static_cast<int>(rlock::errc::lock_lost));
+    EXPECT_EQ(a_lost.calls.load(), 0);
+    EXPECT_TRUE(sa.try_acquire());
+    EXPECT_FALSE(sa.try_acquire()) << "more than the capacity taken after the loss";
+    // Everything taken is released: the two new permits and the two of the lost count. Two
+    // releases do not fit; b's own was told already, the other (a's) is told at the release
+    // that did not fit (permits are not owned: to whoever released it). One tell per permit
+    // of the lost count.
+    for (int i = 0; i < 2; ++i) sa.release();
+    for (int i = 0; i < 2; ++i) sb.release();
+    EXPECT_EQ(own.text({"GET", name()}), "2") << "the count went above its capacity";
+    EXPECT_EQ(a_lost.calls.load() + b_lost.calls.load(), 2) << b_lost.last_message;
+    {
+        std::lock_guard<std::mutex> g(b_lost.mu);
+        EXPECT_NE(b_lost.last_message.find("did not fit under the semaphore's capacity 2"), std::string::npos)
+            << b_lost.last_message;
+    }
+    rlock::semaphore_options bad;
+    bad.capacity = -1;
+    EXPECT_THROW(rlock::semaphore(a, name(), bad), rlock::error);
+    EXPECT_THROW((void)sa.try_acquire(3), rlock::error);
+    EXPECT_EQ(own.text({"GET", name()}), "2");
+}
+
 TEST(semaphore, waiters_outlive_killed_connections_and_end_with_an_error_when_their_client_goes) {
     redis_server own;
     rlock::client a(own.options()), b(own.options());

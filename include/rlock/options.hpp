@@ -171,6 +171,19 @@ struct red_lock_options {
     std::chrono::milliseconds retry_delay{50};  ///< longest random delay between rounds
 };
 
+/// Options of a semaphore (semaphore.hpp).
+struct semaphore_options {
+    /// The number of permits the semaphore has when none is taken, when its users know it
+    /// (0: not known, as for Redisson's RSemaphore). With it, a count the server lost (a
+    /// restart without persistence, a flush, a DEL) is set back to it by the next acquire or
+    /// release instead of leaving every waiter waiting; a release never raises the count above
+    /// it; and the holders of permits taken before the loss are told (on_lock_lost: those of
+    /// the client that set it back at once, others at their release). Bound (guarantees.md):
+    /// until those holders release, up to twice `capacity` may hold at once. Without it, an
+    /// acquire that finds the count gone after its client saw it set throws lock_lost.
+    long long capacity = 0;
+};
+
 /// Per-lock options. An aggregate: C++20 may write `rlock::lock_options{.fencing = true}`,
 /// C++17 `rlock::lock_options{true}` or set the member.
 struct lock_options {

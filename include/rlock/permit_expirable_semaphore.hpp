@@ -357,7 +357,7 @@ public:
     /// Adds `permits` to the free ones (negative: removes them; the count may go below 0, as
     /// in Redisson) and wakes the waiters; returns the new free count (as stored: permits
     /// whose lease ended are put back by the next acquire).
-    long long add_permits(long long permits) { return add_to_count(permits); }
+    long long add_permits(long long permits) { return add_to_count(permits).now; }
 
     /// The free permits now, counting those whose lease has ended as free. Writes nothing.
     [[nodiscard]] long long available_permits() const { return counts().first; }

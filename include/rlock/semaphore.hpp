@@ -17,6 +17,12 @@
 // taken for ever (as with Redisson's RSemaphore). A lease on each permit, returned when its
 // holder dies, is what a permit-expirable semaphore is for.
 //
+// A count the server lost (a restart without persistence, a flush, a DEL) leaves Redisson's
+// waiters waiting for ever. Here an acquire that finds it gone after its client saw it set
+// throws lock_lost; with semaphore_options::capacity the count is set back instead (the
+// acquire's script does it), releases never raise it above the capacity, and the holders of
+// permits of the lost count are told (docs/api.md states the bound).
+//
 // Waiting: a waiter subscribes to the channel (the client's one subscriber connection), tries
 // again, and sleeps until a message changes the count — every waiter of the client retries at
 // each message, so a waiter for n permits is served once n are free, not left for its deadline.
@@ -49,6 +55,43 @@
 #include "rlock/errors.hpp"
 
 namespace rlock {
+namespace detail {
+
+/// One attempt to take `permits` of the semaphore `name` (semaphore_scripts::acquire) on `c`,
+/// `capacity` 0 when not known: true when taken. An absent count is no permit, and throws
+/// lock_lost when this client saw it set (the server lost it: nobody could ever be served);
+/// one set back to its capacity tells this client's holders of permits taken before.
+inline bool take_permits(client_core& core, const connection& c, const std::string& name,
+                         const std::string& channel, long long permits, long long capacity) {
+    const std::string n = std::to_string(permits), cap = std::to_string(capacity);
+    const long long r = eval_integer(c, semaphore_scripts::acquire(), {name}, {n, cap, channel}, name, core.ep.name);
+    if (r < 0) {
+        if (!core.counts.seen(name)) return false;  // never set, as far as this client knows
+        throw error(errc::lock_lost, name, core.ep.name,
+                    "the semaphore's count is gone from the server (a restart without persistence, a flush, "
+                    "a DEL) after this client saw it set: no permit can be taken until it is set again "
+                    "(try_set_permits, or semaphore_options::capacity to set it back on its own)");
+    }
+    if (r >= 2) {  // set back to `capacity`: what this client held of the lost count is gone
+        const long long gone = core.counts.forget_taken(name);
+        if (gone > 0) {
+            registry::tell(core.ep.options.on_lock_lost, lost_hold{name, 0, 0},
+                           error(errc::lock_lost, name, core.ep.name,
+                                 std::to_string(gone) +
+                                     " permits this client took were lost with the semaphore's count on "
+                                     "the server; it was set back to its capacity " + cap));
+        }
+    }
+    const bool taken = r == 1 || r == 3;
+    if (taken) {
+        core.counts.took(name, permits);
+    } else {
+        core.counts.saw(name);
+    }
+    return taken;
+}
+
+}  // namespace detail
 
 class semaphore : public detail::synchronizer {
     using clock = std::chrono::steady_clock;
@@ -56,9 +99,14 @@ class semaphore : public detail::synchronizer {
 public:
     /// Names a semaphore on `c`; sends nothing. Throws `error` (invalid_argument) for an empty
     /// name, or (Redis Cluster) a name whose key and channel would land in different slots.
-    semaphore(client& c, const std::string& name)
+    /// `options.capacity` (when > 0) lets a count the server lost be set back (options.hpp);
+    /// a negative one throws invalid_argument.
+    semaphore(client& c, const std::string& name, semaphore_options options = {})
         : synchronizer(detail::client_access::core(c), name, detail::prefixed_key("redisson_sc", name),
-                       "semaphore") {}
+                       "semaphore"),
+          capacity_(options.capacity) {
+        if (capacity_ < 0) bad_count(capacity_, "capacity must not be negative");
+    }
 
     /// Blocks until `permits` (at least 1) are free and takes them.
     void acquire(long long permits = 1) { (void)acquire_until(clock::time_point::max(), permits); }
@@ -85,16 +133,33 @@ public:
     /// Returns `permits` (at least 1) and wakes the waiters. Any client may release: permits
     /// are not owned. Throws `error` (server_error) when the count would overflow, with nothing
     /// written.
+    ///
+    /// With a capacity (semaphore_options), the count never goes above it: permits that do not
+    /// fit were taken before the server lost the count and it was set back, or are released
+    /// twice; on_lock_lost hears of them, unless their holders were told already.
     void release(long long permits = 1) {
         check_positive(permits, "release");
-        (void)add_to_count(permits);
+        const count_change c = add_to_count(permits, capacity_);
+        const long long untold = core_->counts.released(name_, permits, c.over);
+        if (untold > 0) {
+            detail::registry::tell(
+                core_->ep.options.on_lock_lost, lost_hold{name_, 0, 0},
+                error(errc::lock_lost, name_, server(),
+                      std::to_string(untold) + " of the " + std::to_string(permits) +
+                          " permits released did not fit under the semaphore's capacity " +
+                          std::to_string(capacity_) +
+                          ": taken before the server lost its count (set back to the capacity since), "
+                          "or released twice"));
+        }
     }
 
     /// Sets the number of permits when the semaphore has none set yet (its key is absent);
     /// true when this call set it. `permits` must not be negative.
     bool try_set_permits(long long permits) {
         if (permits < 0) bad_count(permits, "try_set_permits: permits must not be negative");
-        return set_count_if_absent(permits, {});
+        const bool set = set_count_if_absent(permits, {});
+        core_->counts.saw(name_);
+        return set;
     }
 
     /// Adds `permits` (negative: removes them; the count may go below 0, as in Redisson) and
@@ -102,7 +167,7 @@ public:
     /// returns available_permits().
     long long add_permits(long long permits) {
         if (permits == 0) return available_permits();
-        return add_to_count(permits);
+        return add_to_count(permits).now;
     }
 
     /// The number of free permits now (0 when none were ever set; negative after
@@ -164,10 +229,10 @@ private:
     auto async_acquire_steady(clock::time_point deadline, long long permits, Token&& token) {
         check_positive(permits, "acquire");
         // As take(): one repeat after an ambiguous failure (pool::run), never more.
-        auto take = [core = core_, name = name_, n = std::to_string(permits)]() -> detail::attempt_result {
+        auto take = [core = core_, name = name_, channel = channel_, n = permits,
+                     cap = capacity_]() -> detail::attempt_result {
             return core->pool.run(name, detail::on_break::retry, [&](const detail::connection& c) {
-                return detail::eval_integer(c, detail::semaphore_scripts::acquire(), {name}, {n}, name,
-                                            core->ep.name) == 1;
+                return detail::take_permits(*core, c, name, channel, n, cap);
             });
         };
         return synchronizer::async_wait_until<bool>(deadline, detail::repeat::unsafe,
@@ -177,26 +242,29 @@ private:
 
     void check_positive(long long permits, std::string_view op) const {
         if (permits < 1) bad_count(permits, std::string(op) + ": permits must be at least 1");
+        if (capacity_ > 0 && permits > capacity_ && op == "acquire") {
+            bad_count(permits, "acquire: more permits than the semaphore's capacity " + std::to_string(capacity_));
+        }
     }
 
     // One attempt. One that failed ambiguously (the connection broke or timed out, so the
     // script may have run) is made once more on a new connection, as a lock's attempt is: a
     // waiter outlives a restart or a killed connection. If the first had run on a server that
     // kept its data, its permits stay taken: fewer holders than permits, never more.
-    bool take(const std::string& permits) {
+    bool take(long long permits) {
         return run(detail::on_break::retry, [&](const detail::connection& c) {
-            return detail::eval_integer(c, detail::semaphore_scripts::acquire(), {name_}, {permits},
-                                        name_, server()) == 1;
+            return detail::take_permits(*core_, c, name_, channel_, permits, capacity_);
         });
     }
 
     bool acquire_until(clock::time_point deadline, long long permits) {
         check_positive(permits, "acquire");
-        const std::string n = std::to_string(permits);
         // Not repeated past take()'s own one repeat: each ambiguous attempt may take permits that
         // never come back (a plain semaphore has no leases).
-        return synchronizer::wait_until(deadline, detail::repeat::unsafe, [&] { return take(n); });
+        return synchronizer::wait_until(deadline, detail::repeat::unsafe, [&] { return take(permits); });
     }
+
+    long long capacity_;
 };
 
 }  // namespace rlock

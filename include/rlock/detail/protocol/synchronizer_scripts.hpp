@@ -123,28 +123,61 @@ return 1
 };
 
 struct semaphore_scripts {
-    /// Takes ARGV[1] permits when that many are free. KEYS[1] the semaphore.
-    /// Returns 1 taken, 0 not (nothing written).
+    /// Takes ARGV[1] permits when that many are free. KEYS[1] the semaphore. ARGV[2] its
+    /// capacity ('0': not known) and ARGV[3] its channel: with a capacity, an absent count
+    /// (the server lost it) is set back to the capacity first, and the permits left free by
+    /// this call are published for the other waiters. Returns 1 taken, 0 not (nothing
+    /// written), -1 not because there is no count and no capacity to restore (nothing
+    /// written); 3 and 2 as 1 and 0 after the count was restored.
     static const script& acquire() {
-        static const script s(with_count_of(R"lua(
-local have, bad = count_of(redis.call('get', KEYS[1]))
+        static const script s(with_count_of(with_channel_check(R"lua(
+local v = redis.call('get', KEYS[1])
+local have, bad = count_of(v)
 if bad then return bad end
-if less(have, ARGV[1]) then return 0 end
+local restored = 0
+if v == false then
+    if ARGV[2] == '0' then return -1 end
+    local refused = channel_refused(ARGV[3])
+    if refused then return refused end
+    redis.call('set', KEYS[1], ARGV[2])
+    have = ARGV[2]
+    restored = 2
+end
+if less(have, ARGV[1]) then
+    if restored ~= 0 and have ~= '0' then redis.call('publish', ARGV[3], have) end
+    return restored
+end
 redis.call('decrby', KEYS[1], ARGV[1])
-return 1
-)lua"));
+if restored ~= 0 and less(ARGV[1], have) then
+    redis.call('publish', ARGV[3], redis.call('get', KEYS[1]))
+end
+return 1 + restored
+)lua")));
         return s;
     }
 
     /// Adds ARGV[1] permits (release, add_permits; may be negative for add_permits) and
     /// publishes the new count on ARGV[2] when it is positive (a count of 0 or less frees
     /// nobody, and Redisson's waiters take a message as a number of permits to wake, which must
-    /// not be negative). KEYS[1] the semaphore. Returns the new count, as its text (exact).
-    /// INCRBY refuses an overflow before it writes.
+    /// not be negative). KEYS[1] the semaphore. ARGV[3] a capacity ('0': none; release() of a
+    /// semaphore that knows its capacity): the count never goes above it (an absent count
+    /// counts as the capacity, set back), and what did not fit is returned. Returns {the new
+    /// count as its text (exact), the permits that did not fit ('0')}. INCRBY refuses an
+    /// overflow before it writes.
     static const script& add() {
         static const script s(with_count_of(with_channel_check(R"lua(
-local have, bad = count_of(redis.call('get', KEYS[1]))
+local v = redis.call('get', KEYS[1])
+local have, bad = count_of(v)
 if bad then return bad end
+local cap = ARGV[3]
+if cap ~= '0' and v == false then
+    -- Lost: set back to the capacity, which nothing released can be added to.
+    local refused = channel_refused(ARGV[2])
+    if refused then return refused end
+    redis.call('set', KEYS[1], cap)
+    redis.call('publish', ARGV[2], cap)
+    return {cap, ARGV[1]}
+end
 local positive = less(negated(ARGV[1]), have)
 if positive then
     local refused = channel_refused(ARGV[2])
@@ -152,8 +185,15 @@ if positive then
 end
 redis.call('incrby', KEYS[1], ARGV[1])
 local now = redis.call('get', KEYS[1])
+local over = '0'
+if cap ~= '0' and less(cap, now) then
+    redis.call('decrby', KEYS[1], cap)
+    over = redis.call('get', KEYS[1])
+    redis.call('set', KEYS[1], cap)
+    now = cap
+end
 if positive then redis.call('publish', ARGV[2], now) end
-return now
+return {now, over}
 )lua")));
         return s;
     }

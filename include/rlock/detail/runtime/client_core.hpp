@@ -26,6 +26,7 @@
 #include "rlock/detail/redis/pool.hpp"
 #include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/redis/sentinel.hpp"
+#include "rlock/detail/runtime/count_memory.hpp"
 #include "rlock/detail/runtime/engine.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
@@ -245,6 +246,8 @@ public:
     /// Where this client's threads meet before Redis for a lock they want at once (local
     /// hand-off).
     gate_table gates;
+    /// The semaphore counts this client saw set, and the permits it holds of each.
+    count_memory counts;
     /// The renewal thread (bench/footprint times its ticks).
     detail::watchdog& watch() noexcept { return watchdog_; }
 

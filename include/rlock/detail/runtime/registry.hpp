@@ -339,7 +339,7 @@ public:
         return true;
     }
 
-private:
+    /// Calls `f` (when set) with `which` and `reason`; what it throws is dropped.
     static void tell(const lock_lost_handler& f, const lost_hold& which,
                      const error& reason) noexcept {
         if (!f) return;
@@ -348,6 +348,8 @@ private:
         } catch (...) {
         }
     }
+
+private:
 
     bool mark_lost_locked(hold& h) {
         h.lost = true;

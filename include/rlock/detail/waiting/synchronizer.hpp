@@ -266,12 +266,30 @@ protected:
         });
     }
 
+    /// What add_to_count did: the new count, and the permits that did not fit under the
+    /// capacity (0 without one).
+    struct count_change {
+        long long now = 0;
+        long long over = 0;
+    };
+
     /// Adds `n` to the count (may be negative) and publishes the new count when positive
-    /// (semaphore_scripts::add); returns it. Not repeated after a broken connection.
-    long long add_to_count(long long n) const {
-        const std::string by = std::to_string(n);
+    /// (semaphore_scripts::add), never above `capacity` when one is given (> 0). Not repeated
+    /// after a broken connection.
+    count_change add_to_count(long long n, long long capacity = 0) const {
+        const std::string by = std::to_string(n), cap = std::to_string(capacity);
         return run(on_break::fail, [&](const connection& c) {
-            return eval_count(c, semaphore_scripts::add(), {name_}, {by, channel_}, name_, server());
+            script_call call(semaphore_scripts::add(), {name_}, {by, channel_, cap});
+            const reply_ptr r = run_script(c, call, name_, server());
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+                (void)count_from(r.get(), name_, server());  // an error reply, as itself
+                throw error(errc::protocol_error, name_, server(), "unexpected reply to a semaphore's add");
+            }
+            count_change out;
+            out.now = count_from(r->element[0], name_, server());
+            out.over = count_from(r->element[1], name_, server());
+            core_->counts.saw(name_);
+            return out;
         });
     }
 
