@@ -26,6 +26,7 @@
 #include <string_view>
 #include <utility>
 
+#include "rlock/detail/redis/uri.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/options.hpp"
 
@@ -71,5 +72,24 @@ private:
     friend struct detail::client_access;
     std::shared_ptr<detail::client_core> core_;
 };
+
+inline client_options client_options::from_uri(std::string_view uri, client_options base) {
+    detail::uri_parts parts = detail::parse_uri(uri);
+    base.host = std::move(parts.host);
+    base.port = parts.port;
+    base.unix_socket = std::move(parts.unix_socket);
+    base.username = std::move(parts.username);
+    base.password = std::move(parts.password);
+    base.db = parts.db;
+    base.sentinels.clear();
+    for (auto& [host, port] : parts.sentinels) base.sentinels.push_back({std::move(host), port});
+    base.sentinel_master = std::move(parts.sentinel_master);
+    base.cluster = parts.cluster;
+    base.cluster_nodes.clear();
+    if (parts.cluster) {
+        for (auto& [host, port] : parts.seeds) base.cluster_nodes.push_back({std::move(host), port});
+    }
+    return base;
+}
 
 }  // namespace rlock

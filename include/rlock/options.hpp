@@ -159,6 +159,7 @@ struct client_options {
     /// by default; sets `cluster`) into the connection
     /// fields of a copy of `base` (user and password percent-decoded, IPv6 hosts in brackets).
     /// Throws `error` with `errc::invalid_argument` on a malformed URI.
+    /// (Defined in <rlock/client.hpp>, which every lock header includes.)
     static client_options from_uri(std::string_view uri, client_options base);
     static client_options from_uri(std::string_view uri) { return from_uri(uri, {}); }
 };
@@ -205,30 +206,5 @@ struct lock_options {
     /// acquisition of it go to Redis.
     bool local_handoff = true;
 };
-
-}  // namespace rlock
-
-#include "rlock/detail/redis/uri.hpp"
-
-namespace rlock {
-
-inline client_options client_options::from_uri(std::string_view uri, client_options base) {
-    detail::uri_parts parts = detail::parse_uri(uri);
-    base.host = std::move(parts.host);
-    base.port = parts.port;
-    base.unix_socket = std::move(parts.unix_socket);
-    base.username = std::move(parts.username);
-    base.password = std::move(parts.password);
-    base.db = parts.db;
-    base.sentinels.clear();
-    for (auto& [host, port] : parts.sentinels) base.sentinels.push_back({std::move(host), port});
-    base.sentinel_master = std::move(parts.sentinel_master);
-    base.cluster = parts.cluster;
-    base.cluster_nodes.clear();
-    if (parts.cluster) {
-        for (auto& [host, port] : parts.seeds) base.cluster_nodes.push_back({std::move(host), port});
-    }
-    return base;
-}
 
 }  // namespace rlock
