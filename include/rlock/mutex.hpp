@@ -34,14 +34,45 @@
 // Thread-safety: one mutex object may be shared by many threads (like std::mutex); a hold
 // belongs to the thread that took it, and only that thread may unlock it.
 //
-// Members (from basic_lock): see rlock/detail/front/basic_lock.hpp for the full contract of each.
-//   lock / try_lock / try_lock_for / try_lock_until / unlock      TimedLockable
-//   is_locked()                  anyone holds it (one round trip)
-//   is_held_by_current_thread()  this thread holds it and Redis agrees (one round trip)
-//   remaining_lease()            PTTL of the key: zero when free
-//   lost()                       this thread's hold is gone (no round trip)
-//   force_unlock()               delete whoever holds it, wake waiters
-//   fencing_token()              with lock_options::fencing: this hold's token
+// Members. Every blocking call throws rlock::error naming the lock and the server: would_deadlock
+// (this thread holds it already), connection_failed (the client was destroyed, or an outage
+// outlasted the wait), timeout, wrong_type (the key holds something else), invalid_argument
+// (a lease not positive or over 100 years; nothing sent).
+//
+//   void lock()                       blocks until this thread holds it; watched
+//   void lock(lease)                  the same; the hold expires after `lease`, never renewed
+//   bool try_lock()                   one attempt, no wait (watched); true when held
+//   bool try_lock_for(wait[, lease])  waits up to `wait` (steady_clock); true when held
+//   bool try_lock_until(t[, lease])   waits until `t` (any clock, measured on steady_clock)
+//   void unlock()                     releases this thread's hold: deletes the key, publishes the
+//        unlock message, and (local hand-off, client_options::local_handoff_passes) may instead
+//        pass the hold to the next waiting thread of this client with no round trip. Throws
+//        not_owner only when this thread holds none; a hold found lost or a Redis that cannot
+//        be reached is told through on_lock_lost (once), never thrown, so a guard's destructor
+//        never throws. The hold is out of the watchdog before it returns.
+//   bool is_locked() const            anyone holds it (EXISTS; one round trip)
+//   bool is_held_by_current_thread() const   this thread has a hold not lost by this client's
+//        clock, and Redis confirms it (one round trip)
+//   milliseconds remaining_lease() const     the key's PTTL: zero when free
+//   bool lost() const                 this thread's hold is gone: the watchdog found it gone,
+//        its lease ran out by this client's clock, or its final unlock found it lost (until
+//        the thread takes it again). Sends nothing.
+//   bool force_unlock()               deletes it whoever holds it and wakes the waiters; true
+//        when it was held. Holders on this client find their holds lost at the next renewal.
+//   std::uint64_t fencing_token() const      with lock_options::fencing: the token this hold's
+//        acquisition INCRed (invalid_argument without fencing, not_owner without a hold)
+//   std::uint64_t hold_id() const     this hold's id, as on_lock_lost names it (not_owner
+//        without a hold). No round trip.
+//   const std::string& name() const; const std::string& server() const
+//
+// Asynchronous forms (docs/api.md, "Asynchronous acquisition"), each with a completion token
+// last — a callback void(std::exception_ptr, rlock::hold) (returns rlock::pending),
+// rlock::use_future (std::future<rlock::hold>), or with <rlock/asio.hpp> any Asio token:
+//   async_lock(token), async_lock(lease, token), async_lock(owner, token)
+//   async_try_lock(token), async_try_lock_for(wait[, lease], token),
+//   async_try_lock_until(t[, lease], token)
+// An empty hold means the wait ran out (leaving nothing behind); the hold releases the lock
+// when it is destroyed or unlocked.
 #pragma once
 
 #include "rlock/client.hpp"

@@ -14,8 +14,9 @@
 // a re-entry with a lease on a leased hold restarts the lease. A thread whose hold was lost gets
 // `errc::lock_lost` when it tries to re-enter: it must unlock first.
 //
-// Everything else — leases, watchdog, waiting, lost holds, fencing, thread-safety — is as for
-// rlock::mutex (see mutex.hpp and detail/front/basic_lock.hpp).
+// Everything else — leases, watchdog, waiting, lost holds, fencing, thread-safety — and every
+// member, blocking and asynchronous, are as for rlock::mutex: mutex.hpp lists them (re-entry
+// aside; no local hand-off: each acquisition goes to Redis).
 #pragma once
 
 #include "rlock/client.hpp"
