@@ -18,6 +18,14 @@
 //               recorded by different workers can be compared directly
 //   load        the 1-minute load average when the run started (the machine is shared)
 //
+// With --threads N (default 1) each worker process runs N threads, each with its own lock
+// object on the process's one client, and a second line says how often a contended hand-over
+// stayed in the holder's process and the longest run of one process's holds while a thread of
+// another process waited (what local hand-off may cost the other processes):
+//
+//   threads=4 per process: same_process_handoffs=...% of ... contended, longest run of one
+//   process's holds while another process waited: ... holds, ... ms
+//
 // With --observe the parent also PSUBSCRIBEs to the lock's channel(s) and timestamps each
 // unlock message, which splits every hand-over into "unlock() called -> message seen" and
 // "message seen -> next lock() returned" (printed as a second line).
@@ -27,7 +35,8 @@
 // asked less than 0.3 ms before the release (its first attempts still in flight); and the
 // server's commands per acquisition (INFO commandstats, reset after the warm-up).
 //
-//   contention [--kind mutex|reentrant|fair|rw-write|async-mutex|...] [--workers 4] [--hold-ms 1] [--away-ms 1]
+//   contention [--kind mutex|reentrant|fair|rw-write|async-mutex|...] [--workers 4] [--threads 1]
+//              [--hold-ms 1] [--away-ms 1]
 //              [--seconds 5] [--uri redis://127.0.0.1:PORT] [--name LOCK] [--observe] [--detail]
 //
 // Without --uri it starts its own redis-server on a free loopback port. Workers are this program
@@ -44,6 +53,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -81,6 +91,7 @@ using bench::write_all;
 struct options {
     std::string kind = "mutex";
     int workers = 4;
+    int threads = 1;  // threads per worker process, each with its own lock object, one client
     double hold_ms = 1;
     double away_ms = 1;
     double seconds = 5;
@@ -98,11 +109,13 @@ struct turn {
     std::int64_t acquired;  // lock() returned
     std::int64_t released;  // before unlock()
     std::int64_t unlocked;  // unlock() returned
+    std::int32_t proc;      // which worker process (set by the parent)
+    std::int32_t thread;    // which thread of it
 };
 
 [[noreturn]] void usage(const char* why) {
     bench::usage_exit("contention",
-                      "[--kind mutex|reentrant|fair|rw-write|semaphore|permits|async-mutex|async-reentrant|async-fair|async-rw-write|floor] [--workers N] [--permits N] [--hold-ms MS] [--away-ms MS] [--seconds S] [--uri redis://127.0.0.1:PORT] [--name LOCK] [--observe] [--detail]",
+                      "[--kind mutex|reentrant|fair|rw-write|semaphore|permits|async-mutex|async-reentrant|async-fair|async-rw-write|floor] [--workers N] [--threads N] [--permits N] [--hold-ms MS] [--away-ms MS] [--seconds S] [--uri redis://127.0.0.1:PORT] [--name LOCK] [--observe] [--detail]",
                       why);
 }
 
@@ -115,6 +128,8 @@ options parse(int argc, char** argv) {
             o.kind = args.value();
         } else if (a == "--workers") {
             o.workers = static_cast<int>(args.number(1));
+        } else if (a == "--threads") {
+            o.threads = static_cast<int>(args.number(1));
         } else if (a == "--permits") {
             o.permits = static_cast<int>(args.number(1));
         } else if (a == "--hold-ms") {
@@ -150,10 +165,16 @@ nanoseconds from_ms(double ms) { return nanoseconds(static_cast<std::int64_t>(ms
 template <class Lock>
 int run_worker(const options& o) {
     rlock::client c(o.uri);
-    Lock lock(c, o.name);
-    // Warm-up outside the window: loads the scripts and opens a pooled connection.
-    lock.lock();
-    lock.unlock();
+    const auto hold = from_ms(o.hold_ms), away = from_ms(o.away_ms);
+    const auto n_threads = static_cast<std::size_t>(o.threads);
+    std::vector<std::vector<turn>> turns(n_threads);
+    std::vector<std::unique_ptr<Lock>> locks;
+    for (std::size_t i = 0; i < n_threads; ++i) {
+        locks.push_back(std::make_unique<Lock>(c, o.name));
+        // Warm-up outside the window: loads the scripts and opens a pooled connection.
+        locks.back()->lock();
+        locks.back()->unlock();
+    }
     const char ready = 'R';
     if (!write_all(result_fd, &ready, 1)) return 1;
     std::int64_t start = 0;
@@ -161,25 +182,44 @@ int run_worker(const options& o) {
 
     const auto end = at(start) + std::chrono::duration_cast<nanoseconds>(
                                      std::chrono::duration<double>(o.seconds));
-    const auto hold = from_ms(o.hold_ms), away = from_ms(o.away_ms);
-    std::vector<turn> turns;
-    turns.reserve(static_cast<std::size_t>(o.seconds * 1000 / std::max(0.05, o.hold_ms)) + 16);
-    std::this_thread::sleep_until(at(start));
-    while (clock_type::now() < end) {
-        turn t{};
-        t.asked = now_ns();
-        lock.lock();
-        t.acquired = now_ns();
-        std::this_thread::sleep_for(hold);
-        t.released = now_ns();
-        lock.unlock();
-        t.unlocked = now_ns();
-        turns.push_back(t);
-        std::this_thread::sleep_for(away);
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(n_threads);
+    for (std::size_t i = 0; i < n_threads; ++i) {
+        threads.emplace_back([&, i] {
+            Lock& lock = *locks[i];
+            std::vector<turn>& mine = turns[i];
+            mine.reserve(static_cast<std::size_t>(o.seconds * 1000 / std::max(0.05, o.hold_ms)) + 16);
+            try {
+                std::this_thread::sleep_until(at(start));
+                while (clock_type::now() < end) {
+                    turn t{};
+                    t.thread = static_cast<std::int32_t>(i);
+                    t.asked = now_ns();
+                    lock.lock();
+                    t.acquired = now_ns();
+                    std::this_thread::sleep_for(hold);
+                    t.released = now_ns();
+                    lock.unlock();
+                    t.unlocked = now_ns();
+                    mine.push_back(t);
+                    std::this_thread::sleep_for(away);
+                }
+            } catch (const std::exception& e) {
+                errors[i] = e.what();
+            }
+        });
     }
-    const std::uint64_t n = turns.size();
+    for (std::thread& t : threads) t.join();
+    for (const std::string& e : errors) {
+        if (e.empty()) continue;
+        std::fprintf(stderr, "contention worker %d: %s\n", static_cast<int>(::getpid()), e.c_str());
+        return 1;
+    }
+    std::vector<turn> all;
+    for (const auto& v : turns) all.insert(all.end(), v.begin(), v.end());
+    const std::uint64_t n = all.size();
     if (!write_all(result_fd, &n, sizeof n)) return 1;
-    if (!write_all(result_fd, turns.data(), turns.size() * sizeof(turn))) return 1;
+    if (!write_all(result_fd, all.data(), all.size() * sizeof(turn))) return 1;
     return 0;
 }
 
@@ -221,7 +261,8 @@ struct async_form {
 class floor_lock {
 public:
     floor_lock(rlock::client& c, const std::string& name)
-        : name_(name), channel_("bench:floor:{" + name + "}"), token_(std::to_string(::getpid())) {
+        : name_(name), channel_("bench:floor:{" + name + "}"),
+          token_(std::to_string(::getpid()) + ":" + std::to_string(next_token_++)) {
         const rlock::client_options& o = c.options();
         cmd_.reset(redisConnect(o.host.c_str(), o.port));
         sub_.reset(redisConnect(o.host.c_str(), o.port));
@@ -265,6 +306,7 @@ public:
 private:
     rlock::detail::context_ptr cmd_, sub_;
     std::string name_, channel_, token_, sha_;
+    static inline std::atomic<int> next_token_{0};  // one token per thread's lock object
 };
 
 using worker_fn = int (*)(const options&);
@@ -317,6 +359,7 @@ worker_proc spawn(const options& o, int go_read) {
                                      "--hold-ms",            bench::fmt_double(o.hold_ms),
                                      "--away-ms",            bench::fmt_double(o.away_ms),
                                      "--seconds",            bench::fmt_double(o.seconds),
+                                     "--threads",            std::to_string(o.threads),
                                      "--permits",            std::to_string(o.permits)};
     worker_proc w;
     w.pid = bench::spawn_self(std::move(args), go_read, w.results);
@@ -511,6 +554,7 @@ int parent_main(options o) {
         } else {
             failed = true;
         }
+        for (turn& t : w.turns) t.proc = static_cast<std::int32_t>(&w - workers.data());
         ::close(w.results);
         int status = 0;
         ::waitpid(w.pid, &status, 0);
@@ -577,6 +621,35 @@ int parent_main(options o) {
         }
     }
 
+    // With threads: how often a contended hand-over stayed in the holder's process, and the
+    // longest run of one process's holds while a thread of another process waited (the time
+    // that process's passes kept the others out: local hand-off's fairness bound).
+    long same_process = 0, contended = 0;
+    std::size_t streak = 0, longest = 0;
+    std::int64_t streak_from = 0, longest_ns = 0;
+    for (std::size_t i = 0; i + 1 < all.size(); ++i) {
+        const turn& prev = all[i];
+        const turn& next = all[i + 1];
+        bool other_waits = false;  // a thread of another process asked before prev released
+        for (std::size_t j = i + 1; j < all.size() && !other_waits; ++j) {
+            other_waits = all[j].proc != prev.proc && all[j].asked <= prev.released;
+        }
+        if (next.asked <= prev.released && next.acquired >= prev.released) {
+            ++contended;
+            if (next.proc == prev.proc) ++same_process;
+        }
+        if (next.proc == prev.proc && other_waits) {
+            if (streak == 0) streak_from = prev.acquired;
+            ++streak;
+            if (streak > longest) {
+                longest = streak;
+                longest_ns = next.released - streak_from;
+            }
+        } else {
+            streak = 0;
+        }
+    }
+
     const std::string label =
         o.kind == "semaphore" || o.kind == "permits" ? o.kind + " P=" + std::to_string(o.permits) : o.kind;
     std::printf(
@@ -585,6 +658,13 @@ int parent_main(options o) {
         label.c_str(), o.workers, o.hold_ms, o.away_ms, o.seconds,
         static_cast<double>(acquisitions) / o.seconds, busy_ns / (wall_ns * o.permits), p50, p99, max,
         percentile(handoffs, 0.5), percentile(handoffs, 0.99), violations, load);
+    if (o.threads > 1) {
+        std::printf(
+            "  threads=%d per process: same_process_handoffs=%.0f%% of %ld contended, longest run "
+            "of one process's holds while another process waited: %zu holds, %.2f ms\n",
+            o.threads, contended ? 100.0 * static_cast<double>(same_process) / static_cast<double>(contended) : 0.0,
+            contended, longest + (longest ? 1 : 0), static_cast<double>(longest_ns) / 1e6);
+    }
     if (obs) {
         std::printf(
             "  observe: handoffs=%zu/%zu contended, unlock_call_ms_p50=%.3f, "

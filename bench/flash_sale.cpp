@@ -13,18 +13,23 @@
 //               it at once: a mutual-exclusion violation) or a value below 1. Must be 0.
 //   lost        keys whose final stock differs from the initial stock minus their sales (an
 //               update lost to an overlap). Must be 0.
+// and under it what a request cost, which does not move with the machine's load as req/s does:
+//   cost per request: client_cpu_us=... server_cpu_us=... context_switches=...
+//               the workers' CPU (getrusage of each, through wait4), the server's (INFO cpu,
+//               used_cpu_sys + used_cpu_user) and the workers' context switches, per request
 //
 // Kinds:
 //   lua        one script decrements atomically, no lock: the physical limit of this workload
 //   setnx      the seed posts' hand-written lock: SET key token NX PX 10000, on refusal sleep
 //              --setnx-sleep-ms (10) and try again; unlock by a compare-and-delete script
+//   setnx-1ms  the same loop sleeping 1 ms on refusal
 //   mutex, reentrant, fair
 //              rlock's kinds, one rlock::client per process, a lock object per request
 //   semaphore  rlock::semaphore of one permit per key
 //   async-mutex
 //              rlock::mutex's async_lock (waited on through a future per request)
 //
-// After the kinds, the ratios against the two floors measured in the same run:
+// After the kinds, the ratios against the floors measured in the same run:
 //   ratio kind=mutex vs_lua=... vs_setnx=...
 // The exit status is 1 when any run oversold or lost an update.
 //
@@ -39,6 +44,7 @@
 // Without --uri it starts its own redis-server on a free loopback port.
 #include <hiredis/hiredis.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -67,7 +73,7 @@
 namespace {
 
 struct options {
-    std::vector<std::string> kinds{"lua", "setnx", "mutex", "reentrant", "fair", "semaphore"};
+    std::vector<std::string> kinds{"lua", "setnx", "setnx-1ms", "mutex", "reentrant", "fair", "semaphore"};
     int procs = 8;
     int threads = 4;
     int keys = 1000;
@@ -91,7 +97,7 @@ struct sale {
 
 [[noreturn]] void usage(const char* why) {
     bench::usage_exit("flash_sale",
-                      "[--kinds lua,setnx,mutex,reentrant,fair,semaphore,async-mutex] [--procs N] [--threads N] [--keys N] [--zipf S] [--stock N] [--seconds S] [--setnx-sleep-ms MS] [--handoff-passes N] [--handoff-ms MS] [--uri redis://127.0.0.1:PORT] [--detail]",
+                      "[--kinds lua,setnx,setnx-1ms,mutex,reentrant,fair,semaphore,async-mutex] [--procs N] [--threads N] [--keys N] [--zipf S] [--stock N] [--seconds S] [--setnx-sleep-ms MS] [--handoff-passes N] [--handoff-ms MS] [--uri redis://127.0.0.1:PORT] [--detail]",
                       why);
 }
 
@@ -203,7 +209,8 @@ public:
     long long buy(std::uint32_t k) {
         const std::string& kind = o_.kind;
         if (kind == "lua") return lua(k);
-        if (kind == "setnx") return setnx(k);
+        if (kind == "setnx") return setnx(k, o_.setnx_sleep_ms);
+        if (kind == "setnx-1ms") return setnx(k, 1);
         if (kind == "mutex") return locked<rlock::mutex>(k);
         if (kind == "reentrant") return locked<rlock::reentrant_lock>(k);
         if (kind == "fair") return locked<rlock::fair_lock>(k);
@@ -249,12 +256,12 @@ private:
         return integer_of(*command(conn_.get(), {"EVAL", script, "1", stock_key(k)}));
     }
 
-    long long setnx(std::uint32_t k) {
+    long long setnx(std::uint32_t k, double sleep_ms) {
         static const std::string unlock =
             "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
         const std::string key = "fs:setnx:" + std::to_string(k);
         const std::string token = token_ + ":" + std::to_string(++n_);
-        const auto pause = std::chrono::microseconds(static_cast<long long>(o_.setnx_sleep_ms * 1000));
+        const auto pause = std::chrono::microseconds(static_cast<long long>(sleep_ms * 1000));
         for (;;) {
             reply_ptr r = command(conn_.get(), {"SET", key, token, "NX", "PX", "10000"});
             if (r->type == REDIS_REPLY_STATUS) break;
@@ -281,7 +288,7 @@ struct thread_result {
 int worker_main(const options& o) {
     const rlock::client_options co = rlock::client_options::from_uri(o.uri, o.client);
     std::optional<rlock::client> c;
-    if (o.kind != "lua" && o.kind != "setnx") c.emplace(co);
+    if (o.kind != "lua" && o.kind != "setnx" && o.kind != "setnx-1ms") c.emplace(co);
     const zipf pick(o.keys, o.zipf);
     std::vector<thread_result> results(static_cast<std::size_t>(o.threads));
     std::atomic<int> ready{0};
@@ -382,8 +389,24 @@ void print_commands(redisContext* c, double requests) {
     std::printf("\n");
 }
 
+/// The server's CPU time so far (INFO cpu: used_cpu_sys + used_cpu_user), in seconds.
+double server_cpu_s(redisContext* c) {
+    reply_ptr r = command(c, {"INFO", "cpu"});
+    const std::string text(r->str ? r->str : "", r->len);
+    double total = 0;
+    for (const char* field : {"used_cpu_sys:", "used_cpu_user:"}) {
+        const std::size_t at = text.find(field);
+        if (at != std::string::npos) total += std::strtod(text.c_str() + at + std::strlen(field), nullptr);
+    }
+    return total;
+}
+
 run_result run_kind(const options& o, const rlock::client_options& co, const std::string& kind) {
     set_up(o, co, kind);
+    std::unique_ptr<redisContext, decltype(&redisFree)> info(redisConnect(co.host.c_str(), co.port), redisFree);
+    if (!info || info->err) throw std::runtime_error("flash_sale: cannot connect");
+    const double server_before = server_cpu_s(info.get());
+    double client_cpu_s = 0, switches = 0;  // the workers' (getrusage through wait4)
     const double load = bench::load_average();
     int go[2];
     if (::pipe2(go, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
@@ -425,7 +448,11 @@ run_result run_kind(const options& o, const rlock::client_options& co, const std
         sales.insert(sales.end(), s.begin(), s.end());
         ::close(p.results);
         int status = 0;
-        ::waitpid(p.pid, &status, 0);
+        struct rusage ru {};
+        ::wait4(p.pid, &status, 0, &ru);
+        client_cpu_s += static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                        static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+        switches += static_cast<double>(ru.ru_nvcsw + ru.ru_nivcsw);
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = true;
     }
     if (failed) {
@@ -455,6 +482,12 @@ run_result run_kind(const options& o, const rlock::client_options& co, const std
                 bench::percentile(latency_ms, 0.5), bench::percentile(latency_ms, 0.99),
                 latency_ms.empty() ? 0.0 : *std::max_element(latency_ms.begin(), latency_ms.end()),
                 sales.size(), oversell, lost, load);
+    // What a request costs, whatever the machine's load: the workers' CPU (warm-up and set-up
+    // of their clients included), the server's, and the workers' context switches.
+    const double requests = std::max<double>(1.0, static_cast<double>(latency_ms.size()));
+    std::printf("  cost per request: client_cpu_us=%.1f server_cpu_us=%.1f context_switches=%.1f\n",
+                client_cpu_s * 1e6 / requests, (server_cpu_s(info.get()) - server_before) * 1e6 / requests,
+                switches / requests);
     if (o.detail) print_commands(c.get(), static_cast<double>(latency_ms.size()));
     std::fflush(stdout);
     return r;
@@ -475,9 +508,9 @@ int parent_main(options o) {
         ok = ok && got[kind].ok;
     }
     for (const std::string& kind : o.kinds) {
-        if (kind == "lua" || kind == "setnx") continue;
+        if (kind == "lua" || kind == "setnx" || kind == "setnx-1ms") continue;
         std::printf("ratio kind=%s", kind.c_str());
-        for (const char* floor : {"lua", "setnx"}) {
+        for (const char* floor : {"lua", "setnx", "setnx-1ms"}) {
             auto it = got.find(floor);
             if (it != got.end() && it->second.rps > 0) std::printf(" vs_%s=%.2f", floor, got[kind].rps / it->second.rps);
         }
