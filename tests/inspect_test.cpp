@@ -138,6 +138,8 @@ TEST(inspect, a_fair_lock_shows_its_holder_and_queue_in_order_with_deadlines) {
     rlock::client a(server().options()), b(server().options()), c(server().options());
     rlock::fair_lock fa(a, name()), fb(b, name()), fc(c, name());
     fa.lock();
+    EXPECT_EQ(rlock::inspect(a, name()).kind, rlock::lock_kind::reentrant)
+        << "a fair lock with nobody queued has RLock's layout, and reads as it";
     const std::string queue = "redisson_lock_queue:{" + name() + "}";
     auto wb = std::async(std::launch::async, [&] {
         const bool got = fb.try_lock_for(20s);
@@ -305,24 +307,32 @@ TEST(inspect, list_locks_finds_every_kind_by_a_pattern_on_names) {
     ASSERT_TRUE(s.try_set_permits(2));
     server().cmd({"RPUSH", stem + ".list", "x"});  // no lock: left out
     server().cmd({"SET", "other." + stem, "x"});   // does not match the pattern
-    auto waiter = std::async(std::launch::async, [&] { return fb.try_lock_for(300ms); });
+    auto waiter = std::async(std::launch::async, [&] {
+        const bool got = fb.try_lock_for(20s);
+        if (got) fb.unlock();
+        return got;
+    });
     ASSERT_TRUE(eventually([&] { return server().integer({"EXISTS", "redisson_lock_queue:{" + stem + ".fair}"}) == 1; }));
-    // The fair lock is listed by its queue even with its hash deleted (free, waiters queued).
-    server().cmd({"DEL", stem + ".fair"});
+    // A fair lock that is free with a (Redisson) waiter still queued has no hash: it is found by
+    // its queue.
+    server().cmd({"RPUSH", "redisson_lock_queue:{" + stem + ".queued}", "6b0f1a5e-3c2d-4e8f-9a1b-2c3d4e5f6a7b:9"});
+    server().cmd({"PEXPIRE", "redisson_lock_queue:{" + stem + ".queued}", "20000"});
 
     const std::vector<rlock::lock_info> found = rlock::list_locks(a, stem + ".*");
     std::set<std::string> names;
     for (const auto& i : found) names.insert(i.name);
-    EXPECT_EQ(names, (std::set<std::string>{stem + ".mutex", stem + ".reentrant", stem + ".fair", stem + ".semaphore"}));
+    EXPECT_EQ(names, (std::set<std::string>{stem + ".mutex", stem + ".reentrant", stem + ".fair", stem + ".queued",
+                                            stem + ".semaphore"}));
     for (const auto& i : found) {
-        if (i.name == stem + ".fair") {
+        if (i.name == stem + ".fair" || i.name == stem + ".queued") {
             EXPECT_EQ(i.kind, rlock::lock_kind::fair);
         }
         if (i.name == stem + ".semaphore") {
             EXPECT_EQ(i.kind, rlock::lock_kind::count);
         }
     }
-    (void)waiter.get();
+    fa.unlock();
+    EXPECT_TRUE(waiter.get());
     m.unlock();
     r.unlock();
 }

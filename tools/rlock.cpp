@@ -194,7 +194,8 @@ std::string origin_note(rlock::holder_origin o) {
 void print_table(const rlock::lock_info& i) {
     std::cout << "name      " << i.name << "\nserver    " << i.server << "\nkind      " << kind_text(i.kind) << '\n';
     if (!i.found()) return;
-    if (i.kind != rlock::lock_kind::count || i.ttl) std::cout << "ttl       " << ttl_text(i.ttl) << '\n';
+    // The name's key: its TTL when it has one, "no expiry" for a holder's key without one.
+    if (i.ttl || !i.holders.empty()) std::cout << "ttl       " << ttl_text(i.ttl) << '\n';
     if (!i.mode.empty()) std::cout << "mode      " << i.mode << '\n';
     for (const rlock::lock_holder& h : i.holders) {
         std::cout << (h.role == rlock::holder_role::reader   ? "reader    "

@@ -26,7 +26,8 @@ enum class lock_kind {
     /// red_lock node, redis-py's Lock, node-redlock, go-redsync.
     token,
     /// A hash of holder id -> count without `mode`, and no fair queue: rlock::reentrant_lock,
-    /// Redisson's RLock.
+    /// Redisson's RLock — and a fair_lock (RFairLock) held while nobody is queued, whose keys
+    /// are then exactly an RLock's.
     reentrant,
     /// A fair queue (`redisson_lock_queue:{name}` or `redisson_lock_timeout:{name}`), with or
     /// without the hash: rlock::fair_lock, Redisson's RFairLock. The hash is absent when the

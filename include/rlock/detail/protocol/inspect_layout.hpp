@@ -9,7 +9,8 @@
 //   2. `redisson_lock_queue:{name}` or `redisson_lock_timeout:{name}` exists -> fair (a hash at
 //      `name`, if any, must be a lock hash without `mode`)
 //   3. `name` is a hash with a `mode` field              -> read_write (`mode` read or write)
-//   4. `name` is a hash                                  -> reentrant
+//   4. `name` is a hash                                  -> reentrant (a fair_lock held with
+//      nobody queued has only this hash: the same layout)
 //   5. `name` is a string that is an integer as Redis writes one (what INCRBY takes) and has no
 //      TTL                                               -> count (semaphore or count_down_latch)
 //   6. `name` is any other string                        -> token
