@@ -312,7 +312,8 @@ TEST(inspect, list_locks_finds_every_kind_by_a_pattern_on_names) {
         if (got) fb.unlock();
         return got;
     });
-    ASSERT_TRUE(eventually([&] { return server().integer({"EXISTS", "redisson_lock_queue:{" + stem + ".fair}"}) == 1; }));
+    const std::string fair_queue = "redisson_lock_queue:{" + stem + ".fair}";
+    ASSERT_TRUE(eventually([&] { return server().integer({"EXISTS", fair_queue}) == 1; }));
     // A fair lock that is free with a (Redisson) waiter still queued has no hash: it is found by
     // its queue.
     server().cmd({"RPUSH", "redisson_lock_queue:{" + stem + ".queued}", "6b0f1a5e-3c2d-4e8f-9a1b-2c3d4e5f6a7b:9"});

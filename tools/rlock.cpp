@@ -68,7 +68,8 @@ struct command_line {
 
 command_line parse(int argc, char** argv) {
     command_line cl;
-    if (const char* env = std::getenv("RLOCK_URI")) cl.uri = env;
+    // Read before the client starts any thread.
+    if (const char* env = std::getenv("RLOCK_URI")) cl.uri = env;  // NOLINT(concurrency-mt-unsafe)
     if (cl.uri.empty()) cl.uri = "redis://127.0.0.1:6379";
     bool options_done = false;
     for (int i = 1; i < argc; ++i) {
@@ -294,8 +295,9 @@ std::string holders_text(const rlock::lock_info& i) {
     std::string s = "held by ";
     for (std::size_t k = 0; k < i.holders.size(); ++k) {
         const rlock::lock_holder& h = i.holders[k];
-        s += (k ? ", " : "") + h.id + " (" + (h.role == rlock::holder_role::exclusive ? "" : std::string(to_string(h.role)) + ", ") +
-             "count " + std::to_string(h.count) + ")";
+        const std::string role =
+            h.role == rlock::holder_role::exclusive ? "" : std::string(to_string(h.role)) + ", ";
+        s += (k ? ", " : "") + h.id + " (" + role + "count " + std::to_string(h.count) + ")";
     }
     return s;
 }
@@ -354,7 +356,8 @@ int run(int argc, char** argv) {
         return exit_found;
     }
     if (cl.version) {
-        std::cout << "rlock " << RLOCK_VERSION_MAJOR << '.' << RLOCK_VERSION_MINOR << '.' << RLOCK_VERSION_PATCH << '\n';
+        std::cout << "rlock " << RLOCK_VERSION_MAJOR << '.' << RLOCK_VERSION_MINOR << '.'
+                  << RLOCK_VERSION_PATCH << '\n';
         return exit_found;
     }
     if (cl.command.empty()) throw bad_input{"no command (rlock --help)"};

@@ -166,7 +166,9 @@ public:
             info.kind = lock_kind::fair;
             if (main == "string") wrong(keys_.name, "is a string beside the fair queue " + keys_.queue);
             if (main == "hash") read_hash(e[4], e[5], info);
-            if (info.kind != lock_kind::fair) wrong(keys_.name, "is a read/write lock beside the fair queue " + keys_.queue);
+            if (info.kind != lock_kind::fair) {
+                wrong(keys_.name, "is a read/write lock beside the fair queue " + keys_.queue);
+            }
             read_queue(e[7], e[9], now, info);
             return info;
         }
@@ -376,7 +378,8 @@ inline std::vector<std::string> names_of_key(std::string_view key) {
         return std::nullopt;
     };
     if (unprefixed("redisson_lock_token:")) return out;
-    for (const std::string_view prefix : {std::string_view("redisson_lock_queue:"), std::string_view("redisson_lock_timeout:")}) {
+    for (const std::string_view prefix :
+         {std::string_view("redisson_lock_queue:"), std::string_view("redisson_lock_timeout:")}) {
         if (auto n = unprefixed(prefix)) {
             out.push_back(std::move(*n));
             return out;
