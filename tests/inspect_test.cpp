@@ -6,6 +6,7 @@
 // and wakes its waiter. The command's tests run the built binary and check its exit codes, its
 // JSON and what it did in Redis.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -557,6 +558,41 @@ TEST(rlock_command, force_unlock_deletes_the_key_says_what_and_wakes_a_waiter) {
 
     const cli_result yes = run_cli({"force-unlock", name(".two"), "--uri", server().uri()}, "y\n");
     EXPECT_EQ(yes.code, 1) << "a name not found was reported deleted";
+}
+
+TEST(rlock_command, watch_follows_a_lock_by_its_unlock_message_and_leaves_at_sigint) {
+    rlock::client a(server().options());
+    rlock::reentrant_lock l(a, name());
+    l.lock(20s);
+    char out_path[] = "/tmp/rlock_watch_XXXXXX";
+    const int fd = ::mkstemp(out_path);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+    auto output = [&] {
+        std::string text;
+        if (FILE* f = std::fopen(out_path, "r")) {
+            char buf[4096];
+            std::size_t n = 0;
+            while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+            std::fclose(f);
+        }
+        return text;
+    };
+    // A read every minute only: what it prints within seconds came from a message.
+    const pid_t pid = rlock_test::spawn({"/bin/sh", "-c",
+                                         "exec " + quoted(RLOCK_TEST_CLI) + " watch " + quoted(name()) + " --uri " +
+                                             quoted(server().uri()) + " --interval 60000 >" + quoted(out_path) +
+                                             " 2>&1"});
+    ASSERT_GT(pid, 0);
+    EXPECT_TRUE(eventually([&] { return has(output(), "watching"); })) << output();
+    EXPECT_TRUE(has(output(), "+ exclusive " + a.id() + ":")) << "the holder at the start: " << output();
+    l.unlock();
+    EXPECT_TRUE(eventually([&] { return has(output(), "released"); }, 3000ms))
+        << "the unlock message did not make it read again: " << output();
+    EXPECT_TRUE(has(output(), "message \"0\" on redisson_lock__channel:{" + name() + "}")) << output();
+    ::kill(pid, SIGINT);
+    EXPECT_EQ(rlock_test::wait_exit(pid), 0) << output();
+    std::remove(out_path);
 }
 
 #endif  // RLOCK_TEST_CLI

@@ -3,21 +3,33 @@
 // rlock::list_locks and rlock::force_unlock (rlock/inspect.hpp) on the command line; the JSON
 // fields and exit codes are documented in docs/api.md ("The rlock command").
 //
-// Exit codes: 0 found / done; 1 not found (nothing listed, nothing to delete); 2 bad input, a
-// key of a non-lock type, or a connection / server error; 3 force-unlock not confirmed.
+// Exit codes: 0 found / done (watch: interrupted by SIGINT or SIGTERM); 1 not found (nothing
+// listed, nothing to delete); 2 bad input, a key of a non-lock type, or a connection / server
+// error; 3 force-unlock not confirmed.
 // Every failure is one line on stderr: no exception leaves main.
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <exception>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "rlock/client.hpp"
+#include "rlock/detail/redis/connect.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/inspect.hpp"
 #include "rlock/version.hpp"
@@ -36,6 +48,10 @@ Commands:
                        PATTERN is a glob (*, ?, [...]) matched against names
   force-unlock NAME    delete the lock NAME whoever holds it and wake its waiters
                        (asks for confirmation on stdin unless --yes)
+  watch NAME           follow NAME until interrupted: a line for each holder that comes or
+                       goes, count or lease that changes (a renewal), waiter that joins or
+                       leaves, and each unlock message; read again on every message on the
+                       name's channels and at least every --interval
 
 Options:
   --uri URI            the deployment: redis://[user[:password]@]host[:port][/db],
@@ -44,6 +60,8 @@ Options:
                        redis://127.0.0.1:6379)
   --json               print JSON instead of a table (inspect, list)
   --yes                force-unlock without asking
+  --interval MS        watch: the longest time between two reads (default 1000); acquisitions
+                       and renewals publish nothing, so they are seen at the next read
   -h, --help           this text
   --version            rlock's version
 
@@ -62,6 +80,7 @@ struct command_line {
     std::string uri;
     bool json = false;
     bool yes = false;
+    std::chrono::milliseconds interval{1000};
     bool help = false;
     bool version = false;
 };
@@ -90,6 +109,15 @@ command_line parse(int argc, char** argv) {
                 cl.uri = argv[++i];
             } else if (a.substr(0, 6) == "--uri=") {
                 cl.uri = std::string(a.substr(6));
+            } else if (a == "--interval") {
+                if (i + 1 >= argc) throw bad_input{"--interval needs a value in ms (rlock --help)"};
+                const std::string v = argv[++i];
+                char* end = nullptr;
+                const long ms = std::strtol(v.c_str(), &end, 10);
+                if (v.empty() || *end != '\0' || ms < 10 || ms > 3600000) {
+                    throw bad_input{"--interval takes milliseconds from 10 to 3600000, not '" + v + "'"};
+                }
+                cl.interval = std::chrono::milliseconds(ms);
             } else {
                 throw bad_input{"unknown option '" + std::string(a) + "' (rlock --help)"};
             }
@@ -349,6 +377,172 @@ int force_unlock(const command_line& cl) {
     return exit_found;
 }
 
+// --- watch ----------------------------------------------------------------------------------
+
+// SIGINT / SIGTERM may be delivered to any of the client's threads: the handler writes to a
+// pipe the watching thread polls, so it leaves at once.
+std::atomic<bool> interrupted{false};
+int interrupt_pipe[2] = {-1, -1};
+
+extern "C" void on_interrupt(int /*signal*/) {
+    interrupted = true;
+    const char c = 'x';
+    (void)!::write(interrupt_pipe[1], &c, 1);
+}
+
+std::string now_text() {
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t t = std::chrono::system_clock::to_time_t(now);
+    std::tm local{};
+    ::localtime_r(&t, &local);
+    char buf[32];
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+    std::snprintf(buf, sizeof buf, "%02d:%02d:%02d.%03lld", local.tm_hour, local.tm_min, local.tm_sec,
+                  static_cast<long long>(ms));
+    return buf;
+}
+
+/// `name` with the glob characters PSUBSCRIBE reads escaped.
+std::string glob_escaped(const std::string& name) {
+    std::string out;
+    for (const char c : name) {
+        if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out += '\\';
+        out += c;
+    }
+    return out;
+}
+
+/// What changed from `was` to `is`, one line each (without the time).
+std::vector<std::string> changes(const rlock::lock_info& was, const rlock::lock_info& is,
+                                 std::chrono::milliseconds elapsed) {
+    std::vector<std::string> out;
+    if (was.kind != is.kind) out.push_back(std::string("kind ") + to_string(was.kind) + " -> " + to_string(is.kind));
+    if (was.mode != is.mode && !is.mode.empty()) out.push_back("mode " + is.mode);
+    auto key = [](const rlock::lock_holder& h) { return std::string(to_string(h.role)) + " " + h.id; };
+    for (const rlock::lock_holder& h : was.holders) {
+        bool kept = false;
+        for (const rlock::lock_holder& n : is.holders) kept = kept || key(n) == key(h);
+        if (!kept) out.push_back("- " + key(h) + " released (or expired, or deleted)");
+    }
+    for (const rlock::lock_holder& h : is.holders) {
+        const rlock::lock_holder* before = nullptr;
+        for (const rlock::lock_holder& o : was.holders) {
+            if (key(o) == key(h)) before = &o;
+        }
+        if (!before) {
+            out.push_back("+ " + key(h) + " count " + std::to_string(h.count) + " lease " + ttl_text(h.lease));
+            continue;
+        }
+        if (before->count != h.count) {
+            out.push_back("  " + key(h) + " count " + std::to_string(before->count) + " -> " + std::to_string(h.count));
+        }
+        // A lease only runs down between two reads; one that rose was renewed or re-entered.
+        if (before->lease && h.lease && *h.lease > *before->lease - elapsed + std::chrono::milliseconds(50)) {
+            out.push_back("  " + key(h) + " lease renewed: " + seconds(*h.lease));
+        }
+    }
+    std::set<std::string> waited, waits;
+    for (const rlock::lock_waiter& w : was.waiters) waited.insert(w.id);
+    for (const rlock::lock_waiter& w : is.waiters) waits.insert(w.id);
+    for (const std::string& w : waited) {
+        if (!waits.count(w)) out.push_back("- waiter " + w + " left the queue");
+    }
+    for (std::size_t k = 0; k < is.waiters.size(); ++k) {
+        if (!waited.count(is.waiters[k].id)) {
+            out.push_back("+ waiter " + is.waiters[k].id + " queued at " + std::to_string(k + 1));
+        }
+    }
+    if (was.count != is.count && is.count) {
+        out.push_back("count " + (was.count ? std::to_string(*was.count) : std::string("-")) + " -> " +
+                      std::to_string(*is.count));
+    }
+    if (was.permits.size() != is.permits.size()) {
+        out.push_back("permits taken " + std::to_string(was.permits.size()) + " -> " +
+                      std::to_string(is.permits.size()));
+    }
+    return out;
+}
+
+/// Subscribes a connection of its own to every channel a lock, semaphore or latch of `name`
+/// publishes on (classic pub/sub; with Redis Cluster none: the reads at each interval alone).
+rlock::detail::context_ptr subscribe_to(rlock::client& redis, const std::string& name) {
+    rlock::detail::endpoint& ep = rlock::detail::client_access::core(redis).ep;
+    if (ep.slots) return nullptr;
+    using rlock::detail::prefixed_key;
+    rlock::detail::context_ptr c = rlock::detail::connect(ep);
+    const std::string fair_waiters = glob_escaped(prefixed_key("redisson_lock__channel", name)) + ":*";
+    const std::string latch = "redisson_countdownlatch__channel__{" + name + "}";
+    const rlock::detail::connection conn{c.get()};
+    // One confirmation per channel; each read through run_command would wait for the next.
+    for (const std::string& ch : {prefixed_key("rlock_lock__channel", name), prefixed_key("redisson_lock__channel", name),
+                                  prefixed_key("redisson_rwlock", name), prefixed_key("redisson_sc", name), latch}) {
+        (void)rlock::detail::run_command(conn, {"SUBSCRIBE", ch}, name, ep.name);
+    }
+    (void)rlock::detail::run_command(conn, {"PSUBSCRIBE", fair_waiters}, name, ep.name);
+    return c;
+}
+
+int watch(const command_line& cl) {
+    expect_args(cl, 1, 1, "NAME");
+    const std::string& name = cl.args[0];
+    rlock::client redis(cl.uri);
+    if (::pipe2(interrupt_pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+        throw rlock::error(rlock::errc::invalid_argument, name, redis.server(), "cannot make a pipe");
+    }
+    std::signal(SIGINT, on_interrupt);
+    std::signal(SIGTERM, on_interrupt);
+    const rlock::detail::context_ptr sub = subscribe_to(redis, name);
+    rlock::lock_info last = rlock::inspect(redis, name);
+    auto read_at = std::chrono::steady_clock::now();
+    auto show = [&](const rlock::lock_info& i, const std::vector<std::string>& lines) {
+        if (cl.json) {
+            std::cout << json_of(i) << std::endl;
+            return;
+        }
+        for (const std::string& l : lines) std::cout << now_text() << "  " << l << std::endl;
+    };
+    show(last, {std::string(last.found() ? "" : "(not found) ") + "watching " + name + " on " + last.server +
+                (sub ? "" : " (Redis Cluster: reads every --interval only)")});
+    if (!cl.json) {
+        for (const std::string& l : changes(rlock::lock_info{}, last, std::chrono::milliseconds(0))) show(last, {l});
+    }
+    while (!interrupted) {
+        pollfd p[2] = {{interrupt_pipe[0], POLLIN, 0}, {sub ? sub->fd : -1, POLLIN, 0}};
+        const int ready = ::poll(p, 2, static_cast<int>(cl.interval.count()));
+        if (ready < 0 && errno != EINTR) {
+            throw rlock::error(rlock::errc::connection_failed, name, last.server, "poll failed");
+        }
+        if (sub) {
+            if (ready > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+                const bool ok = rlock::detail::read_replies(sub.get(), [&](const redisReply* r) {
+                    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
+                    const std::string_view kind = rlock::detail::reply_text(r->element[0]);
+                    const redisReply* channel = r->element[r->elements - 2];
+                    const redisReply* payload = r->element[r->elements - 1];
+                    if (kind != "message" && kind != "pmessage") return;
+                    if (!cl.json) {
+                        show(last, {"message \"" + std::string(rlock::detail::reply_text(payload)) + "\" on " +
+                                    std::string(rlock::detail::reply_text(channel))});
+                    }
+                });
+                if (!ok) {
+                    throw rlock::error(rlock::errc::connection_failed, name, last.server,
+                                       "the subscription broke");
+                }
+            }
+        }
+        if (interrupted) break;
+        const rlock::lock_info now = rlock::inspect(redis, name);
+        const auto at = std::chrono::steady_clock::now();
+        const std::vector<std::string> lines =
+            changes(last, now, std::chrono::duration_cast<std::chrono::milliseconds>(at - read_at));
+        if (!lines.empty()) show(now, lines);
+        last = now;
+        read_at = at;
+    }
+    return exit_found;
+}
+
 int run(int argc, char** argv) {
     const command_line cl = parse(argc, argv);
     if (cl.help) {
@@ -364,6 +558,7 @@ int run(int argc, char** argv) {
     if (cl.command == "inspect") return inspect(cl);
     if (cl.command == "list") return list(cl);
     if (cl.command == "force-unlock") return force_unlock(cl);
+    if (cl.command == "watch") return watch(cl);
     throw bad_input{"unknown command '" + cl.command + "' (rlock --help)"};
 }
 
