@@ -2,9 +2,9 @@
 // redis-server processes: each kind's layout made by rlock's own classes (and a Redisson hash and
 // a redis-py token written by hand) is read back as its kind, with its holders, counts, leases,
 // readers, fair queue in order, permits and fencing counter; a key no lock writes is a clear
-// wrong_type; names are listed on every master of a Cluster; a forced unlock deletes the lock
-// and wakes its waiter. The command's tests run the built binary and check its exit codes, its
-// JSON and what it did in Redis.
+// wrong_type; names are listed on every master of a Cluster and read through Sentinel; a forced
+// unlock deletes the lock and wakes its waiter, for each lock kind. The command's tests run the
+// built binary and check its exit codes, its JSON, what it did in Redis, and what `watch` saw.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -24,12 +24,14 @@
 #include "rlock/rlock.hpp"
 #include "support/helpers.hpp"
 #include "support/redis_cluster.hpp"
+#include "support/redis_sentinel.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
 using rlock_test::eventually;
 using rlock_test::redis_cluster;
 using rlock_test::redis_server;
+using rlock_test::sentinel_deployment;
 
 namespace {
 
@@ -373,6 +375,63 @@ TEST(inspect, force_unlock_deletes_the_lock_and_wakes_a_waiter_of_another_client
         EXPECT_EQ(e.value(), rlock::errc::invalid_argument);
     }
     EXPECT_EQ(server().text({"GET", name(".semaphore")}), "1");
+}
+
+/// Holds `held` (locked by the caller on another client), starts `wait` on a thread, forces the
+/// lock by name and checks the waiter got in soon after: the kind's own unlock message woke it.
+template <class Wait>
+void expect_forced_unlock_wakes(rlock::client& c, const std::string& n, rlock::lock_kind kind, Wait wait) {
+    std::atomic<bool> waiting{false};
+    auto waiter = std::async(std::launch::async, [&] {
+        waiting = true;
+        const bool got = wait();
+        return std::make_pair(got, std::chrono::steady_clock::now());
+    });
+    ASSERT_TRUE(eventually([&] { return waiting.load(); }));
+    std::this_thread::sleep_for(200ms);  // the waiter has tried once and sleeps on its channel
+    const auto forced_at = std::chrono::steady_clock::now();
+    const rlock::forced_unlock done = rlock::force_unlock(c, n);
+    EXPECT_TRUE(done.deleted);
+    EXPECT_EQ(done.before.kind, kind);
+    const auto [got, at] = waiter.get();
+    EXPECT_TRUE(got);
+    EXPECT_LT(at - forced_at, 3s) << "the waiter was not woken by the forced unlock";
+}
+
+TEST(inspect, force_unlock_of_a_fair_and_a_read_write_lock_wakes_their_waiters) {
+    rlock::client a(server().options()), b(server().options());
+    rlock::fair_lock fa(a, name(".fair")), fb(b, name(".fair"));
+    fa.lock();
+    expect_forced_unlock_wakes(a, name(".fair"), rlock::lock_kind::fair, [&] {
+        const bool got = fb.try_lock_for(20s);  // queued: the fair kind shows with its waiter
+        if (got) fb.unlock();
+        return got;
+    });
+    rlock::read_write_lock ra(a, name(".rw")), rb(b, name(".rw"));
+    ra.lock_shared();
+    auto hold_keys = [&] { return server().cmd({"KEYS", "{" + name(".rw") + "}:*:rwlock_timeout:*"})->elements; };
+    ASSERT_EQ(hold_keys(), 1u);
+    expect_forced_unlock_wakes(a, name(".rw"), rlock::lock_kind::read_write, [&] {
+        const bool got = rb.try_lock_for(20s);  // a writer behind a reader
+        if (got) rb.unlock();
+        return got;
+    });
+    EXPECT_EQ(hold_keys(), 0u) << "a reader's hold key outlived the forced unlock";
+}
+
+TEST(inspect, a_name_is_read_on_the_master_a_sentinel_names) {
+    sentinel_deployment d(false);
+    rlock::client a(d.uri());
+    rlock::reentrant_lock l(a, name());
+    l.lock(20s);
+    const rlock::lock_info i = rlock::inspect(a, name());
+    EXPECT_EQ(i.kind, rlock::lock_kind::reentrant);
+    ASSERT_EQ(i.holders.size(), 1u);
+    EXPECT_EQ(i.holders[0].origin, rlock::holder_origin::this_client);
+    std::set<std::string> listed;
+    for (const auto& x : rlock::list_locks(a, name())) listed.insert(x.name);
+    EXPECT_EQ(listed, std::set<std::string>{name()});
+    l.unlock();
 }
 
 TEST(inspect, a_cluster_name_is_read_on_its_slots_master_and_listed_from_every_master) {
