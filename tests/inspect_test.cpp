@@ -341,6 +341,43 @@ TEST(inspect, list_locks_finds_every_kind_by_a_pattern_on_names) {
     r.unlock();
 }
 
+TEST(inspect, names_with_a_hash_tag_of_their_own_are_read_and_listed_by_redissons_key_names) {
+    rlock::client a(server().options()), b(server().options());
+    const std::string tag = "{" + name() + "}";
+    rlock::read_write_lock rw(a, tag + ".rw");
+    rw.lock_shared(20s);
+    rlock::fair_lock fa(a, tag + ".fair"), fb(b, tag + ".fair");
+    fa.lock(20s);
+    auto waiter = std::async(std::launch::async, [&] {
+        const bool got = fb.try_lock_for(20s);
+        if (got) fb.unlock();
+        return got;
+    });
+    ASSERT_TRUE(eventually([&] { return server().integer({"EXISTS", "redisson_lock_queue:" + tag + ".fair"}) == 1; }));
+    rlock::permit_expirable_semaphore ps(a, tag + ".permits");
+    ASSERT_TRUE(ps.try_set_permits(1));
+    rlock::permit p = ps.acquire(20s);
+    ASSERT_EQ(server().integer({"EXISTS", tag + ".permits:timeout"}), 1) << "not Redisson's suffix rule";
+
+    const rlock::lock_info r = rlock::inspect(a, tag + ".rw");
+    ASSERT_EQ(r.holders.size(), 1u);
+    EXPECT_EQ(r.holders[0].live_holds, 1) << "the read hold key `name:<id>:rwlock_timeout:1` was not found";
+    const rlock::lock_info f = rlock::inspect(a, tag + ".fair");
+    EXPECT_EQ(f.kind, rlock::lock_kind::fair);
+    EXPECT_EQ(f.waiters.size(), 1u);
+    const rlock::lock_info q = rlock::inspect(a, tag + ".permits");
+    EXPECT_EQ(q.kind, rlock::lock_kind::permit_expirable);
+    EXPECT_EQ(q.permits.size(), 1u);
+
+    std::set<std::string> listed;
+    for (const auto& i : rlock::list_locks(a, tag + ".*")) listed.insert(i.name);
+    EXPECT_EQ(listed, (std::set<std::string>{tag + ".rw", tag + ".fair", tag + ".permits"}));
+    fa.unlock();
+    EXPECT_TRUE(waiter.get());
+    rw.unlock_shared();
+    p.release();
+}
+
 TEST(inspect, force_unlock_deletes_the_lock_and_wakes_a_waiter_of_another_client) {
     rlock::client a(server().options()), b(server().options());
     rlock::reentrant_lock la(a, name()), lb(b, name());
