@@ -6,6 +6,8 @@
 #include "rlock/errors.hpp"
 #include "rlock/fair_lock.hpp"
 #include "rlock/hold.hpp"
+#include "rlock/inspect.hpp"
+#include "rlock/lock_info.hpp"
 #include "rlock/multi_lock.hpp"
 #include "rlock/mutex.hpp"
 #include "rlock/options.hpp"

@@ -86,7 +86,7 @@ declared = set(re.findall(r"^option\((RLOCK_\w+)", root_cmake, re.MULTILINE))
 passed = set(re.findall(r"-D(RLOCK_\w+)=", portfile))
 check(passed and passed <= declared,
       "portfile: passes only options the project declares (%s)" % ", ".join(sorted(passed)))
-for off in ("RLOCK_BUILD_TESTS", "RLOCK_BUILD_EXAMPLES", "RLOCK_BUILD_BENCHMARKS"):
+for off in ("RLOCK_BUILD_TESTS", "RLOCK_BUILD_EXAMPLES", "RLOCK_BUILD_BENCHMARKS", "RLOCK_BUILD_TOOLS"):
     check("-D%s=OFF" % off in portfile, "portfile: %s=OFF" % off)
 usage = read(os.path.join(port, "usage"))
 check("find_package(rlock CONFIG REQUIRED)" in usage and "rlock::rlock" in usage,

@@ -2,6 +2,7 @@
 # Consumer tests for rlock's packaging, run by ctest (tests/package/CMakeLists.txt):
 #
 #   run.sh install          <rlock source> <work dir>   install into <work>/prefix, check the layout
+#   run.sh install_tool     <rlock source> <work dir>   build and install the rlock command too
 #   run.sh find_package     <rlock source> <work dir>   consumer via find_package(rlock CONFIG)
 #   run.sh add_subdirectory <rlock source> <work dir>   consumer via add_subdirectory(rlock)
 #   run.sh pkg_config       <rlock source> <work dir>   consumer via `pkg-config --cflags --libs`
@@ -99,7 +100,8 @@ install)
     # shellcheck disable=SC2046
     cmake -S "$src" -B "$work/rlock-build" $(generator_args) -DCMAKE_CXX_COMPILER="$cxx" \
         -DCMAKE_INSTALL_PREFIX=/nonexistent/rlock-configured-prefix \
-        -DRLOCK_BUILD_TESTS=OFF -DRLOCK_BUILD_EXAMPLES=OFF -DRLOCK_BUILD_BENCHMARKS=OFF
+        -DRLOCK_BUILD_TESTS=OFF -DRLOCK_BUILD_EXAMPLES=OFF -DRLOCK_BUILD_BENCHMARKS=OFF \
+        -DRLOCK_BUILD_TOOLS=OFF
     cmake --install "$work/rlock-build" --prefix "$work/prefix"
     prefix=$work/prefix
     for f in share/cmake/rlock/rlockConfig.cmake share/cmake/rlock/rlockConfigVersion.cmake \
@@ -122,6 +124,25 @@ install)
         fail "an installed package file names the configure-time prefix or the source tree"
     fi
     say "installed layout is right: $prefix"
+    ;;
+install_tool)
+    # The project as a user installs it from source: the library and the rlock command, built
+    # and installed to bin/ (RLOCK_BUILD_TOOLS is on by default when rlock is the top level).
+    src=$1 work=$2
+    rm -rf "$work/tool-build" "$work/tool-prefix"
+    # shellcheck disable=SC2046
+    cmake -S "$src" -B "$work/tool-build" $(generator_args) -DCMAKE_CXX_COMPILER="$cxx" \
+        -DRLOCK_BUILD_TESTS=OFF -DRLOCK_BUILD_EXAMPLES=OFF -DRLOCK_BUILD_BENCHMARKS=OFF
+    cmake --build "$work/tool-build" --target rlock_cli
+    cmake --install "$work/tool-build" --prefix "$work/tool-prefix"
+    [ -x "$work/tool-prefix/bin/rlock" ] || fail "not installed: bin/rlock"
+    out=$("$work/tool-prefix/bin/rlock" --help) || fail "bin/rlock --help did not exit 0"
+    case $out in *"rlock inspect"*|*"inspect NAME"*) ;; *) fail "bin/rlock --help: $out" ;; esac
+    # Nothing else besides the library's files: the headers, the package files and bin/rlock.
+    extra=$(cd "$work/tool-prefix" && find . -type f ! -path './include/rlock/*' ! -path './share/*' \
+        ! -path './bin/rlock' | sed 's|^\./||')
+    [ -z "$extra" ] || fail "installed besides the package and bin/rlock: $extra"
+    say "bin/rlock installed: $work/tool-prefix/bin/rlock"
     ;;
 find_package)
     src=$1 work=$2

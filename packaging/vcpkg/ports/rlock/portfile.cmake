@@ -20,6 +20,7 @@ vcpkg_cmake_configure(
         -DRLOCK_BUILD_TESTS=OFF
         -DRLOCK_BUILD_EXAMPLES=OFF
         -DRLOCK_BUILD_BENCHMARKS=OFF
+        -DRLOCK_BUILD_TOOLS=OFF
         -DRLOCK_INSTALL=ON
 )
 vcpkg_cmake_install()

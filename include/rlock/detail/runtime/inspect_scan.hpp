@@ -1,0 +1,84 @@
+// rlock::inspect and rlock::list_locks on a client: the inspect script sent to the master of the
+// name's slot, and the SCAN of every master (Redis Cluster) or of the one server for the names
+// that have a lock's keys.
+#pragma once
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rlock/detail/protocol/inspect_layout.hpp"
+#include "rlock/detail/redis/connect.hpp"
+#include "rlock/detail/redis/hiredis.hpp"
+#include "rlock/detail/redis/pool.hpp"
+#include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/errors.hpp"
+#include "rlock/lock_info.hpp"
+
+namespace rlock::detail {
+
+/// One round trip: the inspect script on the master of `name`'s slot. A read, so it is sent
+/// again after a broken connection. ASK is waited out rather than followed, as for the read-write
+/// scripts: the read hold keys it reads undeclared may still be on the source.
+inline lock_info inspect_name(client_core& core, std::string_view name) {
+    if (name.empty()) throw error(errc::invalid_argument, name, core.ep.name, "the name is empty");
+    const inspect_keys keys(name);
+    return core.pool.run(
+        name, on_break::retry,
+        [&](const connection& c) {
+            script_call call(inspect_script(), {keys.name, keys.queue, keys.deadlines, keys.permits, keys.counter},
+                             {});
+            const reply_ptr r = run_script(c, call, name, core.ep.name);
+            return inspect_reader(keys, core.ep.name, core.id).read(r.get());
+        },
+        false);
+}
+
+/// Calls `f(key)` for every key SCAN finds on the connection `c` (COUNT 1000, no MATCH: a
+/// lock's queue and permit keys are named after it, not like it).
+template <class F>
+void scan_keys(const connection& c, std::string_view server, F&& f) {
+    std::string cursor = "0";
+    do {
+        const reply_ptr r = run_command(c, {"SCAN", cursor, "COUNT", "1000"}, "", server);
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->type != REDIS_REPLY_ARRAY) {
+            throw error(errc::protocol_error, "", server, "SCAN: a reply rlock cannot read");
+        }
+        cursor = std::string(reply_text(r->element[0]));
+        const redisReply* keys = r->element[1];
+        for (std::size_t i = 0; i < keys->elements; ++i) f(reply_text(keys->element[i]));
+    } while (cursor != "0");
+}
+
+/// The names that have a key of some lock kind and match the glob `pattern` (empty: all),
+/// sorted: every master of a Redis Cluster, or the one server (through Sentinel: its master).
+/// A name is a candidate here; inspect tells whether its keys are a lock's.
+inline std::vector<std::string> scan_lock_names(client_core& core, const std::string& pattern) {
+    std::set<std::string> names;
+    auto take = [&](std::string_view key) {
+        for (std::string& n : names_of_key(key)) {
+            if (pattern.empty() || ::fnmatch(pattern.c_str(), n.c_str(), 0) == 0) names.insert(std::move(n));
+        }
+    };
+    if (core.ep.slots) {
+        if (core.ep.slots->masters().empty() || core.ep.slots->stale()) load_slots(core.ep);
+        for (const server_address& m : core.ep.slots->masters()) {
+            const std::string where = address_name(m.host, m.port);
+            const context_ptr ctx = connect_node(core.ep, m);
+            scan_keys(connection{ctx.get()}, where, take);
+        }
+    } else {
+        core.pool.run("", on_break::retry, [&](const connection& c) {
+            names.clear();  // a retry scans again from the start
+            scan_keys(c, core.ep.name, take);
+        });
+    }
+    return {names.begin(), names.end()};
+}
+
+}  // namespace rlock::detail
