@@ -150,6 +150,41 @@ TEST(semaphore, a_waiter_sends_nothing_until_the_release_message_wakes_it) {
 // Redisson's layout: the count is a plain string under the name, and a release publishes the
 // new count on redisson_sc:{name}. What Redisson's release sends (INCRBY, PUBLISH) wakes an
 // rlock waiter; what rlock's release sends is what a Redisson waiter listens for.
+// A release message carries the new count: this client's blocking waiters are woken only as
+// far as it goes (first fit, in arrival order), not all of them. One permit released to four
+// waiters costs the release and one acquire; before, every waiter tried (five scripts), and
+// under a flash sale's hot keys most tries failed. Three more permits serve the other three.
+TEST(semaphore, a_release_wakes_only_as_many_of_the_clients_waiters_as_it_frees_permits) {
+    redis_server own;
+    rlock::client waiters_client(own.options()), releaser_client(own.options());
+    rlock::semaphore waiting_side(waiters_client, name()), releaser(releaser_client, name());
+    ASSERT_TRUE(releaser.try_set_permits(0));
+    releaser.release();  // both scripts loaded: each counts once below (no NOSCRIPT + EVAL)
+    ASSERT_TRUE(waiting_side.try_acquire());
+    std::vector<std::future<bool>> waiters;
+    for (int i = 0; i < 4; ++i) {
+        waiters.push_back(std::async(std::launch::async, [&] { return waiting_side.try_acquire_for(20s); }));
+    }
+    std::this_thread::sleep_for(500ms);  // all four subscribed and waiting
+    const long long before = scripts_run(own);
+    releaser.release();
+    auto served = [&] {
+        int n = 0;
+        for (auto& w : waiters) n += w.wait_for(0s) == std::future_status::ready ? 1 : 0;
+        return n;
+    };
+    ASSERT_TRUE(eventually([&] { return served() == 1; }, 10s));
+    std::this_thread::sleep_for(300ms);  // any other waiter woken would have tried by now
+    EXPECT_EQ(served(), 1);
+    EXPECT_LE(scripts_run(own) - before, 2) << "a release of one permit woke more than one waiter";
+    releaser.release(3);
+    for (auto& w : waiters) {
+        ASSERT_EQ(w.wait_for(10s), std::future_status::ready);
+        EXPECT_TRUE(w.get());
+    }
+    EXPECT_EQ(own.text({"GET", name()}), "0");
+}
+
 TEST(semaphore, the_layout_and_messages_are_redissons) {
     rlock::client c(server().options());
     rlock::semaphore s(c, name());

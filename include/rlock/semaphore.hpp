@@ -24,8 +24,10 @@
 // permits of the lost count are told (docs/api.md states the bound).
 //
 // Waiting: a waiter subscribes to the channel (the client's one subscriber connection), tries
-// again, and sleeps until a message changes the count — every waiter of the client retries at
-// each message, so a waiter for n permits is served once n are free, not left for its deadline.
+// again, and sleeps until a message changes the count. A release message carries the new count,
+// and wakes this client's blocking waiters only as far as it goes (in arrival order, each whose
+// permits fit in what is left): a release of one permit makes one waiter try, not all of them,
+// and a waiter for n permits is served once n are free, not left for its deadline.
 // It never polls; only while the subscriber is reconnecting (no message can be counted on) does
 // it also try again after 10 ms, doubling to 1 s.
 //
@@ -90,6 +92,9 @@ inline bool take_permits(client_core& core, const connection& c, const std::stri
     }
     return taken;
 }
+
+/// The turn class of semaphores' blocking waiters (subscriber::channel_state::turn).
+inline constexpr char semaphore_turns = 0;
 
 }  // namespace detail
 
@@ -261,7 +266,10 @@ private:
         check_positive(permits, "acquire");
         // Not repeated past take()'s own one repeat: each ambiguous attempt may take permits that
         // never come back (a plain semaphore has no leases).
-        return synchronizer::wait_until(deadline, detail::repeat::unsafe, [&] { return take(permits); });
+        // This client's waiters are woken by a release message only as far as the count it
+        // announces goes (first fit, in arrival order), not all of them.
+        return synchronizer::wait_until(deadline, detail::repeat::unsafe, [&] { return take(permits); },
+                                        &detail::semaphore_turns, permits);
     }
 
     long long capacity_;

@@ -347,6 +347,7 @@ public:
     const std::string& name() const noexcept { return site_->name(); }
     std::string channel() const { return Kind::wait_channel(site_->keys_, value_); }
     const void* turns() const noexcept { return &Kind::info; }
+    long long turn_need() const noexcept { return 0; }
     bool shared() const noexcept { return Kind::shared; }
     std::chrono::milliseconds heartbeat() const noexcept { return Kind::heartbeat(site_->options_); }
     /// The client's record of races for this lock, where the kind's waiters race (else null).

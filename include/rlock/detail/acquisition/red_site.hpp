@@ -384,6 +384,7 @@ public:
     const std::string& name() const noexcept { return site_.name(); }
     std::string channel() const { return site_.channel(); }
     const void* turns() const noexcept { return nullptr; }  // each waiter runs its own rounds
+    long long turn_need() const noexcept { return 0; }
     bool shared() const noexcept { return true; }
     std::chrono::milliseconds heartbeat() const noexcept { return std::chrono::milliseconds(0); }
     race_record* races() const noexcept { return nullptr; }  // Redlock's random delay paces it

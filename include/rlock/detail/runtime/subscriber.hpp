@@ -21,6 +21,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -31,6 +32,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -62,13 +64,28 @@ class subscriber {
         // channel but not their turns): a message wakes only the first of each class.
         // `consumed`, per class: the generation a waiter that took the lock had seen when it
         // left, so that the next one waits for news after it.
-        std::deque<std::pair<const void*, const void*>> turns;  // (waiter, class)
+        //
+        // A class whose waiters each need a share of what a message announces (a semaphore's
+        // waiters, each for its permits: `need` > 0) wakes, at a message that carries a count
+        // (`budget`: the free permits), the waiters in arrival order whose needs fit in it,
+        // first fit, not only the first: a release of n permits wakes at most n waiters, not
+        // all of them. A reconnect, a confirmed subscription or a message without a count
+        // wakes them all (budget -1).
+        struct turn {
+            const void* waiter;
+            const void* turn_class;
+            long long need;  // 0: the first of its class only (a lock's waiters)
+        };
+        std::deque<turn> turns;
+        long long budget = -1;
         std::vector<std::pair<const void*, std::uint64_t>> consumed;
     };
 
-    // A message or a reconnect: the channel's waiters retry.
-    static void bump_locked(channel_state& ch) {
+    // A message or a reconnect: the channel's waiters retry. `budget`: the count a message
+    // carried (-1: none; every budgeted waiter may try).
+    static void bump_locked(channel_state& ch, long long budget = -1) {
         ++ch.generation;
+        ch.budget = budget;
         ch.cv.notify_all();
         for (const std::function<void()>* f : ch.listeners) (*f)();
     }
@@ -175,11 +192,14 @@ public:
         /// Makes this a waiter that takes turns with the client's other blocking waiters on
         /// the channel: wait_turn() returns for news only to the first of them, so one message
         /// makes one of this client's waiters try, not all of them.
-        void take_turns(const void* turn_class) {
+        /// `need` > 0: a budgeted waiter (channel_state::turn) that needs that much of a
+        /// message's count.
+        void take_turns(const void* turn_class, long long need = 0) {
             std::lock_guard<std::mutex> g(s_.mu_);
             if (queued_) return;
-            ch_->turns.emplace_back(this, turn_class);
+            ch_->turns.push_back(channel_state::turn{this, turn_class, need});
             class_ = turn_class;
+            need_ = need;
             queued_ = true;
         }
         /// As wait(), for a waiter that takes turns: news wakes it only while it is the first,
@@ -195,8 +215,12 @@ public:
         /// Leaves the turns (the destructor does too). `took`: it leaves with the lock, so the
         /// news so far was its, and the next waiter waits for more; a shared kind's waiter (a
         /// reader) passes false, so that the next reader tries at once.
+        ///
+        /// A budgeted waiter (take_turns with a need) leaving here has succeeded: its need
+        /// comes off the message's count, so that the next is woken only for what is left.
         void leave_turns(bool took) {
             std::lock_guard<std::mutex> g(s_.mu_);
+            if (queued_ && need_ > 0 && ch_->budget > 0) ch_->budget = std::max(0LL, ch_->budget - need_);
             leave_turns_locked(took);
         }
 
@@ -217,8 +241,13 @@ public:
             for (const auto& [turn_class, generation] : ch_->consumed) {
                 if (turn_class == class_ && ch_->generation <= generation) return false;
             }
-            for (const auto& [waiter, c] : ch_->turns) {
-                if (c == class_) return waiter == this;
+            long long left = ch_->budget;
+            for (const channel_state::turn& t : ch_->turns) {
+                if (t.turn_class != class_) continue;
+                if (t.need == 0) return t.waiter == this;
+                const bool fits = left < 0 || t.need <= left;
+                if (t.waiter == this) return fits;
+                if (fits && left >= 0) left -= t.need;
             }
             return false;
         }
@@ -226,7 +255,7 @@ public:
             if (!queued_) return;
             queued_ = false;
             auto& t = ch_->turns;
-            t.erase(std::find(t.begin(), t.end(), std::make_pair(static_cast<const void*>(this), class_)));
+            t.erase(std::find_if(t.begin(), t.end(), [&](const channel_state::turn& e) { return e.waiter == this; }));
             if (took) {
                 auto& c = ch_->consumed;
                 auto it = std::find_if(c.begin(), c.end(), [&](const auto& e) { return e.first == class_; });
@@ -243,6 +272,7 @@ public:
         channel_state* ch_;
         bool queued_ = false;
         const void* class_ = nullptr;
+        long long need_ = 0;
     };
 
 private:
@@ -260,6 +290,14 @@ private:
         sent.erase(it);
         return true;
     }
+    // The count a message carries (a semaphore's free permits), or -1 when it is not a
+    // positive whole number.
+    static long long message_count(std::string_view text) {
+        long long n = 0;
+        const auto [end, failed] = std::from_chars(text.data(), text.data() + text.size(), n);
+        return failed == std::errc() && end == text.data() + text.size() && n > 0 ? n : -1;
+    }
+
     // Whether a command on `name` still waits for its answer.
     static bool awaiting(const sent_list& sent, const std::string& name) {
         return std::any_of(sent.begin(), sent.end(), [&](const auto& c) { return c.first == name; });
@@ -385,7 +423,7 @@ private:
         } else if (kind == "message") {
             std::lock_guard<std::mutex> g(mu_);
             auto it = channels_.find(name);
-            if (it != channels_.end()) bump_locked(*it->second);
+            if (it != channels_.end()) bump_locked(*it->second, message_count(reply_text(r->element[2])));
         }
     }
 
@@ -554,7 +592,7 @@ private:
         } else if (kind == "smessage") {
             std::lock_guard<std::mutex> g(mu_);
             auto it = channels_.find(name);
-            if (it != channels_.end()) bump_locked(*it->second);
+            if (it != channels_.end()) bump_locked(*it->second, message_count(reply_text(r->element[2])));
         }
     }
 

@@ -42,12 +42,17 @@ struct attempt_result {
 template <class F>
 class channel_acquisition {
 public:
-    channel_acquisition(F& attempt, std::string_view name, const std::string& channel)
-        : attempt_(attempt), name_(name), channel_(channel) {}
+    /// `turns` (with `need` > 0): this client's waiters of that class are woken by a message
+    /// only as far as its count goes (subscriber::channel_state::turn); null: every waiter
+    /// tries at every message.
+    channel_acquisition(F& attempt, std::string_view name, const std::string& channel,
+                        const void* turns = nullptr, long long need = 0)
+        : attempt_(attempt), name_(name), channel_(channel), turns_(turns), need_(need) {}
 
     std::string_view name() const noexcept { return name_; }
     std::string channel() const { return channel_; }
-    const void* turns() const noexcept { return nullptr; }  // every waiter tries on a message
+    const void* turns() const noexcept { return turns_; }
+    long long turn_need() const noexcept { return need_; }
     bool shared() const noexcept { return true; }
     std::chrono::milliseconds heartbeat() const noexcept { return std::chrono::milliseconds(0); }
     race_record* races() const noexcept { return nullptr; }  // its waiters do not race
@@ -70,6 +75,8 @@ private:
     F& attempt_;
     std::string_view name_;
     const std::string& channel_;
+    const void* turns_;
+    long long need_;
 };
 
 /// Calls `attempt()` until it is done (then true) or `deadline` has passed (then false):
@@ -86,10 +93,14 @@ private:
 /// earlier work) or when nothing was sent; then the last failure is thrown. Any other error of
 /// `attempt` is thrown at once, and connection_failed (naming `name`) once the client is
 /// destroyed.
+///
+/// `turns` and `need`: as channel_acquisition's (a semaphore's waiters, each for `need`
+/// permits, woken as far as a release message's count goes).
 template <class F>
 bool wait_on_channel(client_core& core, const std::string& channel, std::string_view name,
-                     std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt) {
-    channel_acquisition<F> op(attempt, name, channel);
+                     std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt,
+                     const void* turns = nullptr, long long need = 0) {
+    channel_acquisition<F> op(attempt, name, channel, turns, need);
     return wait_blocking(core, op, deadline, repeatable);
 }
 
@@ -316,10 +327,13 @@ protected:
             });
     }
 
-    /// wait_on_channel on this object's channel.
+    /// wait_on_channel on this object's channel (with `turns` and `need`: woken as far as a
+    /// message's count goes).
     template <class F>
-    bool wait_until(std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt) const {
-        return wait_on_channel(*core_, channel_, name_, deadline, repeatable, std::forward<F>(attempt));
+    bool wait_until(std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt,
+                    const void* turns = nullptr, long long need = 0) const {
+        return wait_on_channel(*core_, channel_, name_, deadline, repeatable, std::forward<F>(attempt), turns,
+                               need);
     }
 
     std::shared_ptr<client_core> core_;

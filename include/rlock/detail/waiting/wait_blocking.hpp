@@ -26,6 +26,9 @@ namespace rlock::detail {
 ///   const void* turns() const;                   this client's waiters of that class take
 ///                                                turns (subscription::take_turns); nullptr:
 ///                                                every waiter tries on every message
+///   long long turn_need() const;                 > 0: what each waiter needs of a message's
+///                                                count (a semaphore's permits): a message
+///                                                wakes those whose needs fit, not just the first
 ///   bool shared() const;                         a winner leaves the news to the next (a reader)
 ///   std::chrono::milliseconds heartbeat() const; a queued waiter's heartbeat (0: none)
 ///   race_record* races() const;                  where its waiters race other clients' (else
@@ -92,7 +95,7 @@ bool wait_blocking(client_core& core, Op& op, std::chrono::steady_clock::time_po
     // Before subscribing: the clients already waiting are this waiter's rivals.
     if (race) race->count_rivals([&] { return op.subscribers(channel); });
     subscriber::subscription sub(*core.sub, channel);
-    if (const void* turns = op.turns()) sub.take_turns(turns);
+    if (const void* turns = op.turns()) sub.take_turns(turns, op.turn_need());
     sub.wait_active(std::min({deadline, again, clock::now() + core.ep.options.command_timeout}));
     wait_policy policy(op.heartbeat());
     bool woken = false;  // the last wait ended with a message (an unlock, mostly)
