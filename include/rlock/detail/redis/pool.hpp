@@ -150,8 +150,12 @@ public:
             throw error(errc::connection_failed, lock, ep_.name, "cannot start a thread to connect");
         }
         if (!ep_.slots) {
+            // The opening this one replaces is let go after the lock: when it was the last
+            // reference, its unclaimed connection goes back to this pool (give_back takes mu_;
+            // released under it, the thread deadlocked on itself — seen under TSan's slowness).
+            std::shared_ptr<opening> replaced;
             std::lock_guard<std::mutex> g(mu_);
-            opening_ = op;
+            replaced = std::exchange(opening_, op);
         }
         return op;
     }
@@ -449,8 +453,9 @@ private:
             op.wake.clear();
         }
         {
+            std::shared_ptr<opening> done;  // let go after the lock, as in open_ahead
             std::lock_guard<std::mutex> g(mu_);
-            if (opening_.get() == &op) opening_.reset();
+            if (opening_.get() == &op) done = std::move(opening_);
         }
         for (auto& p : poke) p->poke();
     }
