@@ -364,6 +364,7 @@ public:
     /// The initiating task, on the engine thread.
     void start() noexcept {
         client_core& core = *site_->core_;
+        bool failed = false;
         try {
             if (core.eng.stopping()) {
                 throw error(errc::connection_failed, site_->name(), site_->server(),
@@ -414,13 +415,17 @@ public:
             first_try(key, channel, may_wait);
         } catch (...) {
             settle(std::current_exception());
-            deliver();
+            failed = true;
         }
+        // Delivered outside the handler: the thrown object's own reference is gone by then, so
+        // the receiver's thread releases the last one (TSan cannot see libstdc++'s count).
+        if (failed) deliver();
     }
 
     /// The first attempt, and what follows from it.
     void first_try(const std::string& key, const std::string& channel, bool may_wait) noexcept {
         if (settled) return;  // cancelled while its first try was held back
+        bool failed = false;
         try {
             client_core& core = *site_->core_;
             if (core.eng.stopping()) {
@@ -472,8 +477,11 @@ public:
             join(r->hint);
         } catch (...) {
             settle(std::current_exception());
-            deliver();
+            failed = true;
         }
+        // Delivered outside the handler: the thrown object's own reference is gone by then, so
+        // the receiver's thread releases the last one (TSan cannot see libstdc++'s count).
+        if (failed) deliver();
     }
 
     attempt_outcome attempt_waiting(wait_hint& hint, bool woken) override {

@@ -169,6 +169,7 @@ private:
 
     // Starts the acquire of part `i` (waiting until `deadline`), unless cancelled meanwhile.
     void start_step(std::size_t i, clock::time_point deadline) noexcept {
+        std::exception_ptr failure;
         try {
             {
                 std::lock_guard<std::mutex> g(mu_);
@@ -182,8 +183,11 @@ private:
             if (set_current(p, n)) p.cancel();
         } catch (...) {
             release_taken();
-            finish(std::current_exception(), rlock::hold());
+            failure = std::current_exception();
         }
+        // Finished outside the handler: the thrown object's own reference is gone by then, so
+        // the receiver's thread releases the last one (TSan cannot see libstdc++'s count).
+        if (failure) finish(std::move(failure), rlock::hold());
     }
 
     // Records the cancel handle of step `n` (0: the first), unless a later step's is there
@@ -221,12 +225,15 @@ private:
                 return;
             }
         }
+        std::exception_ptr failure;
         try {
             finish(nullptr, all_held());
         } catch (...) {
             release_taken();
-            finish(std::current_exception(), rlock::hold());
+            failure = std::current_exception();
         }
+        // Outside the handler, as above.
+        if (failure) finish(std::move(failure), rlock::hold());
     }
 
     // Every part is held: their holds are linked, so that the loss of any is the loss of all,

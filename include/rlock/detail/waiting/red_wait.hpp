@@ -33,6 +33,7 @@ public:
 
     /// The initiating task, on the first node's engine thread.
     void start() noexcept {
+        bool failed = false;
         try {
             if (waits.core.eng.stopping()) {
                 throw error(errc::connection_failed, site_->name(), "",
@@ -60,8 +61,11 @@ public:
                        g && !g->queue.empty() ? nullptr : &hint);
         } catch (...) {
             settle(std::current_exception());
-            deliver();
+            failed = true;
         }
+        // Delivered outside the handler: the thrown object's own reference is gone by then, so
+        // the receiver's thread releases the last one (TSan cannot see libstdc++'s count).
+        if (failed) deliver();
     }
 
     attempt_outcome attempt_waiting(wait_hint& hint, bool /*woken*/) override {

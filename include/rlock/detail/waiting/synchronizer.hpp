@@ -139,6 +139,7 @@ public:
 
     /// The initiating task, on the engine thread.
     void start() noexcept {
+        bool failed = false;
         try {
             if (waits.core.eng.stopping()) {
                 throw error(errc::connection_failed, name_, server(),
@@ -165,8 +166,11 @@ public:
         } catch (...) {
             give_up();
             settle(std::current_exception());
-            deliver();
+            failed = true;
         }
+        // Delivered outside the handler: the thrown object's own reference is gone by then, so
+        // the receiver's thread releases the last one (TSan cannot see libstdc++'s count).
+        if (failed) deliver();
     }
 
     attempt_outcome attempt_waiting(wait_hint& hint, bool /*woken*/) override {
