@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/detail/protocol/read_write_kind.hpp"
 #include "rlock/detail/protocol/synchronizer_scripts.hpp"
 #include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
@@ -76,14 +77,8 @@ inline constexpr long long permanent_permit_score = 922337203685477;
 ///          ZRANGE permits WITHSCORES or {}, TYPE counter, GET counter or nil}
 /// Writes nothing.
 inline const script& inspect_script() {
-    static const script s(R"lua(
+    static const script s(std::string(lua_reader_hold_key) + R"lua(
 local function type_of(k) return redis.call('type', k)['ok'] end
-local function hold_key(hash, holder, n)
-    if string.find(hash, '{', 1, true) then
-        return hash .. ':' .. holder .. ':rwlock_timeout:' .. n
-    end
-    return '{' .. hash .. '}:' .. holder .. ':rwlock_timeout:' .. n
-end
 local t = redis.call('time')
 local out = {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
 local main = type_of(KEYS[1])

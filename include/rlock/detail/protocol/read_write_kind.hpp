@@ -29,6 +29,17 @@
 
 namespace rlock::detail {
 
+/// hold_key(hash, holder, n): the key of a reader's n-th hold, in the hash's slot (Redisson's
+/// `{name}:<holder>:rwlock_timeout:<n>`; a name with a hash tag of its own keeps it). Also read
+/// by rlock::inspect's script.
+inline constexpr std::string_view lua_reader_hold_key = R"lua(local function hold_key(hash, holder, n)
+    if string.find(hash, '{', 1, true) then
+        return hash .. ':' .. holder .. ':rwlock_timeout:' .. n
+    end
+    return '{' .. hash .. '}:' .. holder .. ':rwlock_timeout:' .. n
+end
+)lua";
+
 /// Lua helpers shared by the read-write scripts (prepended to their bodies).
 /// touch_holds(hash) reads every reader's hold keys and changes nothing: in Redis Cluster,
 /// while the lock's slot migrates, a hold key already moved makes the script fail there ("non
@@ -41,18 +52,13 @@ namespace rlock::detail {
 /// They follow lua_checks, whose checks every script makes before its first write: the lock
 /// hash's type (its first HGET), the fencing counter, and the holder's count where it HINCRBYs
 /// after another write.
-inline constexpr std::string_view rw_lua_helpers = R"lua(
+inline constexpr std::string_view rw_lua_helpers_before = R"lua(
 -- A reader's field in the lock hash: neither 'mode' nor a writer's "<holder>:write".
 local function is_reader(field)
     return field ~= 'mode' and string.sub(field, -6) ~= ':write'
 end
-local function hold_key(hash, holder, n)
-    if string.find(hash, '{', 1, true) then
-        return hash .. ':' .. holder .. ':rwlock_timeout:' .. n
-    end
-    return '{' .. hash .. '}:' .. holder .. ':rwlock_timeout:' .. n
-end
-local function touch_holds(hash)
+)lua";
+inline constexpr std::string_view rw_lua_helpers_after = R"lua(local function touch_holds(hash)
     for _, field in ipairs(redis.call('hkeys', hash)) do
         if is_reader(field) then
             for i = 1, tonumber(redis.call('hget', hash, field)) or 0 do
@@ -115,8 +121,15 @@ local function begin_acquire(fenced)
 end
 )lua";
 
+/// The helpers above in one text: is_reader, hold_key (lua_reader_hold_key), touch_holds,
+/// live_readers, fencing_token.
+inline std::string rw_lua_helpers() {
+    return std::string(rw_lua_helpers_before) + std::string(lua_reader_hold_key) +
+           std::string(rw_lua_helpers_after);
+}
+
 inline std::string with_rw_helpers(std::string_view body) {
-    return with_lua_checks(rw_lua_helpers) + std::string(body);
+    return with_lua_checks(rw_lua_helpers()) + std::string(body);
 }
 
 /// What the two sides share: Redisson's layout (one hash, one channel), re-entry, the
