@@ -345,4 +345,41 @@ protected:
     std::string name_;
 };
 
+/// One attempt to take `permits` of the semaphore `name` (semaphore_scripts::acquire) on `c`,
+/// `capacity` 0 when not known: true when taken. An absent count is no permit, and throws
+/// lock_lost when this client saw it set (the server lost it: nobody could ever be served);
+/// one set back to its capacity tells this client's holders of permits taken before.
+inline bool take_permits(client_core& core, const connection& c, const std::string& name,
+                         const std::string& channel, long long permits, long long capacity) {
+    const std::string n = std::to_string(permits), cap = std::to_string(capacity);
+    const long long r = eval_integer(c, semaphore_scripts::acquire(), {name}, {n, cap, channel}, name, core.ep.name);
+    if (r < 0) {
+        if (!core.counts.seen(name)) return false;  // never set, as far as this client knows
+        throw error(errc::lock_lost, name, core.ep.name,
+                    "the semaphore's count is gone from the server (a restart without persistence, a flush, "
+                    "a DEL) after this client saw it set: no permit can be taken until it is set again "
+                    "(try_set_permits, or semaphore_options::capacity to set it back on its own)");
+    }
+    if (r >= 2) {  // set back to `capacity`: what this client held of the lost count is gone
+        const long long gone = core.counts.forget_taken(name);
+        if (gone > 0) {
+            registry::tell(core.ep.options.on_lock_lost, lost_hold{name, 0, 0},
+                           error(errc::lock_lost, name, core.ep.name,
+                                 std::to_string(gone) +
+                                     " permits this client took were lost with the semaphore's count on "
+                                     "the server; it was set back to its capacity " + cap));
+        }
+    }
+    const bool taken = r == 1 || r == 3;
+    if (taken) {
+        core.counts.took(name, permits);
+    } else {
+        core.counts.saw(name);
+    }
+    return taken;
+}
+
+/// The turn class of semaphores' blocking waiters (subscriber::channel_state::turn).
+inline constexpr char semaphore_turns = 0;
+
 }  // namespace rlock::detail
