@@ -16,8 +16,8 @@
 // count, and sleeps until a message on the channel — never polling; only while the subscriber is
 // reconnecting (no message can be counted on) does it also look again after 10 ms, doubling to
 // 1 s. A reconnect makes every waiter look again. A look that fails with a broken connection is
-// made again while the failures last less than command_timeout (the waiter rides out killed
-// connections and a restart); then the wait throws that error.
+// made again after a backoff (25 ms, doubling to 1 s) until the wait's deadline (the waiter
+// rides out killed connections and a restart); then the wait throws that error.
 //
 // Data loss: as in Redisson, a latch whose key is missing has count 0 — a server that lost its
 // data (a restart without persistence, a failover to a replica that missed the count) opens

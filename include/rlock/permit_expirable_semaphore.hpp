@@ -40,7 +40,7 @@
 //     that ended without a message.
 //
 // Failures: an acquire whose connection broke or timed out is sent again with the same ids
-// (every 25 ms while the failures last less than command_timeout): if an earlier one ran, the
+// (after a backoff, until the wait's deadline): if an earlier one ran, the
 // next finds them taken and returns them. If the call throws in the end, it first releases
 // those ids (best effort: unreachable, they come back with their lease). A
 // release by a handle is retried like an unlock (it frees only its own ids); a release by id
