@@ -9,7 +9,9 @@
 //
 // K: floor (hand-written hiredis: a random token, SET key token NX PX, EVALSHA compare-and-
 // delete, sent with redisCommandArgv), floor-own-format (the same, its commands formatted as
-// rlock formats them), mutex, reentrant, read, write (the two sides of a read_write_lock), fair.
+// rlock formats them), mutex, reentrant, read, write (the two sides of a read_write_lock), fair;
+// a lock kind with "+events" (mutex+events) runs with a listener set (client_options::listener)
+// that counts what it is told: the kind alone is the cost without one.
 // The measured cycles run inside measured_cycles(), which callgrind is told to count alone
 // (--toggle-collect), so start-up, the server and the warm-up stay out of the count.
 #include <hiredis/hiredis.h>
@@ -17,6 +19,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <random>
 #include <string>
@@ -46,7 +49,7 @@ std::atomic<long long> allocations{0};
 namespace {
 
 const char* const synopsis =
-    "--kind floor|floor-own-format|mutex|reentrant|read|write|fair [--cycles N] | --check";
+    "--kind floor|floor-own-format|mutex|reentrant|read|write|fair[+events] [--cycles N] | --check";
 
 [[noreturn]] void usage(const char* why) { bench::usage_exit("cycle_cost", synopsis, why); }
 
@@ -147,9 +150,22 @@ double run(Cycle c, int n) {
     return static_cast<double>(allocations.load() - before) / n;
 }
 
+/// A listener that counts what it is told (kind "<kind>+events": the cost of events with one).
+struct counting_listener : rlock::lock_listener {
+    std::atomic<long long> told{0};
+    void acquired(const rlock::acquired_event& e) override { told += e.tries; }
+    void released(const rlock::released_event& e) override { told += e.held.count() > 0 ? 1 : 0; }
+};
+
 double cycle(std::string_view kind, rlock_test::redis_server& server, int n) {
     if (kind == "floor" || kind == "floor-own-format") return run(floor_lock(server.port(), kind != "floor"), n);
-    rlock::client c(server.options());
+    rlock::client_options options = server.options();
+    constexpr std::string_view with_events = "+events";
+    if (kind.size() > with_events.size() && kind.substr(kind.size() - with_events.size()) == with_events) {
+        kind.remove_suffix(with_events.size());
+        options.listener = std::make_shared<counting_listener>();
+    }
+    rlock::client c(options);
     const std::string name = "cycle:" + std::string(kind);
     if (kind == "mutex") {
         rlock::mutex l(c, name);

@@ -14,6 +14,7 @@
 
 #include "rlock/rlock.hpp"
 #include "support/helpers.hpp"
+#include "support/kinds.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
@@ -518,6 +519,226 @@ TEST(client_errors, messages_name_the_server_and_the_cause_once) {
     } catch (const rlock::error& e) {
         EXPECT_EQ(std::string(e.what()).find("rlock::"), std::string::npos) << e.what();
     }
+}
+
+
+// ---- Events (client_options::listener, events.hpp) -----------------------------------------
+
+template <class Lock>
+class events : public rlock_test::kind_fixture<events<Lock>> {
+protected:
+    /// The kind a listener is told for Lock (read_write_lock: its write side).
+    static std::string told_kind() {
+        if constexpr (std::is_same_v<Lock, rlock::mutex>) return "mutex";
+        if constexpr (std::is_same_v<Lock, rlock::reentrant_lock>) return "reentrant_lock";
+        if constexpr (std::is_same_v<Lock, rlock::fair_lock>) return "fair_lock";
+        return "read_write_lock.write";
+    }
+};
+TYPED_TEST_SUITE(events, rlock_test::lock_kinds, rlock_test::kind_names);
+
+// Issue 33.3: each kind tells the listener its acquisition (kind, hold id, wait, tries), its
+// release (hold duration), a try that ran out and an asynchronous acquire cancelled — blocking
+// and asynchronous alike; a client without a listener is told nothing.
+TYPED_TEST(events, a_lock_tells_its_acquisition_wait_release_and_cancellation) {
+    auto log = std::make_shared<rlock_test::event_log>();
+    rlock::client_options o = this->options();
+    o.listener = log;
+    rlock::client mine(o), theirs(this->options());
+    const std::string name = this->name();
+    TypeParam m(mine, name), other(theirs, name);
+
+    m.lock();
+    const std::uint64_t id = m.hold_id();
+    std::this_thread::sleep_for(30ms);
+    m.unlock();
+    auto acquired = log->of("acquired");
+    ASSERT_EQ(acquired.size(), 1u);
+    EXPECT_EQ(acquired[0].lock, name);
+    EXPECT_EQ(acquired[0].kind, this->told_kind());
+    EXPECT_EQ(acquired[0].hold_id, id);
+    EXPECT_GE(acquired[0].tries, 1u);
+    EXPECT_FALSE(acquired[0].local);
+    auto released = log->of("released");
+    ASSERT_EQ(released.size(), 1u);
+    EXPECT_EQ(released[0].hold_id, id);
+    EXPECT_EQ(released[0].kind, this->told_kind());
+    EXPECT_GE(released[0].held, 30ms);
+
+    // Held by another client: a try that runs out is told with its wait and tries.
+    other.lock();
+    EXPECT_FALSE(m.try_lock_for(150ms));
+    auto ended = log->of("wait_ended");
+    ASSERT_EQ(ended.size(), 1u);
+    EXPECT_EQ(ended[0].lock, name);
+    EXPECT_EQ(ended[0].kind, this->told_kind());
+    EXPECT_GE(ended[0].wait, 150ms);
+    EXPECT_GE(ended[0].tries, 1u);
+    EXPECT_FALSE(ended[0].cancelled);
+
+    // Asynchronous: a cancelled acquire, then one that waits for the other's unlock.
+    std::promise<void> settled;
+    rlock::pending p = m.async_lock([&](std::exception_ptr, rlock::hold) { settled.set_value(); });
+    std::this_thread::sleep_for(50ms);
+    p.cancel();
+    ASSERT_EQ(settled.get_future().wait_for(5s), std::future_status::ready);
+    ended = log->of("wait_ended");
+    ASSERT_EQ(ended.size(), 2u);
+    EXPECT_TRUE(ended[1].cancelled);
+    EXPECT_GE(ended[1].wait, 50ms);
+    std::future<rlock::hold> f = m.async_lock(rlock::use_future);
+    std::this_thread::sleep_for(100ms);
+    other.unlock();
+    rlock::hold h = f.get();
+    acquired = log->of("acquired");
+    ASSERT_EQ(acquired.size(), 2u);
+    EXPECT_EQ(acquired[1].hold_id, h.hold_id());
+    EXPECT_GE(acquired[1].wait, 100ms);
+    h.unlock();
+    released = log->of("released");
+    ASSERT_EQ(released.size(), 2u);
+    EXPECT_EQ(released[1].hold_id, acquired[1].hold_id);
+    EXPECT_EQ(log->count("lost"), 0u);
+}
+
+// The watchdog's ticks are told (holds renewed, how long), and a hold deleted under its owner
+// is told lost — to the listener and still to on_lock_lost.
+TEST(events_watchdog, renewals_are_told_and_a_deleted_hold_is_told_lost_to_both) {
+    redis_server s;
+    auto log = std::make_shared<rlock_test::event_log>();
+    rlock_test::lost_log lost;
+    rlock::client_options o = s.options();
+    o.lock_watchdog_timeout = 300ms;  // a tick every 100 ms
+    o.listener = log;
+    o.on_lock_lost = lost.hold_handler();
+    rlock::client c(o);
+    rlock::mutex m(c, "events:renewed");
+    m.lock();
+    ASSERT_TRUE(eventually([&] { return log->count("renewed") >= 2; }, 3s));
+    const auto renewed = log->of("renewed");
+    EXPECT_EQ(renewed[0].holds, 1u);
+    EXPECT_FALSE(renewed[0].message.empty());  // the server
+    s.cmd({"DEL", "events:renewed"});
+    ASSERT_TRUE(eventually([&] { return log->count("lost") == 1; }, 3s));
+    const auto lost_events = log->of("lost");
+    EXPECT_EQ(lost_events[0].lock, "events:renewed");
+    EXPECT_EQ(lost_events[0].hold_id, m.hold_id());
+    EXPECT_EQ(lost_events[0].code, static_cast<int>(rlock::errc::lock_lost));
+    EXPECT_EQ(lost.calls.load(), 1);
+    EXPECT_EQ(lost.last_hold_id.load(), m.hold_id());
+    m.unlock();
+    EXPECT_EQ(log->count("lost"), 1u);  // told once
+    EXPECT_EQ(log->count("renewal_refused"), 0u);
+}
+
+// Local hand-off: a hold passed between two threads of the client is told as such — released
+// handed on, acquired handed locally with no try.
+TEST(events_watchdog, a_hold_handed_on_within_the_client_is_told_so) {
+    redis_server s;
+    auto log = std::make_shared<rlock_test::event_log>();
+    rlock::client_options o = s.options();
+    o.listener = log;
+    o.local_handoff_time = 5s;  // the pass below comes 100 ms after the acquisition at Redis
+    rlock::client c(o);
+    rlock::mutex a(c, "events:handoff");
+    a.lock();
+    std::atomic<bool> got{false};
+    std::thread t([&] {
+        rlock::mutex b(c, "events:handoff");
+        got = b.try_lock_for(5s);
+        if (got) b.unlock();
+    });
+    std::this_thread::sleep_for(100ms);  // b waits at the client's gate
+    a.unlock();
+    t.join();
+    ASSERT_TRUE(got.load());
+    const auto acquired = log->of("acquired"), released = log->of("released");
+    ASSERT_EQ(acquired.size(), 2u);
+    ASSERT_EQ(released.size(), 2u);
+    EXPECT_TRUE(released[0].local) << "the first hold was handed on";
+    EXPECT_TRUE(acquired[1].local) << "the second was handed locally";
+    EXPECT_EQ(acquired[1].tries, 0u);
+    EXPECT_GE(acquired[1].wait, 100ms);
+    EXPECT_FALSE(released[1].local);
+}
+
+// Semaphores: permits taken and released are told (a semaphore's without a hold id, a permit's
+// with its own), and waits that run out — blocking and asynchronous.
+TEST(events_watchdog, semaphores_tell_their_permits_and_waits) {
+    redis_server s;
+    auto log = std::make_shared<rlock_test::event_log>();
+    rlock::client_options o = s.options();
+    o.listener = log;
+    rlock::client c(o);
+    rlock::semaphore sem(c, "events:sem");
+    ASSERT_TRUE(sem.try_set_permits(1));
+    sem.acquire();
+    EXPECT_FALSE(sem.try_acquire_for(100ms));
+    EXPECT_FALSE(sem.async_try_acquire_for(100ms, rlock::use_future).get());
+    sem.release();
+    auto acquired = log->of("acquired");
+    ASSERT_EQ(acquired.size(), 1u);
+    EXPECT_EQ(acquired[0].kind, "semaphore");
+    EXPECT_EQ(acquired[0].lock, "events:sem");
+    EXPECT_EQ(acquired[0].tries, 1u);
+    auto ended = log->of("wait_ended");
+    ASSERT_EQ(ended.size(), 2u);
+    EXPECT_EQ(ended[0].kind, "semaphore");
+    EXPECT_GE(ended[0].wait, 100ms);
+    EXPECT_GE(ended[1].wait, 100ms);
+    EXPECT_GE(ended[1].tries, 1u);
+    ASSERT_EQ(log->count("released"), 1u);
+
+    log->clear();
+    rlock::permit_expirable_semaphore permits(c, "events:permits");
+    ASSERT_TRUE(permits.try_set_permits(1));
+    rlock::permit p = permits.acquire();
+    const std::uint64_t id = p.hold_id();
+    rlock::permit q = permits.async_try_acquire_for(100ms, 1, rlock::use_future).get();
+    EXPECT_FALSE(q);
+    p.release();
+    acquired = log->of("acquired");
+    ASSERT_EQ(acquired.size(), 1u);
+    EXPECT_EQ(acquired[0].kind, "permit");
+    EXPECT_EQ(acquired[0].hold_id, id);
+    ASSERT_EQ(log->count("wait_ended"), 1u);
+    const auto released = log->of("released");
+    ASSERT_EQ(released.size(), 1u);
+    EXPECT_EQ(released[0].hold_id, id);
+}
+
+// A listener that throws from every event changes nothing the locks do, nor on_lock_lost.
+TEST(events_watchdog, a_listener_that_throws_changes_nothing) {
+    struct throwing : rlock::lock_listener {
+        std::atomic<int> calls{0};
+        void acquired(const rlock::acquired_event&) override { fail(); }
+        void released(const rlock::released_event&) override { fail(); }
+        void renewed(const rlock::renewed_event&) override { fail(); }
+        void lost(const rlock::lost_event&) override { fail(); }
+        void wait_ended(const rlock::wait_ended_event&) override { fail(); }
+        void fail() {
+            ++calls;
+            throw std::runtime_error("listener");
+        }
+    };
+    redis_server s;
+    auto l = std::make_shared<throwing>();
+    rlock_test::lost_log lost;
+    rlock::client_options o = s.options();
+    o.lock_watchdog_timeout = 300ms;
+    o.listener = l;
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    rlock::mutex m(c, "events:throwing");
+    m.lock();
+    s.cmd({"DEL", "events:throwing"});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() == 1; }, 3s));
+    EXPECT_TRUE(m.lost());
+    m.unlock();
+    m.lock();
+    EXPECT_TRUE(m.is_held_by_current_thread());
+    m.unlock();
+    EXPECT_GE(l->calls.load(), 4);
 }
 
 }  // namespace

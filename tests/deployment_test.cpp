@@ -598,6 +598,9 @@ TEST(acl, a_renewal_refused_with_an_error_is_told_as_that_error_once) {
     rlock_test::lost_log lost;
     rlock::client_options o = as_locker(s, words(minimal_acl), lost);
     o.lock_watchdog_timeout = 1500ms;  // renewed every 500 ms
+    // The listener is told a refused renewal as renewal_refused, not as a loss (issue 33.3).
+    auto log = std::make_shared<rlock_test::event_log>();
+    o.listener = log;
     rlock::client c(o);
     rlock::mutex m(c, "app:renew-refused");
     m.lock();
@@ -607,6 +610,10 @@ TEST(acl, a_renewal_refused_with_an_error_is_told_as_that_error_once) {
     EXPECT_NE(lost.last_message.find("NOPERM"), std::string::npos) << lost.last_message;
     EXPECT_NE(lost.last_message.find("app:renew-refused"), std::string::npos) << lost.last_message;
     EXPECT_EQ(s.integer({"EXISTS", "app:renew-refused"}), 1);
+    ASSERT_EQ(log->count("renewal_refused"), 1u);
+    EXPECT_EQ(log->of("renewal_refused")[0].code, static_cast<int>(rlock::errc::auth_failed));
+    EXPECT_EQ(log->of("renewal_refused")[0].hold_id, m.hold_id());
+    EXPECT_EQ(log->count("lost"), 0u);
     // Restored within the lease: the next tick renews it, and the hold goes on.
     std::vector<std::string> back = words(minimal_acl);
     back.insert(back.begin(), "locker");

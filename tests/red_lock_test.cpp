@@ -347,4 +347,37 @@ TEST_F(red_lock_test, excludes_across_three_processes_of_two_threads) {
     EXPECT_EQ(keys_named(name()), 0);
 }
 
+
+// Issue 33.3: a red_lock is told to its first node's client's listener as one hold — acquired
+// (with its rounds), released, and a try that runs out — not once per node.
+TEST_F(red_lock_test, its_events_tell_one_hold_not_one_per_node) {
+    auto log = std::make_shared<rlock_test::event_log>();
+    auto mine = make_clients(30s, 300ms, log), theirs = make_clients();
+    rlock::red_lock a(raw(mine), name()), b(raw(theirs), name());
+    a.lock();
+    const std::uint64_t id = a.hold_id();
+    EXPECT_EQ(a.unlock(), 5u);
+    auto acquired = log->of("acquired");
+    ASSERT_EQ(acquired.size(), 1u);
+    EXPECT_EQ(acquired[0].kind, "red_lock");
+    EXPECT_EQ(acquired[0].hold_id, id);
+    EXPECT_EQ(acquired[0].tries, 1u);
+    const auto released = log->of("released");
+    ASSERT_EQ(released.size(), 1u);
+    EXPECT_EQ(released[0].hold_id, id);
+    b.lock();
+    EXPECT_FALSE(a.try_lock_for(200ms));
+    std::future<rlock::hold> f = a.async_try_lock_for(200ms, rlock::use_future);
+    EXPECT_FALSE(f.get());
+    b.unlock();
+    const auto ended = log->of("wait_ended");
+    ASSERT_EQ(ended.size(), 2u);
+    for (const auto& e : ended) {
+        EXPECT_EQ(e.kind, "red_lock");
+        EXPECT_GE(e.wait, 200ms);
+        EXPECT_GE(e.tries, 1u);
+    }
+    EXPECT_EQ(log->count("acquired"), 1u);
+}
+
 }  // namespace

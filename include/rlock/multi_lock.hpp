@@ -309,6 +309,8 @@ private:
                 return false;  // a re-entry or would_deadlock: the parts decide, one by one
             }
         }
+        detail::wait_story story = core.events.begin();
+        story.tries = 1;
         const bool watched = requested.is_watched();
         const std::chrono::milliseconds lease = requested.duration(core.ep.options.lock_watchdog_timeout);
         const std::string lease_text = std::to_string(lease.count());
@@ -364,7 +366,9 @@ private:
         const detail::hold_terms terms{
             lease, watched ? detail::renewal::watched : detail::renewal::leased, sent};
         for (part& p : parts_) {
-            core.add_hold(*p.view.kind, p.name, p.view.code == 'm' ? token : holder, thread, terms, 0, group);
+            const detail::registry::hold_ptr h =
+                core.add_hold(*p.view.kind, p.name, p.view.code == 'm' ? token : holder, thread, terms, 0, group);
+            core.events.acquired(p.view.kind->name, p.name, h->id, story);  // each part, as the lock it is
         }
         return true;
     }
@@ -438,7 +442,10 @@ private:
         }
         // A part taken through its lock's gate (a mutex's local hand-off) frees it: another
         // thread of this client may wait there.
-        for (auto& h : holds) h->gate.release();
+        for (auto& h : holds) {
+            h->gate.release();
+            core.events.released(h->kind->name, h->name, h->id, h->taken);
+        }
         return true;
     }
 

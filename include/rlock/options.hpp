@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "rlock/errors.hpp"
+#include "rlock/events.hpp"
 
 namespace rlock {
 
@@ -23,6 +25,9 @@ struct lost_hold {
     std::uint64_t hold_id = 0;        ///< what the owner's `hold_id()` returned for this hold
                                       ///< (unique in the process; 0 when unknown)
     std::uint64_t fencing_token = 0;  ///< the hold's fencing token; 0 without fencing
+    /// A renewal was refused with an error (`reason`): the hold is not lost yet, and the
+    /// watchdog keeps trying while its lease lasts.
+    bool refused = false;
 };
 
 /// Called once for each hold that was lost: its lease ran out before the watchdog could renew
@@ -139,6 +144,11 @@ struct client_options {
 
     /// Told of every lost hold; may be empty (then only `lost()` tells).
     lock_lost_handler on_lock_lost;
+
+    /// Told what this client's locks do — acquired, released, renewed, renewal refused, lost,
+    /// a wait that ran out or was cancelled — for metrics and tracing (events.hpp, which says
+    /// on which thread each runs). Null: nothing is measured.
+    std::shared_ptr<lock_listener> listener;
 
     /// Replica sync (opt-in; Redisson's answer to a master lost before its replicas have the
     /// lock). When > 0, every acquire, renewal batch and release of mutex, reentrant_lock,

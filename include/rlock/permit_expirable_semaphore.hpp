@@ -131,6 +131,12 @@ public:
         const detail::registry::hold_ptr h = std::move(hold_);
         detail::registry& reg = core_->reg;
         reg.remove(h);  // no renewal of it reaches Redis after this
+        // Told when it returns, after any loss it finds.
+        struct tell_released {
+            const detail::client_core& core;
+            const detail::hold& h;
+            ~tell_released() { core.events.released(h.kind->name, h.name, h.id, h.taken); }
+        } told{*core_, *h};
         lost_at_release_ = reg.is_lost(*h);  // a lease that ended before release stays lost
         const auto packed = static_cast<long long>(ids_.size());
         ids_.clear();
@@ -465,13 +471,18 @@ private:
         // answered "not taken" (an attempt that failed may have run, and a later one then
         // finds its ids taken: the lease began with the one that ran).
         clock::time_point sent{};
+        // For the client's listener (events.hpp): when the acquisition began, its tries.
+        detail::wait_story story{};
 
         const std::string& server() const { return core->ep.name; }
+        const char* event_kind() const noexcept { return detail::permit_kind::info.name; }
+        unsigned tries() const noexcept { return story.tries; }
 
         // One attempt; `again` is when the earliest lease ends when not taken. An attempt that
         // failed ambiguously (the connection broke or timed out) is sent once more with the same
         // ids: if the first ran, the second finds them taken and says so.
         detail::attempt_result attempt() {
+            ++story.tries;
             if (sent == clock::time_point{}) sent = clock::now();
             clock::time_point again = clock::time_point::max();
             const bool taken = core->pool.run(keys.name, detail::on_break::retry, [&](const detail::connection& c) {
@@ -505,6 +516,7 @@ private:
             detail::registry::hold_ptr hold = core->add_handle_hold(
                 detail::permit_kind::info, keys.name, keys.timeouts, packed,
                 detail::hold_terms{term, watched ? detail::renewal::watched : detail::renewal::leased, sent});
+            core->events.acquired(event_kind(), keys.name, hold->id, story);
             return permit(core, keys, std::move(ids), std::move(hold));
         }
 
@@ -530,8 +542,10 @@ private:
         const std::chrono::milliseconds term = lease.duration(core_->ep.options.lock_watchdog_timeout);
         std::string packed(static_cast<std::size_t>(permits) * 16, '\0');
         detail::random_bytes(reinterpret_cast<unsigned char*>(packed.data()), packed.size());
-        return taking{core_, detail::permit_keys{name_, timeouts_, channel_}, std::to_string(permits),
-                      std::to_string(term.count()), std::move(packed), term, watched};
+        taking t{core_, detail::permit_keys{name_, timeouts_, channel_}, std::to_string(permits),
+                 std::to_string(term.count()), std::move(packed), term, watched};
+        t.story = core_->events.begin();
+        return t;
     }
 
     permit take_until(clock::time_point deadline, detail::lease_request lease, long long permits) {
@@ -543,7 +557,10 @@ private:
             if (detail::is_ambiguous(e)) t.undo();
             throw;
         }
-        if (!got) return {};
+        if (!got) {
+            core_->events.wait_ended(t.event_kind(), name_, t.story, /*cancelled=*/false);
+            return {};
+        }
         return t.finish();
     }
 

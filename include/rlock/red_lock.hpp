@@ -145,9 +145,17 @@ private:
         site_->check_acquire(thread);
         // Rounds until one holds, each after Redlock's random delay or an unlock message from
         // the first node, whichever comes first (wait_blocking).
+        detail::client_core& first = *site_->nodes().front();  // its listener is told
+        detail::wait_story story = first.events.begin();
         detail::red_acquisition op(*site_, thread, lease, deadline);
-        if (detail::wait_blocking(*site_->nodes().front(), op, deadline, detail::repeat::safe)) return true;
+        const bool won = detail::wait_blocking(first, op, deadline, detail::repeat::safe);
+        story.tries = op.tries();
+        if (won) {
+            first.events.acquired(detail::red_lock_info.name, name(), op.held()->group->id, story);
+            return true;
+        }
         (void)site_->gives_up(op.last(), deadline);  // throws when the quorum was out of reach
+        first.events.wait_ended(detail::red_lock_info.name, name(), story, /*cancelled=*/false);
         return false;
     }
 

@@ -4,6 +4,7 @@
 #include "rlock/client.hpp"
 #include "rlock/count_down_latch.hpp"
 #include "rlock/errors.hpp"
+#include "rlock/events.hpp"
 #include "rlock/fair_lock.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/inspect.hpp"

@@ -105,6 +105,7 @@ public:
     void release(long long permits = 1) {
         check_positive(permits, "release");
         const count_change c = add_to_count(permits, capacity_);
+        core_->events.released(kind_name, name_, 0, {});
         const long long untold = core_->counts.released(name_, permits, c.over);
         if (untold > 0) {
             detail::registry::tell(
@@ -200,8 +201,9 @@ private:
                 return detail::take_permits(*core, c, name, channel, n, cap);
             });
         };
-        return synchronizer::async_wait_until<bool>(deadline, detail::repeat::unsafe,
-                                                    detail::bool_op<decltype(take)>{std::move(take)},
+        detail::told_bool_op<decltype(take)> op{std::move(take), core_, name_, kind_name,
+                                                core_->events.begin()};
+        return synchronizer::async_wait_until<bool>(deadline, detail::repeat::unsafe, std::move(op),
                                                     std::forward<Token>(token));
     }
 
@@ -228,9 +230,23 @@ private:
         // never come back (a plain semaphore has no leases).
         // This client's waiters are woken by a release message only as far as the count it
         // announces goes (first fit, in arrival order), not all of them.
-        return synchronizer::wait_until(deadline, detail::repeat::unsafe, [&] { return take(permits); },
-                                        &detail::semaphore_turns, permits);
+        detail::wait_story story = core_->events.begin();
+        const bool got = synchronizer::wait_until(deadline, detail::repeat::unsafe,
+                                                  [&] {
+                                                      ++story.tries;
+                                                      return take(permits);
+                                                  },
+                                                  &detail::semaphore_turns, permits);
+        if (got) {
+            core_->events.acquired(kind_name, name_, 0, story);
+        } else {
+            core_->events.wait_ended(kind_name, name_, story, /*cancelled=*/false);
+        }
+        return got;
     }
+
+    // What the client's listener is told (events.hpp).
+    static constexpr const char* kind_name = "semaphore";
 
     long long capacity_;
 };

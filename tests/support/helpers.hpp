@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -173,6 +174,96 @@ public:
 
 private:
     rlock::detail::context_ptr c_;
+};
+
+
+/// A listener (rlock::lock_listener) that keeps every event it is told, for tests to read.
+struct event_log : rlock::lock_listener {
+    struct entry {
+        std::string type;  // "acquired", "released", "renewed", "renewal_refused", "lost", "wait_ended"
+        std::string lock, kind;
+        std::uint64_t hold_id = 0;
+        std::chrono::nanoseconds wait{}, held{}, took{};
+        unsigned tries = 0;
+        bool local = false;      // acquired: handed_locally; released: handed_on
+        bool cancelled = false;  // wait_ended
+        std::size_t holds = 0;   // renewed
+        int code = 0;            // lost, renewal_refused: the reason's errc
+        std::string message;
+    };
+
+    void acquired(const rlock::acquired_event& e) override {
+        entry x = make("acquired", std::string(e.lock), std::string(e.kind), e.hold_id);
+        x.wait = e.wait;
+        x.tries = e.tries;
+        x.local = e.handed_locally;
+        add(std::move(x));
+    }
+    void released(const rlock::released_event& e) override {
+        entry x = make("released", std::string(e.lock), std::string(e.kind), e.hold_id);
+        x.held = e.held;
+        x.local = e.handed_on;
+        add(std::move(x));
+    }
+    void renewed(const rlock::renewed_event& e) override {
+        entry x = make("renewed", "", "", 0);
+        x.holds = e.holds;
+        x.took = e.took;
+        x.message = std::string(e.server);
+        add(std::move(x));
+    }
+    void renewal_refused(const rlock::renewal_refused_event& e) override {
+        entry x = make("renewal_refused", std::string(e.lock), "", e.hold_id);
+        x.code = static_cast<int>(e.reason.value());
+        x.message = e.reason.what();
+        add(std::move(x));
+    }
+    void lost(const rlock::lost_event& e) override {
+        entry x = make("lost", std::string(e.lock), "", e.hold_id);
+        x.code = static_cast<int>(e.reason.value());
+        x.message = e.reason.what();
+        add(std::move(x));
+    }
+    void wait_ended(const rlock::wait_ended_event& e) override {
+        entry x = make("wait_ended", std::string(e.lock), std::string(e.kind), 0);
+        x.wait = e.wait;
+        x.tries = e.tries;
+        x.cancelled = e.cancelled;
+        add(std::move(x));
+    }
+
+    static entry make(const char* type, std::string lock, std::string kind, std::uint64_t hold_id) {
+        entry x;
+        x.type = type;
+        x.lock = std::move(lock);
+        x.kind = std::move(kind);
+        x.hold_id = hold_id;
+        return x;
+    }
+
+    /// The events of `type`, in the order told.
+    std::vector<entry> of(const std::string& type) {
+        std::lock_guard<std::mutex> g(mu);
+        std::vector<entry> out;
+        for (const entry& e : all) {
+            if (e.type == type) out.push_back(e);
+        }
+        return out;
+    }
+    std::size_t count(const std::string& type) { return of(type).size(); }
+    void clear() {
+        std::lock_guard<std::mutex> g(mu);
+        all.clear();
+    }
+
+    std::mutex mu;
+    std::vector<entry> all;
+
+private:
+    void add(entry e) {
+        std::lock_guard<std::mutex> g(mu);
+        all.push_back(std::move(e));
+    }
 };
 
 }  // namespace rlock_test

@@ -21,13 +21,16 @@ protected:
     void SetUp() override {
         for (int i = 0; i < N; ++i) servers.push_back(std::make_unique<redis_server>());
     }
-    /// A client of each server (command and connect timeouts `timeouts`, on_lock_lost: `lost`).
+    /// A client of each server (command and connect timeouts `timeouts`, on_lock_lost: `lost`;
+    /// the first node's listener: `first_listener`).
     std::vector<std::unique_ptr<rlock::client>> make_clients(
         std::chrono::milliseconds watchdog = std::chrono::seconds(30),
-        std::chrono::milliseconds timeouts = std::chrono::milliseconds(300)) {
+        std::chrono::milliseconds timeouts = std::chrono::milliseconds(300),
+        const std::shared_ptr<rlock::lock_listener>& first_listener = nullptr) {
         std::vector<std::unique_ptr<rlock::client>> out;
         for (auto& s : servers) {
             rlock::client_options o = s->options();
+            if (out.empty()) o.listener = first_listener;
             o.lock_watchdog_timeout = watchdog;
             o.command_timeout = timeouts;
             o.connect_timeout = timeouts;

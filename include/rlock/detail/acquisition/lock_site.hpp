@@ -94,12 +94,16 @@ public:
             });
             if (h->gate.gate().hand_over(pass)) {
                 h->gate.handed();
+                core_->events.released(Kind::info.name, name(), h->id, h->taken, /*handed_on=*/true);
                 return;
             }
         }
         release_level(h, last, std::forward<F>(lost_last));
         // The gate's next waiter leads (had the release thrown, the record's going would free it).
-        if (last) h->gate.release();
+        if (last) {
+            h->gate.release();
+            core_->events.released(Kind::info.name, name(), h->id, h->taken);
+        }
     }
 
     /// Whether an acquisition with `lease` waits at this client's gate (local hand-off): a
@@ -365,6 +369,7 @@ public:
                               : phase == try_phase::first ? try_kind::first
                                                           : try_kind::waiting;
         sent_ = clock::now();
+        ++tries_;
         acquire_result r = site_->attempt(value_, lease_, kind);
         fencing_ = r.fencing;
         return {r.acquired, wait_hint{r.ttl, r.holder_publishes, std::move(r.holder)}};
@@ -377,6 +382,8 @@ public:
     std::string& value() noexcept { return value_; }
     clock::time_point sent() const noexcept { return sent_; }
     std::uint64_t fencing() const noexcept { return fencing_; }
+    /// The tries made (acquired_event::tries).
+    unsigned tries() const noexcept { return tries_; }
 
 private:
     const site_type* site_;
@@ -384,6 +391,7 @@ private:
     std::chrono::milliseconds lease_;
     clock::time_point sent_{};
     std::uint64_t fencing_ = 0;
+    unsigned tries_ = 0;
 };
 
 }  // namespace rlock::detail

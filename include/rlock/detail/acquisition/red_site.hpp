@@ -126,8 +126,10 @@ public:
             group->tolerance = static_cast<int>(n - need);
             group->tell = nodes_.front()->ep.options.on_lock_lost;
             const hold_terms terms{lease, watched ? renewal::watched : renewal::leased, start};
+            const clock::time_point taken = nodes_.front()->events.stamp();  // its listener is told
             for (std::size_t i : got) {
                 registry::hold_ptr h = nodes_[i]->add_hold(red_lock_info, name_, token, owner, terms, 0, group);
+                h->taken = taken;  // read by the owner's release only
                 if (!out.held) out.held = std::move(h);
             }
             // Nodes that did not accept count as lost from the start.
@@ -176,17 +178,26 @@ public:
         std::string token;
         std::shared_ptr<hold_group> group;
         bool watched = false;
+        clock::time_point taken;
         for (client_core* n : nodes_) {
             if (auto h = n->reg.find(&red_lock_info, name_, owner)) {
                 token = h->value;
                 group = h->group;
                 watched = h->watched;
+                taken = h->taken;
                 n->reg.remove(h);
             }
         }
         if (token.empty()) {
             throw error(errc::not_owner, name_, "", "unlock by a thread that does not hold the red_lock");
         }
+        // Told when it returns, after any loss it finds (the listener is the first node's client's).
+        struct tell_released {
+            const red_site& site;
+            std::uint64_t id = 0;
+            clock::time_point taken{};
+            ~tell_released() { site.nodes_.front()->events.released(red_lock_info.name, site.name_, id, taken); }
+        } told{*this, group ? group->id : 0, taken};
         released out;
         std::size_t may_hold = 0;  // unanswered, or refused: may still hold our key
         std::optional<error> refused;  // the first node that answered with an error
@@ -391,6 +402,7 @@ public:
     long long subscribers(const std::string& /*channel*/) const noexcept { return -1; }
 
     try_result attempt(try_phase /*phase*/) {
+        ++tries_;
         red_site::round r = site_.try_once(owner_, lease_, watched_);
         if (r.held) {
             held_ = std::move(r.held);
@@ -412,6 +424,8 @@ public:
     std::chrono::milliseconds lease() const noexcept { return lease_; }
     /// The first node's hold of the round that held.
     const registry::hold_ptr& held() const noexcept { return held_; }
+    /// The rounds made (acquired_event::tries).
+    unsigned tries() const noexcept { return tries_; }
 
 private:
     const red_site& site_;
@@ -421,6 +435,7 @@ private:
     clock::time_point deadline_;
     red_site::round last_;
     registry::hold_ptr held_;
+    unsigned tries_ = 0;
 };
 
 }  // namespace rlock::detail

@@ -178,6 +178,8 @@ private:
             return reenter(*h, lease);
         }
         site::check_acquire(thread);
+        const event_sink& events = core_->events;
+        wait_story story = events.begin();
         std::shared_ptr<local_gate> gate;
         if (site::through_gate(lease)) {
             // Local hand-off: behind another thread of this client that holds the lock or waits
@@ -186,13 +188,18 @@ private:
             passed_hold pass;
             switch (gate->enter(deadline, pass)) {
                 case local_gate::entry::lead: break;
-                case local_gate::entry::granted:
-                    core_->add_hold(Kind::info, name(), std::move(pass.value), thread,
-                                    {pass.lease, renewal::watched, pass.sent}, 0, nullptr, std::move(gate),
-                                    std::move(pass.from));
+                case local_gate::entry::granted: {
+                    const registry::hold_ptr h =
+                        core_->add_hold(Kind::info, name(), std::move(pass.value), thread,
+                                        {pass.lease, renewal::watched, pass.sent}, 0, nullptr, std::move(gate),
+                                        std::move(pass.from));
                     forget_lost_at_unlock(thread);
+                    events.acquired(Kind::info.name, name(), h->id, story, /*handed_locally=*/true);
                     return true;
-                case local_gate::entry::timed_out: return false;
+                }
+                case local_gate::entry::timed_out:
+                    events.wait_ended(Kind::info.name, name(), story, /*cancelled=*/false);
+                    return false;
                 case local_gate::entry::stopped:
                     throw error(errc::connection_failed, name(), server(),
                                 "the client was destroyed while this thread waited");
@@ -212,12 +219,19 @@ private:
         // other clients' waiters, riding out an outage (each try after one undoes what the one
         // before may have taken: a release with the same value, so that nothing sent twice
         // takes a second hold).
-        if (!wait_blocking(*core_, op, deadline, repeat::safe)) return false;
-        core_->add_hold(Kind::info, name(), std::move(op.value()), thread,
-                        {lease.duration(watchdog), lease.is_watched() ? renewal::watched : renewal::leased, op.sent()},
-                        op.fencing(), nullptr, gate);
+        const bool won = wait_blocking(*core_, op, deadline, repeat::safe);
+        story.tries = op.tries();
+        if (!won) {
+            events.wait_ended(Kind::info.name, name(), story, /*cancelled=*/false);
+            return false;
+        }
+        const registry::hold_ptr h =
+            core_->add_hold(Kind::info, name(), std::move(op.value()), thread,
+                            {lease.duration(watchdog), lease.is_watched() ? renewal::watched : renewal::leased, op.sent()},
+                            op.fencing(), nullptr, gate);
         lead.acquired = true;
         forget_lost_at_unlock(thread);
+        events.acquired(Kind::info.name, name(), h->id, story);
         return true;
     }
 

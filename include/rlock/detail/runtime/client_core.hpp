@@ -28,6 +28,7 @@
 #include "rlock/detail/redis/sentinel.hpp"
 #include "rlock/detail/runtime/count_memory.hpp"
 #include "rlock/detail/runtime/engine.hpp"
+#include "rlock/detail/runtime/event_sink.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
 #include "rlock/detail/runtime/watchdog.hpp"
@@ -78,6 +79,8 @@ inline client_options validated(client_options o) {
     if (o.lock_watchdog_timeout < std::chrono::milliseconds(30)) {
         bad("client_options: lock_watchdog_timeout must be at least 30ms");
     }
+    // With a listener, every report to on_lock_lost is an event too (event_sink::telling).
+    o.on_lock_lost = event_sink::telling(std::move(o.on_lock_lost), o.listener);
     return o;
 }
 
@@ -102,6 +105,7 @@ public:
     explicit client_core(client_options o)
         : ep(validated(std::move(o))),
           id(random_uuid()),
+          events(ep.options.listener),
           pool(ep),
           reg(ep.options.on_lock_lost),
           gates({ep.options.local_handoff_passes,
@@ -212,6 +216,8 @@ public:
 
     endpoint ep;
     std::string id;
+    /// This client's listener (client_options::listener), as the core tells it.
+    event_sink events;
     /// Set once an acquire script has run on this client. Until then the mutex acquires by
     /// script too (not a plain SET), so that a user who may not run scripts (an ACL without
     /// EVALSHA) is refused at lock(), with nothing written, rather than at unlock().
@@ -330,6 +336,7 @@ inline registry::hold_ptr client_core::add_hold(const kind_info& kind, std::stri
     h->group = std::move(group);
     h->gate = gate_place(std::move(gate));
     h->handed_from = std::move(handed_from);
+    h->taken = events.stamp();
     reg.add(h);
     if (h->watched) thread_exit_watch::enlist(*this);
     return h;
@@ -340,6 +347,7 @@ inline registry::hold_ptr client_core::add_handle_hold(const kind_info& kind, st
                                                        const hold_terms& terms) {
     registry::hold_ptr h = make_hold(kind, std::move(name), std::move(value), 0, terms);
     h->key = std::move(key);
+    h->taken = events.stamp();
     reg.add(h);
     return h;
 }

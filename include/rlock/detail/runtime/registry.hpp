@@ -68,6 +68,8 @@ struct hold {
     bool watched = false;
     std::uint64_t fencing = 0;
     std::uint64_t id = next_hold_id();  // what hold_id() returns and on_lock_lost is told
+    clock::time_point taken;            // when it was acquired, for released_event (stamped
+                                        // only with a listener: event_sink::stamp)
     std::shared_ptr<hold_group> group;  // set for the parts of a red_lock
     gate_place gate;                    // taken through this client's gate (local hand-off)
     // Local hand-off: the hold this one was handed by (and so on back), each with when it was
@@ -128,12 +130,13 @@ public:
 
     /// Tells the owner of a lost hold: on_lock_lost for a plain hold; for a member of a group
     /// (a red_lock node, a multi_lock part) the group decides, and tells its owner once.
-    /// Never throws; never called under the registry's lock.
-    void tell_hold(const hold& h, const error& reason) const noexcept {
+    /// `refused`: a renewal was refused with `reason` (lost_hold::refused; the hold is not lost
+    /// yet). Never throws; never called under the registry's lock.
+    void tell_hold(const hold& h, const error& reason, bool refused = false) const noexcept {
         try {  // the copies and the message may throw bad_alloc; the owner is told or not
             const auto [group, fencing] = with([&] { return std::make_pair(h.group, h.fencing); });
             if (!group) {
-                tell(on_lost_, lost_hold{h.name, h.id, fencing}, reason);
+                tell(on_lost_, lost_hold{h.name, h.id, fencing, refused}, reason);
             } else if (group->part_lost()) {
                 // A part lost is the group's loss; a part that answered an error (a renewal or
                 // a release an ACL refused, say) is told as that error, as for a plain hold.
@@ -142,7 +145,7 @@ public:
                                            error_access::brief(reason));
                 } else {
                     tell_group(*group, "a part answered an error: " + error_access::brief(reason),
-                               reason.value());
+                               reason.value(), refused);
                 }
             }
         } catch (...) {
@@ -177,11 +180,11 @@ public:
     }
 
     /// A group's owner is told `why` (as `code`), once for the group, whoever tells first.
-    static void tell_group(hold_group& group, const std::string& why,
-                           errc code = errc::lock_lost) noexcept {
+    static void tell_group(hold_group& group, const std::string& why, errc code = errc::lock_lost,
+                           bool refused = false) noexcept {
         if (group.told.exchange(true)) return;
         try {
-            tell(group.tell, lost_hold{group.name, group.id, 0}, error(code, group.name, "", why));
+            tell(group.tell, lost_hold{group.name, group.id, 0, refused}, error(code, group.name, "", why));
         } catch (...) {
         }
     }

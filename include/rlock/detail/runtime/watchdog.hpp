@@ -24,6 +24,7 @@
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/pool.hpp"
 #include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/runtime/event_sink.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/errors.hpp"
 
@@ -34,7 +35,8 @@ public:
     using clock = std::chrono::steady_clock;
     static constexpr std::size_t renew_batch = 100;
 
-    watchdog(const endpoint& ep, detail::pool& p, registry& reg) : ep(ep), pool(p), reg(reg) {}
+    watchdog(const endpoint& ep, detail::pool& p, registry& reg)
+        : ep(ep), pool(p), reg(reg), events_(ep.options.listener) {}
     watchdog(const watchdog&) = delete;
     watchdog& operator=(const watchdog&) = delete;
 
@@ -114,10 +116,12 @@ public:
         }
         for (std::size_t i = 0; i < holds.size(); ++i) {
             if (r.refusal[i] != 0 && reg.refused(*holds[i])) {
-                reg.tell_hold(*holds[i], r.refusals[r.refusal[i] - 1]);
+                reg.tell_hold(*holds[i], r.refusals[r.refusal[i] - 1], /*refused=*/true);
             }
         }
-        for (const std::size_t i : reg.renewed(holds, r.ok, r.gone, sent)) {
+        const std::vector<std::size_t> lost = reg.renewed(holds, r.ok, r.gone, sent);
+        if (!r.failure) events_.renewed(ep.name, holds.size(), sent);
+        for (const std::size_t i : lost) {
             const hold& h = *holds[i];
             if (r.gone[i]) {
                 const error gone(errc::lock_lost, h.name, ep.name,
@@ -363,6 +367,7 @@ private:
     const endpoint& ep;
     detail::pool& pool;
     registry& reg;
+    event_sink events_;
     std::mutex mu_;
     std::condition_variable cv_;
     bool stop_ = false;

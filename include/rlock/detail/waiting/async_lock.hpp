@@ -39,6 +39,7 @@
 #include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/runtime/engine.hpp"
+#include "rlock/detail/runtime/event_sink.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
 #include "rlock/detail/waiting/wait_pacing.hpp"
@@ -66,8 +67,8 @@ class async_waiter : public cancellable, public std::enable_shared_from_this<asy
 public:
     using clock = std::chrono::steady_clock;
 
-    explicit async_waiter(async_waits& waits, clock::time_point deadline) noexcept
-        : waits(waits), deadline(deadline) {}
+    /// Stamps its start for the client's listener (events.hpp), when there is one.
+    async_waiter(async_waits& waits, clock::time_point deadline) noexcept;
 
     /// One attempt as the head of its group; `woken`: an unlock message (not a timer) led to
     /// it. On `acquired` the hold is registered and `hint` carries its lease; on `failed` the
@@ -81,13 +82,20 @@ public:
     /// The lock's name and server, for errors.
     virtual const std::string& lock_name() const noexcept = 0;
     virtual const std::string& server() const noexcept = 0;
+    /// The kind the listener is told (acquired_event::kind); null: this wait is not told.
+    virtual const char* event_kind() const noexcept = 0;
+    /// The tries made so far (acquired_event::tries).
+    virtual unsigned tries() const noexcept = 0;
     /// Settles the operation (once): `e`, or, with none, "the wait ran out" (an empty hold) —
     /// or, when its last attempt failed in an outage it was riding out, that failure.
     void settle(std::exception_ptr e) noexcept {
         if (settled) return;
         settled = true;
+        if (!e && !outage) tell_wait_ended(false);
         failure = e ? std::move(e) : std::move(outage);
     }
+    /// Tells the listener that this wait ended without the lock (cancelled, or it ran out).
+    void tell_wait_ended(bool cancelled) const noexcept;
     /// Calls the handler with what was settled (once), handing the error on rather than
     /// keeping a copy: the receiver's thread is then the only one that releases it (libstdc++'s
     /// exception_ptr count is not seen by TSan, so a release here raced its reader there).
@@ -104,6 +112,8 @@ public:
     std::list<std::shared_ptr<async_waiter>>::iterator place;
     bool settled = false;
     std::exception_ptr failure;
+    /// When it began (stamped with a listener only).
+    wait_story story;
 };
 
 /// The waiters of one kind on one channel of a client, in arrival order.
@@ -323,12 +333,24 @@ private:
     std::uint64_t serial_ = 0;
 };
 
+inline async_waiter::async_waiter(async_waits& waits, clock::time_point deadline) noexcept
+    : waits(waits), deadline(deadline), story(waits.core.events.begin()) {}
+
+inline void async_waiter::tell_wait_ended(bool cancelled) const noexcept {
+    const event_sink& events = waits.core.events;
+    if (!events.on() || event_kind() == nullptr) return;
+    wait_story s = story;
+    s.tries = tries();
+    events.wait_ended(event_kind(), lock_name(), s, cancelled);
+}
+
 inline void async_waiter::cancel() noexcept {
     try {
         std::weak_ptr<async_waiter> weak = weak_from_this();
         (void)waits.core.eng.post([weak] {
             std::shared_ptr<async_waiter> w = weak.lock();
             if (!w) return;
+            if (!w->settled) w->tell_wait_ended(true);
             w->waits.end(w, std::make_exception_ptr(
                                 error(errc::operation_aborted, w->lock_name(), w->server(),
                                       "the asynchronous acquire was cancelled")));
@@ -519,6 +541,8 @@ public:
     }
     const std::string& lock_name() const noexcept override { return site_->name(); }
     const std::string& server() const noexcept override { return site_->server(); }
+    const char* event_kind() const noexcept override { return Kind::info.name; }
+    unsigned tries() const noexcept override { return op_ ? op_->tries() : 0; }
 
 private:
     // The attempt acquired: the hold is recorded (renewed from now when watched) before anyone
@@ -529,7 +553,11 @@ private:
                                          {lease_.duration(core.ep.options.lock_watchdog_timeout),
                                           lease_.is_watched() ? renewal::watched : renewal::leased, op_->sent()});
         h->fencing = op_->fencing();
+        h->taken = core.events.stamp();
         core.reg.add(h);
+        wait_story s = story;
+        s.tries = op_->tries();
+        core.events.acquired(Kind::info.name, site_->name(), h->id, s);
         result = rlock::hold(site_, std::move(h));
         settled = true;
     }

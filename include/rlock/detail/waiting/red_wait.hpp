@@ -83,6 +83,8 @@ public:
     void give_up() noexcept override {}  // a round undoes itself
     const std::string& lock_name() const noexcept override { return site_->name(); }
     const std::string& server() const noexcept override { return no_server_; }
+    const char* event_kind() const noexcept override { return red_lock_info.name; }
+    unsigned tries() const noexcept override { return op_ ? op_->tries() : 0; }
     void deliver() noexcept override {
         try {
             done_(std::move(failure), std::move(result_));
@@ -101,6 +103,9 @@ private:
                                                      {op_->lease(), held->watched ? renewal::watched : renewal::leased,
                                                       clock::now()});
                 record->id = held->group->id;
+                wait_story s = story;
+                s.tries = op_->tries();
+                waits.core.events.acquired(red_lock_info.name, site_->name(), record->id, s);
                 result_ = rlock::hold(site_, std::move(record));
                 settled = true;
                 hint.ttl = op_->lease().count();

@@ -11,12 +11,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "rlock/detail/protocol/synchronizer_scripts.hpp"
 #include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/runtime/completion.hpp"
+#include "rlock/detail/runtime/event_sink.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
 #include "rlock/detail/waiting/async_lock.hpp"
 #include "rlock/detail/waiting/wait_blocking.hpp"
@@ -118,6 +120,34 @@ struct bool_op {
     void undo() noexcept {}
 };
 
+/// A semaphore's asynchronous acquisition: bool_op that tells the client's listener (events.hpp)
+/// what it is, how many tries it made, and, once done, that it acquired.
+template <class F>
+struct told_bool_op {
+    F f;
+    std::shared_ptr<client_core> core;
+    std::string name;
+    const char* kind = nullptr;
+    wait_story story{};
+    attempt_result attempt() {
+        ++story.tries;
+        return f();
+    }
+    bool finish() {
+        core->events.acquired(kind, name, 0, story);
+        return true;
+    }
+    void undo() noexcept {}
+    const char* event_kind() const noexcept { return kind; }
+    unsigned tries() const noexcept { return story.tries; }
+};
+
+/// Whether an async_channel_wait's operation is told to the listener (has event_kind()).
+template <class Op, class = void>
+struct is_told_op : std::false_type {};
+template <class Op>
+struct is_told_op<Op, std::void_t<decltype(std::declval<const Op&>().event_kind())>> : std::true_type {};
+
 /// wait_on_channel on the engine (async_lock.hpp), completing `void(std::exception_ptr,
 /// Result)`. `op.attempt()` (an attempt_result) is made on the engine thread first, then by the
 /// client's waiters on `channel`, in arrival order, each time a message arrives (all of them
@@ -194,6 +224,14 @@ public:
     void give_up() noexcept override { op_.undo(); }
     const std::string& lock_name() const noexcept override { return name_; }
     const std::string& server() const noexcept override { return waits.core.ep.name; }
+    const char* event_kind() const noexcept override {
+        if constexpr (is_told_op<Op>::value) return op_.event_kind();
+        return nullptr;
+    }
+    unsigned tries() const noexcept override {
+        if constexpr (is_told_op<Op>::value) return op_.tries();
+        return 0;
+    }
     void deliver() noexcept override {
         try {
             done_(std::move(failure), std::move(result_));
