@@ -480,6 +480,141 @@ TEST(semaphore, a_capacity_sets_a_lost_count_back_and_tells_the_holders) {
     EXPECT_EQ(own.text({"GET", name()}), "2");
 }
 
+// The project's rule for bad input ("a clear rlock::error naming the lock, the server and the
+// cause, and Redis exactly as it was") with semaphore_options::capacity set, where the acquire
+// and release scripts may also write (set a lost count back to the capacity). Each failing
+// call — bad permits (over the capacity too), a key of another type or a string that is not a
+// count, an overflowing release or add, a channel the ACL refuses — leaves every key as it was
+// (type, value, TTL), whether the count is there or absent (lost: a failing call must not set
+// it back), and tells nobody a permit was lost.
+TEST(semaphore, a_failing_call_with_a_capacity_leaves_redis_exactly_as_it_was) {
+    redis_server own;
+    rlock_test::lost_log lost;
+    rlock::client_options o = own.options();
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    rlock::semaphore_options two;
+    two.capacity = 2;
+    rlock::semaphore s(c, name(), two);
+    rlock::semaphore_options five;
+    five.capacity = 5;
+    rlock::semaphore other(c, name() + ":other", five);  // a second key that must not move either
+    ASSERT_TRUE(other.try_acquire());
+    own.cmd({"PEXPIRE", name() + ":other", "600000"});
+    auto expect_invalid = [&](auto call, const char* what) {
+        expect_refused(rlock::errc::invalid_argument, name(), c.server(), what, call);
+    };
+    auto bad_permits = [&] {
+        expect_invalid([&] { s.acquire(0); }, "acquire(0)");
+        expect_invalid([&] { (void)s.try_acquire(-1); }, "try_acquire(-1)");
+        expect_invalid([&] { (void)s.try_acquire(3); }, "try_acquire(3), over the capacity 2");
+        expect_invalid([&] { (void)s.try_acquire_for(10ms, 3); }, "try_acquire_for(.., 3)");
+        expect_invalid([&] { s.acquire(9223372036854775807LL); }, "acquire(LLONG_MAX)");
+        expect_invalid([&] { (void)s.async_try_acquire_for(10ms, 3, rlock::use_future).get(); },
+                       "async_try_acquire_for(.., 3)");
+        expect_invalid([&] { (void)s.async_acquire(0, rlock::use_future).get(); },
+                       "async_acquire(0)");
+        expect_invalid([&] { s.release(0); }, "release(0)");
+        expect_invalid([&] { s.release(-3); }, "release(-3)");
+        expect_invalid([&] { (void)s.try_set_permits(-1); }, "try_set_permits(-1)");
+    };
+
+    {
+        SCOPED_TRACE("a count that is there, with a TTL");
+        ASSERT_TRUE(s.try_acquire());
+        own.cmd({"PEXPIRE", name(), "600000"});
+        const auto before = snapshot(own);
+        ASSERT_EQ(before.count(name()), 1u);
+        bad_permits();
+        expect_unchanged(before, snapshot(own));
+        s.release();
+    }
+    {
+        SCOPED_TRACE("a count the server lost");
+        own.cmd({"DEL", name()});
+        const auto before = snapshot(own);
+        ASSERT_EQ(before.count(name()), 0u);
+        bad_permits();
+        expect_unchanged(before, snapshot(own));
+        EXPECT_EQ(own.integer({"EXISTS", name()}), 0) << "a refused call set the lost count back";
+    }
+    {
+        SCOPED_TRACE("at the overflow");
+        for (const char* at : {"9223372036854775807", "-9223372036854775808"}) {
+            own.cmd({"SET", name(), at, "PX", "600000"});
+            const auto before = snapshot(own);
+            const bool top = at[0] != '-';
+            try {
+                if (top) {
+                    s.release();
+                } else {
+                    (void)s.add_permits(-1);
+                }
+                ADD_FAILURE() << "an overflow at " << at << " was accepted";
+            } catch (const rlock::error& e) {
+                EXPECT_EQ(e.value(), rlock::errc::server_error) << e.what();
+                EXPECT_EQ(e.lock(), name()) << e.what();
+                EXPECT_EQ(e.server(), c.server()) << e.what();
+            }
+            if (top) EXPECT_THROW((void)s.add_permits(1), rlock::error);
+            expect_unchanged(before, snapshot(own));
+        }
+    }
+
+    // A key of another kind, with a TTL: every member, blocking and asynchronous.
+    for (const auto& setup : std::vector<std::vector<std::string>>{
+             {"HSET", name(), "f", "1"}, {"RPUSH", name(), "x"}, {"SET", name(), "abc"},
+             {"SET", name(), "007"}, {"SET", name(), "1.5"}, {"SET", name(), "-0"},
+             {"SET", name(), "9223372036854775808"}, {"SET", name(), "99999999999999999999"}}) {
+        own.cmd({"DEL", name()});
+        (void)rlock_test::command_vec(rlock_test::raw_connection(own.port()).get(), setup);
+        own.cmd({"PEXPIRE", name(), "600000"});
+        SCOPED_TRACE(setup[0] + " " + setup.back());
+        const auto foreign = snapshot(own);
+        auto expect_wrong_type = [&](auto call, const char* what) {
+            expect_refused(rlock::errc::wrong_type, name(), "", what, call);
+        };
+        expect_wrong_type([&] { (void)s.try_acquire(); }, "try_acquire");
+        expect_wrong_type([&] { (void)s.try_acquire(2); }, "try_acquire(2)");
+        expect_wrong_type([&] { (void)s.try_acquire_for(50ms); }, "try_acquire_for");
+        expect_wrong_type([&] { (void)s.async_try_acquire_for(50ms, rlock::use_future).get(); },
+                          "async_try_acquire_for");
+        expect_wrong_type([&] { s.release(); }, "release");
+        expect_wrong_type([&] { s.release(2); }, "release(2)");
+        expect_wrong_type([&] { (void)s.add_permits(1); }, "add_permits");
+        expect_wrong_type([&] { (void)s.drain_permits(); }, "drain_permits");
+        expect_wrong_type([&] { (void)s.available_permits(); }, "available_permits");
+        expect_wrong_type([&] { (void)s.try_set_permits(1); }, "try_set_permits");
+        expect_unchanged(foreign, snapshot(own));
+    }
+    own.cmd({"DEL", name()});
+
+    // A user who may use the key but not publish on its channel: setting a lost count back
+    // publishes the permits it frees, so the acquire and the release that would do it are
+    // refused before they write (Redis 7 asks the ACL; Redis 6 has no such question).
+    rlock_test::set_acl_user(own, {"counter", "on", ">pw", "~*", "resetchannels", "+@all"});
+    rlock::client_options ao = own.options();
+    ao.username = "counter";
+    ao.password = "pw";
+    ao.on_lock_lost = lost.handler();
+    rlock::client limited(ao);
+    rlock::semaphore ls(limited, name(), two);
+    const std::string version = own.text({"INFO", "server"});
+    if (version.find("redis_version:6.") == std::string::npos) {
+        const auto before = snapshot(own);
+        ASSERT_EQ(before.count(name()), 0u);
+        auto expect_no_channel = [&](auto call, const char* what) {
+            expect_refused(rlock::errc::auth_failed, name(), limited.server(), what, call);
+        };
+        expect_no_channel([&] { (void)ls.try_acquire(); }, "try_acquire on a lost count");
+        expect_no_channel([&] { ls.release(); }, "release on a lost count");
+        expect_unchanged(before, snapshot(own));
+        EXPECT_EQ(own.integer({"EXISTS", name()}), 0) << "a refused call set the lost count back";
+    }
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+    EXPECT_EQ(own.text({"GET", name() + ":other"}), "4");
+}
+
 TEST(semaphore, waiters_outlive_killed_connections_and_end_with_an_error_when_their_client_goes) {
     redis_server own;
     rlock::client a(own.options()), b(own.options());
