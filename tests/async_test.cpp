@@ -51,7 +51,7 @@ protected:
     }
     /// How many channels anyone is subscribed to.
     long long channels() {
-        rlock::detail::reply_ptr r = this->server().cmd({"PUBSUB", "CHANNELS", "*"});
+        rlock::detail::reply_ptr r = this->server().cmd({"PUBSUB", "CHANNELS", rlock_test::lock_channels});
         return static_cast<long long>(r->elements);
     }
 };
@@ -380,7 +380,7 @@ class async_red : public rlock_test::red_nodes<3> {
 protected:
     long long channels() {
         long long n = 0;
-        for (auto& s : servers) n += static_cast<long long>(s->cmd({"PUBSUB", "CHANNELS", "*"})->elements);
+        for (auto& s : servers) n += static_cast<long long>(s->cmd({"PUBSUB", "CHANNELS", rlock_test::lock_channels})->elements);
         return n;
     }
 };
@@ -558,7 +558,7 @@ TEST_F(async_multi, all_or_nothing_a_refused_part_leaves_no_other_part_held_and_
     EXPECT_EQ(rlock_test::keys_left(server()), before) << "a part was left held";
     // The subscription is dropped after the completion (its UNSUBSCRIBE goes out on the
     // subscriber's connection), as for every other kind above.
-    EXPECT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", "*"})->elements == 0; }))
+    EXPECT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", rlock_test::lock_channels})->elements == 0; }))
         << "the subscription was kept";
 
     std::future<rlock::hold> f = all.async_lock(rlock::use_future);
@@ -583,7 +583,7 @@ TEST_F(async_multi, a_cancelled_acquire_completes_once_with_operation_aborted_an
     rlock::multi_lock all{a, b};
     outcome got;
     rlock::pending p = all.async_lock(got.handler());
-    ASSERT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", "*"})->elements == 1; }));
+    ASSERT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", rlock_test::lock_channels})->elements == 1; }));
     p.cancel();
     ASSERT_TRUE(got.wait());
     EXPECT_EQ(got.code(), rlock::errc::operation_aborted);
@@ -695,10 +695,10 @@ TEST_F(async_synchronizers, a_semaphore_wait_that_runs_out_or_is_cancelled_takes
     EXPECT_FALSE(s.async_try_acquire_for(200ms, 2, rlock::use_future).get());
     std::promise<std::exception_ptr> got;
     rlock::pending p = s.async_acquire(2, [&](std::exception_ptr e, bool) { got.set_value(e); });
-    ASSERT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", "*"})->elements == 1; }));
+    ASSERT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", rlock_test::lock_channels})->elements == 1; }));
     p.cancel();
     EXPECT_EQ(code_of(got.get_future().get()), rlock::errc::operation_aborted);
-    EXPECT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", "*"})->elements == 0; }));
+    EXPECT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", rlock_test::lock_channels})->elements == 0; }));
     EXPECT_EQ(s.available_permits(), 1);
     EXPECT_THROW((void)s.async_acquire(0, rlock::use_future), rlock::error);
 }
@@ -826,7 +826,7 @@ TEST_F(asio_tokens, an_emitted_cancellation_completes_with_operation_aborted_and
     io.run();
     EXPECT_EQ(calls, 1);
     EXPECT_EQ(code_of(error), rlock::errc::operation_aborted);
-    EXPECT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", "*"})->elements == 0; }));
+    EXPECT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", rlock_test::lock_channels})->elements == 0; }));
     mine.unlock();
 }
 
@@ -855,7 +855,7 @@ TEST_F(asio_tokens, an_io_context_destroyed_before_the_client_drops_its_waits_an
     EXPECT_EQ(calls, 0) << "a handler ran after its io_context was destroyed";
     EXPECT_FALSE(owned.is_locked()) << "the hold owned by the destroyed handler was kept";
     // Cancelled: they leave no subscription behind, and the client goes cleanly.
-    EXPECT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", "*"})->elements == 0; }));
+    EXPECT_TRUE(eventually([&] { return server().cmd({"PUBSUB", "CHANNELS", rlock_test::lock_channels})->elements == 0; }));
     waiter.reset();
     EXPECT_EQ(calls, 0);
     busy.unlock();

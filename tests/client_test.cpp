@@ -658,7 +658,7 @@ TEST(events_watchdog, a_hold_handed_on_within_the_client_is_told_so) {
     EXPECT_TRUE(released[0].local) << "the first hold was handed on";
     EXPECT_TRUE(acquired[1].local) << "the second was handed locally";
     EXPECT_EQ(acquired[1].tries, 0u);
-    EXPECT_GE(acquired[1].wait, 100ms);
+    EXPECT_GE(acquired[1].wait, 50ms);  // from b's call, made as the 100 ms began
     EXPECT_FALSE(released[1].local);
 }
 

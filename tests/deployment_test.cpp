@@ -962,4 +962,50 @@ TEST(sentinel, an_unknown_master_a_refused_sentinel_password_or_a_missing_db_is_
     }
 }
 
+
+// Issue 34: a user the ACL does not let track keys (the minimal ACL has no CLIENT and no
+// __redis__:invalidate channel) works as before — losses found by the watchdog's renewals —
+// and the listener is told so once, not at every connection.
+TEST(acl, a_user_who_may_not_track_keys_is_told_once_and_losses_are_still_found) {
+    redis_server s;
+    rlock_test::lost_log lost;
+    rlock::client_options o = as_locker(s, words(minimal_acl), lost);
+    o.lock_watchdog_timeout = 600ms;  // renewed every 200 ms
+    struct notices : rlock::lock_listener {
+        std::atomic<int> off{0};
+        void notice(const rlock::notice_event& e) override {
+            if (std::string(e.message).find("detection is off") != std::string::npos) ++off;
+        }
+    };
+    auto n = std::make_shared<notices>();
+    o.listener = n;
+    rlock::client c(o);
+    rlock::mutex m(c, "app:no-tracking");
+    m.lock();
+    ASSERT_TRUE(eventually([&] { return n->off.load() > 0; }, 3s));
+    s.cmd({"CLIENT", "KILL", "TYPE", "pubsub"});  // a reconnect: asked again, not told again
+    std::this_thread::sleep_for(500ms);
+    EXPECT_EQ(n->off.load(), 1);
+    s.cmd({"DEL", "app:no-tracking"});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() == 1; }, 3s));  // the watchdog's tick
+    EXPECT_TRUE(m.lost());
+    m.unlock();
+
+    // With what README.md says to add for it, the user's holds are told at once.
+    std::vector<std::string> rules = words(minimal_acl);
+    for (const char* more : {"+client|id", "+client|tracking", "&__redis__:invalidate"}) rules.emplace_back(more);
+    rlock::client_options t = as_locker(s, rules, lost);  // the watchdog at its default 30 s
+    t.listener = n;
+    rlock::client tracked(t);
+    rlock::mutex m2(tracked, "app:tracking");
+    m2.lock();
+    std::this_thread::sleep_for(300ms);  // armed
+    const auto start = std::chrono::steady_clock::now();
+    s.cmd({"DEL", "app:tracking"});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() == 2; }, 15s));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+    EXPECT_EQ(n->off.load(), 1);
+    m2.unlock();
+}
+
 }  // namespace

@@ -980,7 +980,7 @@ TYPED_TEST(fault_test, a_deadline_ending_as_the_release_arrives_leaks_no_subscri
                 kind_name<TypeParam>().c_str(), got, missed);
     EXPECT_EQ(got + missed, 24);
     EXPECT_TRUE(eventually([&] {
-        auto channels = s.cmd({"PUBSUB", "CHANNELS", "*"});
+        auto channels = s.cmd({"PUBSUB", "CHANNELS", rlock_test::lock_channels});
         return channels && channels->type == REDIS_REPLY_ARRAY && channels->elements == 0;
     })) << "a subscription outlived its waiter";
     EXPECT_EQ(keys_left(s), "") << "keys left in Redis (a queue entry?)";
@@ -1127,6 +1127,141 @@ TEST(fault_connect, a_port_that_is_not_redis_fails_fast_with_a_clear_error_namin
         EXPECT_LT(took, 3s) << millis(took) << " ms";
         EXPECT_GE(fake.accepted(), 1) << "the fake server was never reached";
     }
+}
+
+
+// ---- Losses told at once (issue 34, loss_watch.hpp) ----------------------------------------
+
+template <class Lock>
+class loss_told : public rlock_test::kind_fixture<loss_told<Lock>> {};
+TYPED_TEST_SUITE(loss_told, rlock_test::lock_kinds, rlock_test::kind_names);
+
+/// How long after `fault()` the owner of `held` was told (on_lock_lost), or 20 s.
+template <class Lock, class Fault>
+std::chrono::milliseconds told_after(Lock& held, rlock_test::lost_log& lost, Fault fault) {
+    const int before = lost.calls.load();
+    // Past arm_delay: the hold's key is read on the watchdog's tracked connection.
+    std::this_thread::sleep_for(150ms);
+    const auto start = steady::now();
+    fault();
+    eventually([&] { return lost.calls.load() > before; }, 20s);
+    EXPECT_TRUE(held.lost());
+    return std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - start);
+}
+
+// With the watchdog at its default 30 s (a tick every 10 s), a hold whose key is deleted,
+// flushed or overwritten by another holder is told at once: the server's invalidation makes
+// the watchdog renew it, and the renewal finds it gone. Before, the owner heard at the next
+// tick, up to 10 s later. (Bound 2 s: far under a tick, far over a loaded machine's delay.)
+TYPED_TEST(loss_told, a_deleted_flushed_or_overwritten_hold_is_told_at_once) {
+    rlock::client c(this->options());
+    const std::string name = this->name();
+    TypeParam a(c, name), b(c, name + ":2"), d(c, name + ":3");
+    a.lock();
+    EXPECT_LT(told_after(a, this->lost, [&] { this->server().cmd({"DEL", name}); }), 2s);
+    a.unlock();
+    b.lock();
+    EXPECT_LT(told_after(b, this->lost, [&] { this->server().cmd({"FLUSHALL"}); }), 2s);
+    b.unlock();
+    d.lock();
+    EXPECT_LT(told_after(d, this->lost, [&] {
+                  this->server().cmd({"DEL", name + ":3"});
+                  this->server().cmd({"SET", name + ":3", "another holder's token", "PX", "30000"});
+              }),
+              2s);
+    d.unlock();
+}
+
+// No false loss where an invalidation does not mean the hold is gone: the holder's own
+// re-entries and renewals, another client refused, the same name in another database, a flush
+// of another database. Each is an invalidation (or none), verified by a renewal that finds the
+// hold still there.
+TYPED_TEST(loss_told, changes_that_leave_the_hold_in_place_are_not_losses) {
+    rlock::client_options o = this->options(600ms);  // renewed every 200 ms
+    rlock::client c(o), other(this->options());
+    const std::string name = this->name();
+    TypeParam a(c, name), rival(other, name);
+    a.lock();
+    std::this_thread::sleep_for(150ms);
+    if constexpr (std::is_same_v<TypeParam, rlock::reentrant_lock> || std::is_same_v<TypeParam, rlock::fair_lock>) {
+        a.lock();  // a re-entry: a write to the key by the holder's own pooled connection
+        a.unlock();
+    }
+    EXPECT_FALSE(rival.try_lock_for(100ms));
+    auto db1 = rlock_test::raw_connection(this->server().port());
+    ASSERT_TRUE(rlock::detail::command(db1.get(), {"SELECT", "1"}));
+    ASSERT_TRUE(rlock::detail::command(db1.get(), {"SET", name, "x"}));
+    ASSERT_TRUE(rlock::detail::command(db1.get(), {"DEL", name}));
+    ASSERT_TRUE(rlock::detail::command(db1.get(), {"FLUSHDB"}));
+    std::this_thread::sleep_for(700ms);  // three renewals more
+    EXPECT_FALSE(a.lost());
+    EXPECT_EQ(this->lost.calls.load(), 0) << this->last_lost_message();
+    a.unlock();
+}
+
+// A read_write_lock's read side and a permit are told at once too; another reader joining the
+// hash the holder reads is not a loss.
+TEST(loss_told_more, a_read_hold_and_a_permit_are_told_at_once_and_a_new_reader_is_no_loss) {
+    redis_server s;
+    rlock_test::lost_log lost;
+    rlock::client_options o = s.options();
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o), other(s.options());
+    rlock::read_write_lock rw(c, "told:rw"), rw2(other, "told:rw");
+    rw.lock_shared();
+    std::this_thread::sleep_for(150ms);
+    rw2.lock_shared();  // another reader: the hash changes
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+    rw2.unlock_shared();
+    auto start = steady::now();
+    s.cmd({"DEL", "told:rw"});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() == 1; }, 20s));
+    EXPECT_LT(steady::now() - start, 2s);
+    rw.unlock_shared();
+
+    rlock::permit_expirable_semaphore sem(c, "told:permits");
+    ASSERT_TRUE(sem.try_set_permits(2));
+    rlock::permit p = sem.acquire();
+    std::this_thread::sleep_for(150ms);
+    start = steady::now();
+    s.cmd({"DEL", "{told:permits}:timeout"});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() == 2; }, 20s));
+    EXPECT_LT(steady::now() - start, 2s);
+    EXPECT_TRUE(p.lost());
+}
+
+// The server's maxmemory-policy may evict lock keys (anything but noeviction): the listener
+// is told once, at connect.
+TEST(loss_told_more, an_evicting_maxmemory_policy_is_told_once) {
+    redis_server s;
+    s.cmd({"CONFIG", "SET", "maxmemory-policy", "volatile-lru"});
+    struct notices : rlock::lock_listener {
+        std::mutex mu;
+        std::vector<std::string> told;
+        void notice(const rlock::notice_event& e) override {
+            std::lock_guard<std::mutex> g(mu);
+            told.emplace_back(e.message);
+        }
+    };
+    auto n = std::make_shared<notices>();
+    rlock::client_options o = s.options();
+    o.listener = n;
+    {
+        rlock::client c(o);
+        rlock::mutex m(c, "told:evict");
+        m.lock();
+        m.unlock();
+    }
+    auto told = [&] {
+        std::lock_guard<std::mutex> g(n->mu);
+        return n->told;
+    };
+    ASSERT_EQ(told().size(), 1u);
+    EXPECT_NE(told()[0].find("volatile-lru"), std::string::npos) << told()[0];
+    s.cmd({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
+    rlock::client quiet(o);
+    EXPECT_EQ(told().size(), 1u);
 }
 
 }  // namespace

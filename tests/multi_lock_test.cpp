@@ -69,6 +69,26 @@ TEST(multi_lock, parts_of_one_node_are_taken_and_released_in_one_script_each) {
     EXPECT_EQ(server().integer({"EXISTS", name(":a"), name(":b"), name(":r")}), 0);
 }
 
+// Issue 34: with the watchdog at its default 30 s, a part deleted is told at once (the server's
+// invalidation makes its client renew it), not at the next tick 10 s later.
+TEST(multi_lock, a_part_deleted_is_told_at_once) {
+    rlock_test::lost_log lost;
+    rlock::client_options o = server().options();
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    rlock::mutex a(c, name(":a"));
+    rlock::reentrant_lock b(c, name(":b"));
+    rlock::multi_lock both{a, b};
+    both.lock();
+    std::this_thread::sleep_for(300ms);  // armed
+    const auto start = std::chrono::steady_clock::now();
+    server().cmd({"DEL", name(":b")});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() > 0; }, 15s));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+    EXPECT_TRUE(both.lost());
+    both.unlock();
+}
+
 TEST(multi_lock, opposite_orders_in_two_processes_never_deadlock) {
     const std::string counter = name(":counter");
     server().cmd({"DEL", counter});

@@ -380,4 +380,20 @@ TEST_F(red_lock_test, its_events_tell_one_hold_not_one_per_node) {
     EXPECT_EQ(log->count("acquired"), 1u);
 }
 
+
+// Issue 34: each node's client is told of its key's change at once, so a red_lock whose key is
+// deleted on a majority of its nodes is told within milliseconds, not at the next tick.
+TEST_F(red_lock_test, a_key_deleted_on_a_majority_is_told_at_once) {
+    auto clients = make_clients(30s, 300ms);
+    rlock::red_lock lock(raw(clients), name());
+    lock.lock();
+    std::this_thread::sleep_for(300ms);  // armed on every node
+    const auto start = steady::now();
+    for (int i = 0; i < 3; ++i) servers[i]->cmd({"DEL", name()});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() > 0; }, 15s));
+    EXPECT_LT(steady::now() - start, 2s);
+    EXPECT_TRUE(lock.lost());
+    lock.unlock();
+}
+
 }  // namespace

@@ -556,7 +556,9 @@ TEST(semaphore, a_failing_call_with_a_capacity_leaves_redis_exactly_as_it_was) {
                 EXPECT_EQ(e.lock(), name()) << e.what();
                 EXPECT_EQ(e.server(), c.server()) << e.what();
             }
-            if (top) EXPECT_THROW((void)s.add_permits(1), rlock::error);
+            if (top) {
+                EXPECT_THROW((void)s.add_permits(1), rlock::error);
+            }
             expect_unchanged(before, snapshot(own));
         }
     }

@@ -88,6 +88,15 @@ struct wait_ended_event {
     bool cancelled = false;
 };
 
+/// Something about the client's setup an operator should know, told once per client: the
+/// server's maxmemory-policy can evict lock keys (a lock that can be evicted is not a lock),
+/// or the server refused the key-change notifications that tell a lost hold at once (CLIENT
+/// TRACKING: an ACL, an old server), so losses are found by the watchdog's renewals as before.
+struct notice_event {
+    std::string_view server;
+    std::string_view message;
+};
+
 /// Receives a client's events. Override what you need; the rest do nothing.
 ///
 /// Each runs on the thread the event happens on, under no rlock-internal lock, while that
@@ -95,7 +104,8 @@ struct wait_ended_event {
 /// asynchronous acquire, the client's engine thread, before its completion); released_event
 /// on the unlocking thread (the engine's for async_unlock); renewed_event,
 /// renewal_refused_event and lost_event on the watchdog thread (a loss found at unlock: on the
-/// unlocking thread). So a listener must not block, and must be thread-safe; what it throws
+/// unlocking thread); notice_event on the thread constructing the client, or the watchdog's
+/// or the subscriber's. So a listener must not block, and must be thread-safe; what it throws
 /// is dropped. The views in an event are valid during the call only.
 ///
 /// Without a listener nothing is measured: no clock is read and no event is made.
@@ -108,6 +118,7 @@ public:
     virtual void renewal_refused(const renewal_refused_event& /*e*/) {}
     virtual void lost(const lost_event& /*e*/) {}
     virtual void wait_ended(const wait_ended_event& /*e*/) {}
+    virtual void notice(const notice_event& /*e*/) {}
 };
 
 }  // namespace rlock

@@ -45,6 +45,11 @@ inline bool connection_error(rlock::errc e) {
 }
 
 /// A lock name unique to the running test (and type parameter).
+/// The PUBSUB CHANNELS pattern of every lock's and synchronizer's channel: each names its key in
+/// braces. A client's own subscription to `__redis__:invalidate` (losses told at once) does not
+/// match: it lasts as long as the client.
+inline constexpr const char* lock_channels = "*{*";
+
 inline std::string test_lock_name(const char* suffix = "") {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     std::string n = std::string(info->test_suite_name()) + "." + info->name();

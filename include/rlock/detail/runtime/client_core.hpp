@@ -29,6 +29,7 @@
 #include "rlock/detail/runtime/count_memory.hpp"
 #include "rlock/detail/runtime/engine.hpp"
 #include "rlock/detail/runtime/event_sink.hpp"
+#include "rlock/detail/runtime/loss_watch.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
 #include "rlock/detail/runtime/watchdog.hpp"
@@ -110,7 +111,7 @@ public:
           reg(ep.options.on_lock_lost),
           gates({ep.options.local_handoff_passes,
                  std::chrono::duration_cast<std::chrono::microseconds>(ep.options.local_handoff_time)}),
-          watchdog_(ep, pool, reg) {
+          watchdog_(ep, pool, reg, &route_) {
         pool.on_broken = [this] { verify_holds_soon(); };
         // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
         pool.run("", on_break::retry, [&](const connection& c) { return run_command(c, {"PING"}, "", ep.name); });
@@ -121,7 +122,10 @@ public:
                 case client_options::pubsub::classic: ep.sharded_pubsub = false; break;
             }
         }
-        sub = std::make_unique<subscriber>(ep, [this] { verify_holds_soon(); });
+        sub = std::make_unique<subscriber>(
+            ep, [this] { verify_holds_soon(); }, &route_,
+            [this](const std::vector<std::string>& keys, bool flushed) { watchdog_.suspect(keys, flushed); });
+        warn_if_evicting();
         if (!ep.options.sentinels.empty()) {
             sentinel = std::make_unique<sentinel_watch>(ep, [this] {
                 pool.drop_idle();
@@ -148,6 +152,29 @@ public:
     }
 
     void start() { watchdog_.start(shared_from_this()); }
+
+    /// Tells the listener (notice_event), once, when the server may evict lock keys under
+    /// memory pressure: any maxmemory-policy but noeviction (a volatile-* policy picks among
+    /// keys with a TTL, which every lock key has). A lock that can be evicted is not a lock.
+    /// Nothing is told when the server will not say (an ACL without CONFIG, a managed Redis).
+    void warn_if_evicting() {
+        if (!events.on()) return;
+        try {
+            const std::string policy = pool.run("", on_break::retry, [&](const connection& c) {
+                reply_ptr r = command(c, {"CONFIG", "GET", "maxmemory-policy"});
+                if (!r) throw make_error(c, nullptr, "", ep.name);
+                if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) return std::string();
+                return std::string(reply_text(r->element[1]));
+            });
+            if (!policy.empty() && policy != "noeviction") {
+                events.notice(ep.name, "the server's maxmemory-policy is " + policy +
+                                           ": under memory pressure it may evict lock keys, and a lock "
+                                           "whose key is evicted is free for another holder (set "
+                                           "noeviction; docs/guarantees.md)");
+            }
+        } catch (const error&) {  // not told: the client works as well without it
+        }
+    }
 
     /// Stops the threads: the watchdog is asked first, so that its last tick ends while the
     /// sentinel watch stops; the subscriber, which calls into the watchdog, goes last.
@@ -263,6 +290,9 @@ private:
         return courtesy_until_[std::hash<std::string_view>{}(lock) % courtesy_until_.size()];
     }
     mutable std::array<std::atomic<clock::rep>, 64> courtesy_until_{};  // steady_clock ticks
+    // Where the server's invalidations go (loss_watch.hpp): shared by the subscriber, which
+    // listens for them, and the watchdog, whose connection is tracked.
+    tracking_route route_;
     // Before the threads that call into it (the subscriber's and the sentinel watch's
     // callbacks ask for a verify tick), so that it outlives them.
     watchdog watchdog_;

@@ -56,6 +56,11 @@ public:
         tell([&] { l_->wait_ended(wait_ended_event{lock, kind, since(s.began), s.tries, cancelled}); });
     }
 
+    void notice(std::string_view server, std::string_view message) const noexcept {
+        if (!l_) return;
+        tell([&] { l_->notice(notice_event{server, message}); });
+    }
+
     /// The client's on_lock_lost as the core calls it: with a listener, each report is first
     /// told as an event (a refused renewal as renewal_refused, any other as lost), then to
     /// `handler`. Every report the core makes goes through on_lock_lost, so this is the one

@@ -86,6 +86,8 @@ struct hold {
     bool in_flight = false;     // inside a watchdog renewal batch right now
     bool released = false;      // unlocked: no renewal, no report
     bool refused = false;       // a renewal was refused with an error; the owner was told
+    bool armed = false;         // its key read on the watchdog's tracked connection since the
+                                // last write there (loss_watch.hpp)
 };
 
 /// Where the registry finds a hold: a thread's by kind, thread and name; a handle's (thread 0),
@@ -246,21 +248,46 @@ public:
     /// Holds whose lease has already run out by this client's clock are lost for good (lost()
     /// has been saying so): they are not renewed, even if Redis still has them, and go to
     /// `expired` when their owner has not been told yet.
-    std::vector<hold_ptr> take_watched(std::vector<hold_ptr>& expired) {
+    /// `pick(hold)`, under the registry's lock: only those it is true for are taken (a tick
+    /// for some holds only: loss_watch.hpp); every expired one is told either way.
+    template <class Pick>
+    std::vector<hold_ptr> take_watched(std::vector<hold_ptr>& expired, Pick&& pick) {
         std::vector<hold_ptr> out;
         std::lock_guard<std::mutex> g(mu_);
         const auto now = clock::now();
-        out.reserve(holds_.size());
         for (auto& [k, h] : holds_) {
             if (!h->watched || h->released || (h->lost && h->told)) continue;
             if (h->lost || now >= h->expires) {
                 if (mark_lost_locked(*h)) expired.push_back(h);
                 continue;
             }
+            if (!pick(static_cast<const hold&>(*h))) continue;
             h->in_flight = true;
             out.push_back(h);
         }
         return out;
+    }
+    std::vector<hold_ptr> take_watched(std::vector<hold_ptr>& expired) {
+        return take_watched(expired, [](const hold&) { return true; });
+    }
+
+    /// The watched holds in force whose key has not been read on the tracked connection yet.
+    std::vector<hold_ptr> unarmed() const {
+        std::vector<hold_ptr> out;
+        std::lock_guard<std::mutex> g(mu_);
+        for (const auto& [k, h] : holds_) {
+            if (h->watched && !h->armed && !h->released && !h->lost) out.push_back(h);
+        }
+        return out;
+    }
+
+    /// `holds` were read on a connection whose keys the server tracks (loss_watch.hpp): a
+    /// change of their keys will be told.
+    void armed(const std::vector<hold_ptr>& holds, const std::vector<char>& which) {
+        std::lock_guard<std::mutex> g(mu_);
+        for (std::size_t i = 0; i < holds.size(); ++i) {
+            if (which[i]) holds[i]->armed = true;
+        }
     }
 
     /// Ends a renewal batch: ok[i] says whether holds[i] was renewed; a hold that was not is

@@ -42,6 +42,8 @@
 #include "rlock/detail/redis/connect.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/wake_pipe.hpp"
+#include "rlock/detail/runtime/event_sink.hpp"
+#include "rlock/detail/runtime/loss_watch.hpp"
 
 namespace rlock::detail {
 
@@ -91,10 +93,19 @@ class subscriber {
     }
 
 public:
+    /// Called with the keys of one invalidation, or with none and `flushed` (FLUSHALL,
+    /// FLUSHDB: every key), on the subscriber's thread.
+    using invalidated = std::function<void(const std::vector<std::string>& keys, bool flushed)>;
+
     /// `on_reconnect` is called on the subscriber's thread each time its connection is made,
     /// the first time included (the server may have restarted and lost data meanwhile).
-    explicit subscriber(const endpoint& ep, std::function<void()> on_reconnect = {})
-        : ep_(ep), on_reconnect_(std::move(on_reconnect)), wake_(ep.name) {
+    /// With `route` (not in a Redis Cluster), the connection also listens for the server's
+    /// invalidations (loss_watch.hpp): `route` says where they go, `on_invalidated` hears them.
+    explicit subscriber(const endpoint& ep, std::function<void()> on_reconnect = {},
+                        tracking_route* route = nullptr, invalidated on_invalidated = {})
+        : ep_(ep), on_reconnect_(std::move(on_reconnect)),
+          route_(ep.slots ? nullptr : route), on_invalidated_(std::move(on_invalidated)),
+          events_(ep.options.listener), wake_(ep.name) {
         thread_ = std::thread([this] {
             if (ep_.slots && ep_.sharded_pubsub) {
                 run_sharded();
@@ -335,6 +346,7 @@ private:
             // starts with the client, and a busy machine may run it late).
             if (on_reconnect_) on_reconnect_();
             sent_.clear();
+            if (route_ && !listen_for_invalidations(c.get())) continue;  // broken: again
             {
                 std::lock_guard<std::mutex> g(mu_);
                 pending_.clear();
@@ -342,9 +354,46 @@ private:
                 wake_all_locked();
             }
             serve(c.get(), epoch);
+            if (route_ && route_->client_id.exchange(0) != 0) ++route_->epoch;
             std::lock_guard<std::mutex> g(mu_);
             wake_all_locked();
         }
+    }
+
+    // Asks the connection's CLIENT ID and queues its SUBSCRIBE to the invalidations' channel
+    // (route_ names the id once the server confirms it). False when the connection broke; a
+    // server that refuses (an ACL, a server before Redis 6) leaves detection off, told once.
+    bool listen_for_invalidations(redisContext* c) {
+        reply_ptr id = command(c, {"CLIENT", "ID"});
+        if (!id) return false;
+        if (id->type != REDIS_REPLY_INTEGER) {
+            detection_off(std::string("CLIENT ID was refused: ") + std::string(reply_text(id.get())));
+            return true;
+        }
+        id_asked_ = id->integer;
+        const char* argv[2] = {"SUBSCRIBE", tracking_route::channel};
+        const std::size_t lens[2] = {9, std::char_traits<char>::length(tracking_route::channel)};
+        if (append_command(c, 2, argv, lens) != REDIS_OK) return false;
+        sent_.emplace_back(tracking_route::channel, true);
+        return true;
+    }
+
+    // Tells the client's listener, once, that losses are found by the watchdog alone.
+    void detection_off(const std::string& why) {
+        if (route_->told_off.exchange(true)) return;
+        events_.notice(ep_.name, "losses are found by the watchdog's renewals only (server-assisted "
+                                 "detection is off): " + why);
+    }
+
+    // An invalidation (loss_watch.hpp): the keys a message names, or a flush (a null array).
+    void on_invalidation(const redisReply* payload) {
+        if (!on_invalidated_) return;
+        std::vector<std::string> keys;
+        if (payload->type == REDIS_REPLY_ARRAY) {
+            keys.reserve(payload->elements);
+            for (std::size_t i = 0; i < payload->elements; ++i) keys.emplace_back(reply_text(payload->element[i]));
+        }
+        on_invalidated_(keys, payload->type != REDIS_REPLY_ARRAY);
     }
 
     // The queued channels, each with whether it is wanted (subscribe) or not any more
@@ -410,11 +459,27 @@ private:
             if (sent_.empty()) return;
             auto [name, sub] = std::move(sent_.front());
             sent_.pop_front();
+            if (route_ && name == tracking_route::channel) {
+                detection_off("SUBSCRIBE " + name + " was refused: " + std::string(reply_text(r)));
+                return;
+            }
             if (sub && !awaiting(sent_, name)) refused(name, reply_text(r));
             return;
         }
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
         const std::string_view kind = reply_text(r->element[0]);
+        if (route_ && reply_text(r->element[1]) == tracking_route::channel) {
+            if (kind == "message") {
+                on_invalidation(r->element[2]);
+            } else if (kind == "subscribe" && take_sent(sent_, tracking_route::channel, true)) {
+                // Listening: the watchdog may redirect its connection's invalidations here, and
+                // reads every hold again (told as a flush: any key may have changed unseen).
+                route_->client_id = id_asked_;
+                ++route_->epoch;
+                if (on_invalidated_) on_invalidated_({}, true);
+            }
+            return;
+        }
         const std::string name(reply_text(r->element[1]));
         if (kind == "subscribe" || kind == "unsubscribe") {
             (void)take_sent(sent_, name, kind == "subscribe");
@@ -661,6 +726,10 @@ private:
 
     const endpoint& ep_;
     const std::function<void()> on_reconnect_;
+    tracking_route* const route_;  // null: no invalidations (a cluster, or not asked for)
+    const invalidated on_invalidated_;
+    const event_sink events_;
+    long long id_asked_ = 0;  // the thread's own: this connection's CLIENT ID
     mutable std::mutex mu_;
     std::unordered_map<std::string, std::unique_ptr<channel_state>> channels_;
     std::vector<std::string> pending_;

@@ -1,7 +1,10 @@
 // The watchdog: one thread per client that renews every watched hold each
 // lock_watchdog_timeout / 3, in batched scripts pipelined per server, and tells the owner of
 // each hold it finds lost. A broken connection asks it for a tick at once (verify_soon): the
-// server may have come back without the holds.
+// server may have come back without the holds. Where the server tells key changes
+// (loss_watch.hpp), its connection reads every hold's key after renewing it, and an
+// invalidation of a held key asks it to renew that hold at once (suspect): a hold deleted,
+// overwritten, flushed or expired is told within milliseconds.
 #pragma once
 
 #include <hiredis/hiredis.h>
@@ -25,6 +28,7 @@
 #include "rlock/detail/redis/pool.hpp"
 #include "rlock/detail/redis/script.hpp"
 #include "rlock/detail/runtime/event_sink.hpp"
+#include "rlock/detail/runtime/loss_watch.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/errors.hpp"
 
@@ -35,8 +39,13 @@ public:
     using clock = std::chrono::steady_clock;
     static constexpr std::size_t renew_batch = 100;
 
-    watchdog(const endpoint& ep, detail::pool& p, registry& reg)
-        : ep(ep), pool(p), reg(reg), events_(ep.options.listener) {}
+    /// How soon a hold newly taken is read on the tracked connection (armed), once it still
+    /// exists: holds shorter than this never cost the server a read.
+    static constexpr std::chrono::milliseconds arm_delay{25};
+
+    /// `route`: where the server's invalidations go (null, or a cluster: none).
+    watchdog(const endpoint& ep, detail::pool& p, registry& reg, tracking_route* route = nullptr)
+        : ep(ep), pool(p), reg(reg), events_(ep.options.listener), route_(ep.slots ? nullptr : route) {}
     watchdog(const watchdog&) = delete;
     watchdog& operator=(const watchdog&) = delete;
 
@@ -76,15 +85,55 @@ public:
         cv_.notify_all();
     }
 
+    /// The server invalidated `keys` (or, `flushed`, every key): the holds of those keys are
+    /// renewed now, which tells the owner of one that is gone (on the subscriber's thread).
+    void suspect(const std::vector<std::string>& keys, bool flushed) noexcept {
+        try {
+            std::lock_guard<std::mutex> g(mu_);
+            if (flushed) {
+                verify_ = true;
+            } else {
+                suspects_.insert(suspects_.end(), keys.begin(), keys.end());
+            }
+        } catch (...) {  // bad_alloc: every hold, then
+            std::lock_guard<std::mutex> g(mu_);
+            verify_ = true;
+        }
+        cv_.notify_all();
+    }
+
     /// One watchdog tick: renews every watched hold, in batches of up to `renew_batch` holds of
     /// one kind (and, in a cluster, one slot) per script call, all calls to one server
     /// pipelined: on the watchdog's connection, or (Redis Cluster) on a pooled connection to
     /// each master. `conn_epoch` is the endpoint epoch `conn` was opened in (Sentinel: a stale
     /// one is replaced). False when a connection failed (not when a hold was gone, nor on an
     /// error reply): then the watchdog tries again soon.
+    /// Which holds a tick renews: every one (a period's tick, a verify), or those whose key was
+    /// invalidated.
+    struct selection {
+        bool all = true;
+        std::vector<std::string> keys;  // sorted
+        bool tracks = true;  // the connection is tracked and the holds armed (loss_watch.hpp)
+
+        bool picks(const hold& h) const {
+            if (all) return true;
+            const std::string& key = h.key.empty() ? h.name : h.key;
+            return std::binary_search(keys.begin(), keys.end(), key) ||
+                   (!h.key.empty() && std::binary_search(keys.begin(), keys.end(), h.name));
+        }
+    };
+
+    /// One tick of every hold on `conn`, without tracking (bench/footprint times it from its
+    /// own thread: the tracking state is the watchdog thread's).
     bool renew_all(context_ptr& conn, std::uint64_t& conn_epoch) {
+        selection all;
+        all.tracks = false;
+        return renew_all(conn, conn_epoch, all);
+    }
+    bool renew_all(context_ptr& conn, std::uint64_t& conn_epoch, const selection& pick) {
         std::vector<registry::hold_ptr> expired;
-        std::vector<registry::hold_ptr> holds = reg.take_watched(expired);
+        std::vector<registry::hold_ptr> holds =
+            reg.take_watched(expired, [&](const hold& h) { return pick.picks(h); });
         for (const auto& h : expired) {
             reg.tell_hold(*h, error(errc::lock_lost, h->name, ep.name,
                                 "the lease ran out before the watchdog could renew it"));
@@ -97,15 +146,18 @@ public:
             renew_in_cluster(holds, r);
         } else {
             try {
-                if (!conn || closed_while_idle(conn.get()) || conn_epoch != ep.epoch.load()) {
-                    conn.reset();
-                    conn_epoch = ep.epoch.load();
-                    conn = connect(ep);
+                ensure_open(conn, conn_epoch, pick.tracks);
+                const bool tracked = pick.tracks && track(conn.get());
+                if (tracked && !pick.all && rearm_) {
+                    // Tracking began again with this tick: every hold is renewed and read.
+                    std::lock_guard<std::mutex> g(mu_);
+                    verify_ = true;
                 }
                 std::vector<batch*> all;
                 for (batch& b : r.batches) all.push_back(&b);
                 const connection c{conn.get()};
                 send_batches(c, all, holds, r, nullptr);
+                if (tracked) arm(c, holds, r.ok);
                 // Replica sync: a shortfall is not a loss (the renewals are on the master).
                 if (ep.options.sync_replicas > 0) wait_for_replicas(c, ep, "");
             } catch (const error& e) {
@@ -169,6 +221,109 @@ private:
         // were left for want of time
         bool retry_soon = false;
     };
+
+    /// The watchdog's connection, (re)opened when it is missing, was closed, or belongs to an
+    /// endpoint epoch gone by (Sentinel). `tracks`: the watchdog thread's own (not a bench's).
+    void ensure_open(context_ptr& conn, std::uint64_t& conn_epoch, bool tracks) {
+        if (conn && !closed_while_idle(conn.get()) && conn_epoch == ep.epoch.load()) return;
+        conn.reset();
+        conn_epoch = ep.epoch.load();
+        conn = connect(ep);
+        if (tracks) ++conn_serial_;
+    }
+
+    /// Arms the watched holds not armed yet (taken since the last pass): a read of their keys
+    /// on the tracked connection, no renewal. A key already gone (fewer exist than asked) makes
+    /// its hold a suspect, renewed at once. False when the server could not be reached.
+    bool arm_fresh(context_ptr& conn, std::uint64_t& conn_epoch) {
+        std::vector<registry::hold_ptr> fresh = reg.unarmed();
+        if (fresh.empty()) return true;
+        try {
+            ensure_open(conn, conn_epoch, true);
+            if (!track(conn.get())) return true;
+            if (rearm_) {
+                // Tracking began again with this pass: every hold is renewed and read.
+                std::lock_guard<std::mutex> g(mu_);
+                verify_ = true;
+                return true;
+            }
+            arm(connection{conn.get()}, fresh, std::vector<char>(fresh.size(), 1));
+            return true;
+        } catch (const error& e) {
+            if (conn && (conn->err || e.value() == errc::connection_failed)) conn.reset();
+            return false;
+        }
+    }
+
+    /// Turns tracking on for `c` (invalidations to the subscriber's connection, the
+    /// connection's own writes not told) when it is not on yet for this connection and the
+    /// route's current epoch. True when `c` is tracked. A refusal (an ACL, a server before
+    /// Redis 6) leaves detection off until the route changes, told once; a broken connection
+    /// throws.
+    bool track(redisContext* c) {
+        if (!route_) return false;
+        const std::uint64_t epoch = route_->epoch.load();
+        if (tracked_serial_ == conn_serial_ && tracked_epoch_ == epoch) return tracking_;
+        tracked_serial_ = conn_serial_;
+        tracked_epoch_ = epoch;
+        tracking_ = false;
+        refused_ = false;
+        const long long to = route_->client_id.load();
+        if (to == 0) return false;
+        const std::string id = std::to_string(to);
+        reply_ptr r = command(c, {"CLIENT", "TRACKING", "on", "REDIRECT", id, "NOLOOP"});
+        if (!r) throw make_error(c, nullptr, "", ep.name);
+        if (r->type == REDIS_REPLY_ERROR) {
+            // The subscriber's connection is gone (a failover or a restart it has not followed
+            // yet): its next connection moves the route on, and this is asked again then.
+            if (reply_text(r.get()).find("does not exist") != std::string_view::npos) return false;
+            refused_ = true;
+            if (!route_->told_off.exchange(true)) {
+                events_.notice(ep.name, "losses are found by the watchdog's renewals only (server-assisted "
+                                        "detection is off): CLIENT TRACKING was refused: " +
+                                            std::string(reply_text(r.get())));
+            }
+            return false;
+        }
+        tracking_ = true;
+        // Tracking again after a break (another connection, or invalidations that went to a
+        // subscriber connection gone by): what changed meanwhile was not told, so every hold is
+        // renewed. The first time, nothing was armed: the holds are read as they come.
+        rearm_ = ever_tracked_;
+        ever_tracked_ = true;
+        return true;
+    }
+
+    /// Reads the keys of `holds` (those `ok` says) on the tracked connection `c` — after their
+    /// renewal (a write there stops the server tracking them for it), or newly taken: from now
+    /// on their change is told.
+    void arm(const connection& c, const std::vector<registry::hold_ptr>& holds, const std::vector<char>& ok) {
+        std::vector<std::string_view> argv{"EXISTS"};
+        std::vector<char> which(holds.size(), 0);
+        for (std::size_t i = 0; i < holds.size(); ++i) {
+            if (!ok[i]) continue;
+            which[i] = 1;
+            argv.push_back(holds[i]->key.empty() ? holds[i]->name : holds[i]->key);
+        }
+        if (argv.size() == 1) return;
+        std::vector<const char*> args;
+        std::vector<std::size_t> lens;
+        for (std::string_view a : argv) {
+            args.push_back(a.data());
+            lens.push_back(a.size());
+        }
+        reply_ptr reply = command_argv(c, static_cast<int>(args.size()), args.data(), lens.data());
+        if (!reply) throw make_error(c, nullptr, "", ep.name);
+        if (reply->type != REDIS_REPLY_INTEGER) return;
+        reg.armed(holds, which);
+        if (reply->integer < static_cast<long long>(argv.size() - 1)) {
+            // A key went between its renewal and this read (no invalidation comes for that:
+            // the renewal's write had stopped the tracking): renewed again at once, which
+            // tells whose.
+            std::lock_guard<std::mutex> g(mu_);
+            for (std::size_t i = 1; i < argv.size(); ++i) suspects_.emplace_back(argv[i]);
+        }
+    }
 
     /// Sorts `holds` by slot (in a cluster) and kind, and cuts them into script calls.
     void make_batches(std::vector<registry::hold_ptr>& holds, renewal& r) const {
@@ -348,13 +503,34 @@ private:
         auto next = clock::now() + period;
         std::unique_lock<std::mutex> g(mu_);
         while (!stop_) {
-            cv_.wait_until(g, next, [&] { return stop_ || verify_; });
+            // While the server can tell key changes, holds are armed arm_delay after they are
+            // taken, and a killed connection is noticed that soon.
+            // Not while the tracked connection is refused or the server out of reach: those
+            // ticks would only repeat what failed.
+            const bool watching = route_ && route_->client_id.load() != 0 && !failing_ &&
+                                  !(refused_ && tracked_epoch_ == route_->epoch.load());
+            const auto wake = watching ? std::min(next, clock::now() + arm_delay) : next;
+            cv_.wait_until(g, wake, [&] { return stop_ || verify_ || !suspects_.empty(); });
             if (stop_) break;
-            // An early tick (verify_holds_soon) leaves the schedule as it was.
-            const bool early = verify_ && clock::now() < next;
+            const auto now = clock::now();
+            selection pick;
+            pick.all = verify_ || now >= next ||
+                       (watching && ever_tracked_ && route_->epoch.load() != tracked_epoch_) ||
+                       (conn && closed_while_idle(conn.get()));
+            if (!pick.all) {
+                pick.keys = std::move(suspects_);
+                std::sort(pick.keys.begin(), pick.keys.end());
+            }
+            suspects_.clear();
+            // An early tick (verify_holds_soon, an invalidation, arming) leaves the schedule as
+            // it was.
+            const bool early = now < next;
             verify_ = false;
+            rearm_ = false;
             g.unlock();
-            const bool sent = renew_all(conn, conn_epoch);
+            bool sent = pick.all || !pick.keys.empty() ? renew_all(conn, conn_epoch, pick) : true;
+            if (sent && watching && !pick.all) sent = arm_fresh(conn, conn_epoch);
+            failing_ = !sent;
             g.lock();
             if (!sent) {
                 next = clock::now() + retry;
@@ -372,6 +548,17 @@ private:
     std::condition_variable cv_;
     bool stop_ = false;
     bool verify_ = false;  // verify_soon() asked for a tick now
+    std::vector<std::string> suspects_;  // keys invalidated since the last tick
+    // Server-assisted detection (loss_watch.hpp); the rest is the watchdog thread's own.
+    tracking_route* const route_;
+    std::uint64_t conn_serial_ = 0;     // bumped for each new connection
+    std::uint64_t tracked_serial_ = 0;  // the connection and route epoch tracking was set for
+    std::uint64_t tracked_epoch_ = 0;
+    bool tracking_ = false;             // on for that connection and epoch
+    bool rearm_ = false;                // it has just been turned on again: every hold is read
+    bool ever_tracked_ = false;         // it has been on before
+    bool refused_ = false;              // the server refused it for that connection and epoch
+    bool failing_ = false;              // the last tick could not reach the server
     std::thread thread_;
 };
 

@@ -1,0 +1,31 @@
+// Server-assisted loss detection (docs/design.md, "Losses told at once"): the server tells the
+// client when a key it read changes (CLIENT TRACKING), so that a hold deleted, overwritten,
+// flushed or expired is told within milliseconds rather than at the next watchdog tick.
+//
+// The watchdog's connection reads every watched hold's key after renewing it (tracking on,
+// invalidations redirected to the subscriber's connection, its own writes not told: NOLOOP);
+// the subscriber receives each invalidation as a `__redis__:invalidate` message and hands the
+// keys to the watchdog, which renews those holds at once — a renewal that finds a hold gone
+// tells its owner. tracking_route is what the two threads share.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace rlock::detail {
+
+/// Where the server sends invalidations, as the subscriber sets it and the watchdog reads it.
+struct tracking_route {
+    /// The subscriber connection's CLIENT ID once it listens on `__redis__:invalidate`; 0 while
+    /// it does not (reconnecting, a Redis Cluster, the server refused).
+    std::atomic<long long> client_id{0};
+    /// Bumped at each change of client_id: the watchdog's connection must be redirected again,
+    /// and every hold read again (an invalidation may have gone by unseen).
+    std::atomic<std::uint64_t> epoch{0};
+    /// The client's listener has been told that detection is off (notice_event): once.
+    std::atomic<bool> told_off{false};
+
+    static constexpr const char* channel = "__redis__:invalidate";
+};
+
+}  // namespace rlock::detail
