@@ -271,12 +271,15 @@ public:
         return take_watched(expired, [](const hold&) { return true; });
     }
 
-    /// The watched holds in force whose key has not been read on the tracked connection yet.
-    std::vector<hold_ptr> unarmed() const {
+    /// The watched holds in force whose key has not been read on the tracked connection yet,
+    /// taken (their acquire sent) at `taken_by` or before.
+    std::vector<hold_ptr> unarmed(clock::time_point taken_by) const {
         std::vector<hold_ptr> out;
         std::lock_guard<std::mutex> g(mu_);
         for (const auto& [k, h] : holds_) {
-            if (h->watched && !h->armed && !h->released && !h->lost) out.push_back(h);
+            if (h->watched && !h->armed && !h->released && !h->lost && h->expires - h->lease <= taken_by) {
+                out.push_back(h);
+            }
         }
         return out;
     }

@@ -232,11 +232,12 @@ private:
         if (tracks) ++conn_serial_;
     }
 
-    /// Arms the watched holds not armed yet (taken since the last pass): a read of their keys
+    /// Arms the watched holds not armed yet and taken arm_delay ago or more: a read of their keys
     /// on the tracked connection, no renewal. A key already gone (fewer exist than asked) makes
     /// its hold a suspect, renewed at once. False when the server could not be reached.
     bool arm_fresh(context_ptr& conn, std::uint64_t& conn_epoch) {
-        std::vector<registry::hold_ptr> fresh = reg.unarmed();
+        // Those taken arm_delay ago or more: most holds are released sooner, at no cost here.
+        std::vector<registry::hold_ptr> fresh = reg.unarmed(clock::now() - arm_delay);
         if (fresh.empty()) return true;
         try {
             ensure_open(conn, conn_epoch, true);
