@@ -11,6 +11,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "rlock/detail/runtime/event_sink.hpp"
 
 namespace rlock::detail {
 
@@ -26,6 +30,14 @@ struct tracking_route {
     std::atomic<bool> told_off{false};
 
     static constexpr const char* channel = "__redis__:invalidate";
+
+    /// Tells `events`, once per client, that the server refused what detection needs (`why`):
+    /// losses are found by the watchdog's ticks alone.
+    void tell_off(const event_sink& events, std::string_view server, std::string_view why) {
+        if (told_off.exchange(true)) return;
+        events.notice(server, "losses are found by the watchdog's renewals only (server-assisted "
+                              "detection is off): " + std::string(why));
+    }
 };
 
 }  // namespace rlock::detail

@@ -379,11 +379,7 @@ private:
     }
 
     // Tells the client's listener, once, that losses are found by the watchdog alone.
-    void detection_off(const std::string& why) {
-        if (route_->told_off.exchange(true)) return;
-        events_.notice(ep_.name, "losses are found by the watchdog's renewals only (server-assisted "
-                                 "detection is off): " + why);
-    }
+    void detection_off(const std::string& why) { route_->tell_off(events_, ep_.name, why); }
 
     // An invalidation (loss_watch.hpp): the keys a message names, or a flush (a null array).
     void on_invalidation(const redisReply* payload) {

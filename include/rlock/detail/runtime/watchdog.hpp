@@ -279,11 +279,7 @@ private:
             // yet): its next connection moves the route on, and this is asked again then.
             if (reply_text(r.get()).find("does not exist") != std::string_view::npos) return false;
             refused_ = true;
-            if (!route_->told_off.exchange(true)) {
-                events_.notice(ep.name, "losses are found by the watchdog's renewals only (server-assisted "
-                                        "detection is off): CLIENT TRACKING was refused: " +
-                                            std::string(reply_text(r.get())));
-            }
+            route_->tell_off(events_, ep.name, "CLIENT TRACKING was refused: " + std::string(reply_text(r.get())));
             return false;
         }
         tracking_ = true;
