@@ -468,11 +468,12 @@ private:
             if (kind == "message") {
                 on_invalidation(r->element[2]);
             } else if (kind == "subscribe" && take_sent(sent_, tracking_route::channel, true)) {
-                // Listening: the watchdog may redirect its connection's invalidations here, and
-                // reads every hold again (told as a flush: any key may have changed unseen).
+                // Listening: the watchdog may redirect its connection's invalidations here (it
+                // is woken to; after a break it renews every hold, whose keys may have changed
+                // unseen).
                 route_->client_id = id_asked_;
                 ++route_->epoch;
-                if (on_invalidated_) on_invalidated_({}, true);
+                if (on_invalidated_) on_invalidated_({}, false);
             }
             return;
         }

@@ -87,9 +87,12 @@ public:
 
     /// The server invalidated `keys` (or, `flushed`, every key): the holds of those keys are
     /// renewed now, which tells the owner of one that is gone (on the subscriber's thread).
+    /// No keys and not `flushed`: only wakes the watchdog (the route has just come up: holds
+    /// are armed from now on).
     void suspect(const std::vector<std::string>& keys, bool flushed) noexcept {
         try {
             std::lock_guard<std::mutex> g(mu_);
+            poke_ = true;
             if (flushed) {
                 verify_ = true;
             } else {
@@ -319,6 +322,7 @@ private:
             // tells whose.
             std::lock_guard<std::mutex> g(mu_);
             for (std::size_t i = 1; i < argv.size(); ++i) suspects_.emplace_back(argv[i]);
+            poke_ = true;
         }
     }
 
@@ -507,7 +511,8 @@ private:
             const bool watching = route_ && route_->client_id.load() != 0 && !failing_ &&
                                   !(refused_ && tracked_epoch_ == route_->epoch.load());
             const auto wake = watching ? std::min(next, clock::now() + arm_delay) : next;
-            cv_.wait_until(g, wake, [&] { return stop_ || verify_ || !suspects_.empty(); });
+            cv_.wait_until(g, wake, [&] { return stop_ || verify_ || poke_; });
+            poke_ = false;
             if (stop_) break;
             const auto now = clock::now();
             selection pick;
@@ -546,6 +551,7 @@ private:
     bool stop_ = false;
     bool verify_ = false;  // verify_soon() asked for a tick now
     std::vector<std::string> suspects_;  // keys invalidated since the last tick
+    bool poke_ = false;                  // suspect() was called: look at once
     // Server-assisted detection (loss_watch.hpp); the rest is the watchdog thread's own.
     tracking_route* const route_;
     std::uint64_t conn_serial_ = 0;     // bumped for each new connection
