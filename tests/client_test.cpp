@@ -524,6 +524,10 @@ TEST(client_errors, messages_name_the_server_and_the_cause_once) {
 
 // ---- Events (client_options::listener, events.hpp) -----------------------------------------
 
+/// A wait is measured from the acquisition's start, which comes a few microseconds after the
+/// call set its deadline: a wait that ran out may be told that much under its `wait`.
+constexpr auto waited_margin = std::chrono::milliseconds(2);
+
 template <class Lock>
 class events : public rlock_test::kind_fixture<events<Lock>> {
 protected:
@@ -572,7 +576,7 @@ TYPED_TEST(events, a_lock_tells_its_acquisition_wait_release_and_cancellation) {
     ASSERT_EQ(ended.size(), 1u);
     EXPECT_EQ(ended[0].lock, name);
     EXPECT_EQ(ended[0].kind, this->told_kind());
-    EXPECT_GE(ended[0].wait, 150ms);
+    EXPECT_GE(ended[0].wait, 150ms - waited_margin);
     EXPECT_GE(ended[0].tries, 1u);
     EXPECT_FALSE(ended[0].cancelled);
 
@@ -585,7 +589,7 @@ TYPED_TEST(events, a_lock_tells_its_acquisition_wait_release_and_cancellation) {
     ended = log->of("wait_ended");
     ASSERT_EQ(ended.size(), 2u);
     EXPECT_TRUE(ended[1].cancelled);
-    EXPECT_GE(ended[1].wait, 50ms);
+    EXPECT_GE(ended[1].wait, 50ms - waited_margin);
     std::future<rlock::hold> f = m.async_lock(rlock::use_future);
     std::this_thread::sleep_for(100ms);
     other.unlock();
@@ -593,7 +597,7 @@ TYPED_TEST(events, a_lock_tells_its_acquisition_wait_release_and_cancellation) {
     acquired = log->of("acquired");
     ASSERT_EQ(acquired.size(), 2u);
     EXPECT_EQ(acquired[1].hold_id, h.hold_id());
-    EXPECT_GE(acquired[1].wait, 100ms);
+    EXPECT_GE(acquired[1].wait, 100ms - waited_margin);
     h.unlock();
     released = log->of("released");
     ASSERT_EQ(released.size(), 2u);
@@ -684,8 +688,8 @@ TEST(events_watchdog, semaphores_tell_their_permits_and_waits) {
     auto ended = log->of("wait_ended");
     ASSERT_EQ(ended.size(), 2u);
     EXPECT_EQ(ended[0].kind, "semaphore");
-    EXPECT_GE(ended[0].wait, 100ms);
-    EXPECT_GE(ended[1].wait, 100ms);
+    EXPECT_GE(ended[0].wait, 100ms - waited_margin);
+    EXPECT_GE(ended[1].wait, 100ms - waited_margin);
     EXPECT_GE(ended[1].tries, 1u);
     ASSERT_EQ(log->count("released"), 1u);
 
