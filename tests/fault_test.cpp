@@ -1231,6 +1231,35 @@ TEST(loss_told_more, a_read_hold_and_a_permit_are_told_at_once_and_a_new_reader_
     EXPECT_TRUE(p.lost());
 }
 
+// loss_tracking off: the server tracks nothing for the client (no tracking client), and a
+// deleted hold is still found — by the watchdog's renewal. With it on (the default), the same
+// server counts the client as a tracking client.
+TEST(loss_told_more, turned_off_the_server_tracks_nothing_and_the_watchdog_still_finds_a_loss) {
+    redis_server s;
+    rlock_test::lost_log lost;
+    auto tracking_clients = [&] { return info_value(s.text({"INFO", "clients"}), "tracking_clients"); };
+    {
+        rlock::client on(s.options());
+        rlock::mutex m(on, "told:on");
+        m.lock();
+        EXPECT_TRUE(eventually([&] { return tracking_clients() == 1; })) << "the default tracks";
+        m.unlock();
+    }
+    rlock::client_options o = s.options();
+    o.lock_watchdog_timeout = 600ms;  // renewed every 200 ms
+    o.loss_tracking = false;
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    rlock::mutex m(c, "told:off");
+    m.lock();
+    std::this_thread::sleep_for(300ms);  // a renewal or more
+    EXPECT_EQ(tracking_clients(), 0);
+    s.cmd({"DEL", "told:off"});
+    EXPECT_TRUE(eventually([&] { return lost.calls.load() == 1; }, 5s));
+    EXPECT_TRUE(m.lost());
+    m.unlock();
+}
+
 // The server's maxmemory-policy may evict lock keys (anything but noeviction): the listener
 // is told once, at connect.
 TEST(loss_told_more, an_evicting_maxmemory_policy_is_told_once) {

@@ -128,6 +128,15 @@ struct client_options {
     /// every lock_watchdog_timeout / 3; a client that dies leaves it to expire after this long.
     std::chrono::milliseconds lock_watchdog_timeout{30000};
 
+    /// Losses told at once (docs/design.md): the watchdog's connection asks the server to
+    /// track the keys of the holds it renews (CLIENT TRACKING, invalidations to the
+    /// subscriber's connection), so that a hold whose key is deleted, flushed, overwritten or
+    /// expired is told within milliseconds instead of at the next renewal. Costs one more
+    /// subscription and about 100 bytes of server memory per watched hold. false: a loss is
+    /// found at the watchdog's next renewal or at unlock, as in Redisson. Not used in a
+    /// Cluster (there the watchdog's renewals find a loss).
+    bool loss_tracking = true;
+
     /// Local hand-off (docs/design.md, "Local hand-off"): when a thread of this client unlocks
     /// a mutex that another of its threads waits for, the hold passes to that thread without a
     /// round trip — no release, no unlock message, no new SET NX; the key, its token and its

@@ -111,7 +111,7 @@ public:
           reg(ep.options.on_lock_lost),
           gates({ep.options.local_handoff_passes,
                  std::chrono::duration_cast<std::chrono::microseconds>(ep.options.local_handoff_time)}),
-          watchdog_(ep, pool, reg, &route_) {
+          watchdog_(ep, pool, reg, ep.options.loss_tracking ? &route_ : nullptr) {
         pool.on_broken = [this] { verify_holds_soon(); };
         // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
         pool.run("", on_break::retry, [&](const connection& c) { return run_command(c, {"PING"}, "", ep.name); });
@@ -123,7 +123,7 @@ public:
             }
         }
         sub = std::make_unique<subscriber>(
-            ep, [this] { verify_holds_soon(); }, &route_,
+            ep, [this] { verify_holds_soon(); }, ep.options.loss_tracking ? &route_ : nullptr,
             [this](const std::vector<std::string>& keys, bool flushed) { watchdog_.suspect(keys, flushed); });
         warn_if_evicting();
         if (!ep.options.sentinels.empty()) {
