@@ -201,6 +201,41 @@ TEST_P(red_lock_hang_test, an_unlock_that_leaves_its_key_on_a_minority_is_not_to
     EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
 }
 
+// The rest of the calls with two of five nodes hung: the watchdog keeps renewing the hold on the
+// live majority (the hung nodes cost each renewal one per-node timeout, not a lost hold);
+// try_lock() on a held lock answers false after one round; an asynchronous acquire and
+// async_unlock release on the live nodes within a round and tell nothing. (Before the
+// parallel fan-out, each hung node cost a renewal and a round a whole command_timeout.)
+TEST_P(red_lock_hang_test, with_two_hung_nodes_renewals_try_lock_and_async_unlock_keep_their_bounds) {
+    auto mine = make_clients(1500ms, 1s), theirs = make_clients(1500ms, 1s);
+    rlock::red_lock a(raw(mine), name()), b(raw(theirs), name());
+    hang_node(1);
+    hang_node(3);
+    a.lock();  // watched: a lease of 1.5 s, renewed every 500 ms; a per-node timeout of 75 ms
+    std::this_thread::sleep_for(2500ms);  // past the first lease: only renewals keep it
+    EXPECT_FALSE(a.lost()) << lost.last_message;
+    EXPECT_EQ(live_keys({0, 2, 4}), 3) << "the renewals did not keep the key on the live nodes";
+    for (std::size_t i : {0, 2, 4}) EXPECT_GT(servers[i]->integer({"PTTL", name()}), 500);
+
+    auto start = steady::now();
+    EXPECT_FALSE(b.try_lock()) << "a second holder with two nodes hung";
+    EXPECT_LT(steady::now() - start, 800ms) << "try_lock() took " << rlock_test::millis(steady::now() - start) << " ms";
+    EXPECT_EQ(a.unlock(), 3u);
+
+    start = steady::now();
+    rlock::hold h = a.async_lock(rlock::use_future).get();
+    ASSERT_TRUE(h);
+    EXPECT_LT(steady::now() - start, 800ms);
+    EXPECT_EQ(live_keys({0, 2, 4}), 3);
+    start = steady::now();
+    std::future<void> released = h.async_unlock(rlock::use_future);
+    ASSERT_EQ(released.wait_for(5s), std::future_status::ready);
+    released.get();
+    EXPECT_LT(steady::now() - start, 800ms);
+    EXPECT_EQ(live_keys({0, 2, 4}), 0) << "async_unlock left our key on a live node";
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+}
+
 INSTANTIATE_TEST_SUITE_P(, red_lock_hang_test, ::testing::Values(hang::paused, hang::full_backlog),
                          [](const ::testing::TestParamInfo<hang>& p) {
                              return p.param == hang::paused ? std::string("paused") : std::string("full_backlog");
