@@ -838,6 +838,45 @@ TEST(sentinel, a_failover_moves_holds_waiters_and_new_commands_to_the_new_master
     EXPECT_EQ(told.load(), 0);
 }
 
+// Losses told at once survive a failover (issue 34): the watchdog's connection to the new master
+// is tracked again and the hold armed there, so a hold deleted on the new master is told within
+// moments — with the watchdog at its default, whose next tick is up to 10 s away — and the
+// failover itself is no loss.
+TEST(sentinel, a_hold_deleted_on_the_new_master_after_a_failover_is_told_at_once) {
+    sentinel_deployment d(true);
+    rlock::client_options o = rlock::client_options::from_uri(d.uri());
+    o.sync_replicas = 1;  // the hold is on the replica before lock() returns
+    o.sync_timeout = 300ms;
+    std::atomic<int> told{0};
+    o.on_lock_lost = [&](std::string_view, const rlock::error&) { ++told; };
+    rlock::client holder(o);
+    const std::string name = rlock_test::test_lock_name();
+    rlock::mutex m(holder, name);
+    m.lock();
+    ASSERT_EQ(d.r.replica.integer({"EXISTS", name}), 1) << "WAIT returned before the replica had it";
+    auto tracking_clients = [](const redis_server& s) {
+        const std::string info = s.text({"INFO", "clients"});
+        const auto at = info.find("tracking_clients:");
+        return at == std::string::npos ? -1 : std::atoi(info.c_str() + at + 17);
+    };
+    ASSERT_TRUE(eventually([&] { return tracking_clients(d.r.master) == 1; }, 10s));
+
+    d.fail_over();
+    ASSERT_TRUE(eventually([&] { return tracking_clients(d.r.replica) == 1; }, 20s))
+        << "the watchdog's connection to the new master is not tracked";
+    std::this_thread::sleep_for(200ms);  // armed: read on the tracked connection
+    EXPECT_EQ(told.load(), 0) << "the failover was told as a loss";
+    EXPECT_FALSE(m.lost());
+
+    const auto start = std::chrono::steady_clock::now();
+    d.r.replica.cmd({"DEL", name});
+    ASSERT_TRUE(eventually([&] { return told.load() == 1; }, 20s));
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_LT(took, 2s) << rlock_test::millis(took) << " ms: told by the watchdog's tick, not at once";
+    EXPECT_TRUE(m.lost());
+    m.unlock();  // told already: nothing thrown
+}
+
 // The synchronizers follow a failover as the locks do: a watched permit is renewed on the new
 // master and not reported lost; a semaphore waiter and a latch waiter, subscribed on the old
 // master, are woken by a release and a count down on the new one.
