@@ -6,6 +6,7 @@
 // on purpose: the suite runs on small, noisy machines. The documented minimal ACL, replica sync
 // and Sentinel are in deployment_test.cpp.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -15,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <map>
@@ -1257,6 +1259,58 @@ TEST(loss_told_more, turned_off_the_server_tracks_nothing_and_the_watchdog_still
     s.cmd({"DEL", "told:off"});
     EXPECT_TRUE(eventually([&] { return lost.calls.load() == 1; }, 5s));
     EXPECT_TRUE(m.lost());
+    m.unlock();
+}
+
+/// Voluntary context switches of every thread of this process so far (Linux: /proc).
+long long voluntary_switches() {
+    long long total = 0;
+    DIR* d = opendir("/proc/self/task");
+    if (!d) return -1;
+    while (const dirent* e = readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/status");
+        std::string line;
+        while (std::getline(f, line)) {
+            if (line.rfind("voluntary_ctxt_switches:", 0) == 0) total += std::atoll(line.c_str() + 24);
+        }
+    }
+    closedir(d);
+    return total;
+}
+
+// An idle client sleeps: its watchdog polls (every 25 ms, to arm new holds and notice a killed
+// tracked connection) only while it has watched holds, and stops soon after the last goes.
+// Before, an idle client's threads woke 40 times a second for ever. A hold taken after the
+// idle time wakes it and is still told at once.
+TEST(loss_told_more, an_idle_client_sleeps_and_a_hold_taken_later_is_still_told_at_once) {
+    redis_server s;
+    // What this process wakes for without a client (a sanitizer's own thread, the test's
+    // sleep), measured first.
+    long long start = voluntary_switches();
+    std::this_thread::sleep_for(1s);
+    const long long baseline = voluntary_switches() - start;
+    rlock_test::lost_log lost;
+    rlock::client_options o = s.options();
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    rlock::mutex m(c, "told:idle");
+    m.lock();
+    std::this_thread::sleep_for(100ms);  // armed
+    m.unlock();
+    std::this_thread::sleep_for(500ms);
+    start = voluntary_switches();
+    std::this_thread::sleep_for(1s);
+    const long long idle = voluntary_switches() - start;
+    EXPECT_LT(idle - baseline, 5) << "an idle client's threads woke " << idle << " times in a second ("
+                                  << baseline << " without a client)";
+
+    m.lock();
+    std::this_thread::sleep_for(150ms);  // armed
+    const auto deleted = steady::now();
+    s.cmd({"DEL", "told:idle"});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() == 1; }, 20s));
+    EXPECT_LT(steady::now() - deleted, 2s);
     m.unlock();
 }
 

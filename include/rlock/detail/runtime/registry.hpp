@@ -218,21 +218,47 @@ public:
     }
 
     void add(hold_ptr h) {
-        std::lock_guard<std::mutex> g(mu_);
-        // A record with the same key is replaced whole: its key views the old hold's name.
-        holds_.erase(key_of(*h));
-        const hold_key k = key_of(*h);
-        holds_.emplace(k, std::move(h));
+        const bool watched = h->watched;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            // A record with the same key (rare) is replaced whole: its key views the old
+            // hold's name.
+            const hold_key k = key_of(*h);
+            auto old = holds_.find(k);
+            if (old != holds_.end()) {
+                if (old->second->watched) watched_.fetch_sub(1);
+                holds_.erase(old);
+            }
+            if (watched) watched_.fetch_add(1);
+            holds_.emplace(k, std::move(h));
+        }
+        // The watchdog stopped polling while there was nothing to watch: it is woken to arm
+        // this one (seq_cst with idle(): one of the two sees the other).
+        if (watched && idle_.load() && idle_.exchange(false) && on_watched_) on_watched_();
     }
 
     /// Takes a hold out of the registry for its final unlock, and waits for a renewal batch that
     /// carries it to finish, so that no renewal of it reaches Redis after unlock returns.
     void remove(const hold_ptr& h) {
         std::unique_lock<std::mutex> g(mu_);
-        holds_.erase(key_of(*h));
+        // The record under h's key is h's (add() keeps one per key): one lookup, not two.
+        if (holds_.erase(key_of(*h)) != 0 && h->watched) watched_.fetch_sub(1);
         h->released = true;
         quiet_.wait(g, [&] { return !h->in_flight; });
     }
+
+    /// The watchdog's idle state (loss_watch.hpp): with `idle` true it stops polling when no
+    /// watched hold is registered, and the next add() of one calls `on_watched` (set once,
+    /// before any hold is added). Returns false, and leaves it polling, when a watched hold
+    /// is there after all.
+    bool idle() noexcept {
+        idle_.store(true);
+        if (watched_.load() == 0) return true;
+        idle_.store(false);
+        return false;
+    }
+    bool has_watched() const noexcept { return watched_.load(std::memory_order_relaxed) != 0; }
+    void on_watched(std::function<void()> f) { on_watched_ = std::move(f); }
 
     /// True when the hold is known lost, or its lease has run out by this client's clock. The
     /// verdict is final: it is latched, so a renewal answered later does not take it back (the
@@ -352,6 +378,7 @@ public:
                 h->told = true;
                 untold.push_back(h);
             }
+            if (h->watched) watched_.fetch_sub(1);
             mine.push_back(std::move(h));
             it = holds_.erase(it);
         }
@@ -402,6 +429,9 @@ private:
     mutable std::mutex mu_;
     std::condition_variable quiet_;
     std::unordered_map<hold_key, hold_ptr, hold_key_hash> holds_;
+    std::atomic<std::size_t> watched_{0};  // watched holds in holds_
+    std::atomic<bool> idle_{false};         // the watchdog waits for one (idle())
+    std::function<void()> on_watched_;
 };
 
 }  // namespace rlock::detail

@@ -42,10 +42,15 @@ public:
     /// How soon a hold newly taken is read on the tracked connection (armed), once it still
     /// exists: holds shorter than this never cost the server a read.
     static constexpr std::chrono::milliseconds arm_delay{25};
+    /// Polls in a row without a watched hold after which the watchdog stops polling (about
+    /// 100 ms): a lock taken now and then does not keep it waking 40 times a second.
+    static constexpr unsigned idle_after = 4;
 
     /// `route`: where the server's invalidations go (null, or a cluster: none).
     watchdog(const endpoint& ep, detail::pool& p, registry& reg, tracking_route* route = nullptr)
-        : ep(ep), pool(p), reg(reg), events_(ep.options.listener), route_(ep.slots ? nullptr : route) {}
+        : ep(ep), pool(p), reg(reg), events_(ep.options.listener), route_(ep.slots ? nullptr : route) {
+        if (route_) reg.on_watched([this] { wake(); });
+    }
     watchdog(const watchdog&) = delete;
     watchdog& operator=(const watchdog&) = delete;
 
@@ -74,6 +79,16 @@ public:
                 thread_.join();
             }
         }
+    }
+
+    /// Wakes the thread to look again (a watched hold was added while it did not poll).
+    void wake() noexcept {
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            poke_ = true;
+            woken_ = true;
+        }
+        cv_.notify_all();
     }
 
     /// Asks for a tick now rather than at the next period (see client_core::verify_holds_soon).
@@ -510,7 +525,17 @@ private:
             // ticks would only repeat what failed.
             const bool watching = route_ && route_->client_id.load() != 0 && !failing_ &&
                                   !(refused_ && tracked_epoch_ == route_->epoch.load());
-            const auto wake = watching ? std::min(next, clock::now() + arm_delay) : next;
+            // Nothing to arm or to keep armed: after a few such polls it stops polling until
+            // a watched hold is added (registry::idle: an idle client sleeps until its tick).
+            bool polling = watching;
+            if (woken_) empty_polls_ = 0;  // polls again for as long as before going idle
+            woken_ = false;
+            if (watching && !reg.has_watched()) {
+                if (++empty_polls_ >= idle_after && reg.idle()) polling = false;
+            } else {
+                empty_polls_ = 0;
+            }
+            const auto wake = polling ? std::min(next, clock::now() + arm_delay) : next;
             cv_.wait_until(g, wake, [&] { return stop_ || verify_ || poke_; });
             poke_ = false;
             if (stop_) break;
@@ -552,8 +577,10 @@ private:
     bool verify_ = false;  // verify_soon() asked for a tick now
     std::vector<std::string> suspects_;  // keys invalidated since the last tick
     bool poke_ = false;                  // suspect() was called: look at once
+    bool woken_ = false;                 // wake() was called (a watched hold after idling)
     // Server-assisted detection (loss_watch.hpp); the rest is the watchdog thread's own.
     tracking_route* const route_;
+    unsigned empty_polls_ = 0;          // polls in a row that found no watched hold
     std::uint64_t conn_serial_ = 0;     // bumped for each new connection
     std::uint64_t tracked_serial_ = 0;  // the connection and route epoch tracking was set for
     std::uint64_t tracked_epoch_ = 0;
