@@ -318,6 +318,21 @@ TEST(semaphore, a_capacity_beyond_2_to_the_53_is_kept_exactly) {
     EXPECT_EQ(server().text({"GET", name()}), "9007199254740993");
 }
 
+// A release that does not fit under the capacity brings the count back to it and leaves the
+// key as it was otherwise: an expiry its users set on it (Redisson's RSemaphore.expire) stays.
+// Before, the count was SET back, which dropped the TTL.
+TEST(semaphore, a_release_over_the_capacity_keeps_the_keys_expiry) {
+    rlock::client c(server().options());
+    rlock::semaphore_options three;
+    three.capacity = 3;
+    rlock::semaphore s(c, name(), three);
+    ASSERT_TRUE(s.try_set_permits(2));
+    server().cmd({"PEXPIRE", name(), "600000"});
+    s.release(2);  // one over
+    EXPECT_EQ(server().text({"GET", name()}), "3");
+    EXPECT_GT(server().integer({"PTTL", name()}), 0) << "the release dropped the key's expiry";
+}
+
 TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
     rlock::client c(server().options());
     rlock::semaphore s(c, name());

@@ -187,9 +187,12 @@ redis.call('incrby', KEYS[1], ARGV[1])
 local now = redis.call('get', KEYS[1])
 local over = '0'
 if cap ~= '0' and less(cap, now) then
+    -- Back to the capacity by integer steps (exact, and the key keeps any TTL set on it,
+    -- which a SET would drop): now - cap is what did not fit.
     redis.call('decrby', KEYS[1], cap)
     over = redis.call('get', KEYS[1])
-    redis.call('set', KEYS[1], cap)
+    redis.call('incrby', KEYS[1], cap)
+    redis.call('decrby', KEYS[1], over)
     now = cap
 end
 if positive then redis.call('publish', ARGV[2], now) end
