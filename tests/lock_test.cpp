@@ -477,6 +477,9 @@ TYPED_TEST(lock_test, fencing_tokens_strictly_increase_across_clients) {
     }
     EXPECT_EQ(std::to_string(last),
               this->server().text({"GET", "redisson_lock_token:{" + this->name() + "}"}));
+    // The counter never expires (docs/api.md, "Fencing"): the tokens lean on the server's clock
+    // only for a name's first one and after a data loss, not after every idle spell.
+    EXPECT_EQ(this->server().integer({"PTTL", "redisson_lock_token:{" + this->name() + "}"}), -1);
     TypeParam plain(one, this->name() + "plain");
     plain.lock();
     EXPECT_THROW((void)plain.fencing_token(), rlock::error);
