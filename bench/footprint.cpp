@@ -16,6 +16,11 @@
 //                      of the same client (0 or 10,000): the same count and time with both
 //                      shows the hot path does no work per held lock.
 //
+//   renewal_losses/N   N watched mutex holds (10,000) on one client whose watchdog renews them
+//                      every 200 ms (a 600 ms lease) for 5 s with loss tracking on: holds told
+//                      lost (target: 0 — none is; each renewal's write invalidates the keys,
+//                      which must not read as losses), renewal ticks, keys the server tracks.
+//
 //   async_waiters/N    10,000 pending asynchronous acquires (async_lock with a callback) on one
 //                      client, spread over N names (1 or 1,000) that another client holds: the
 //                      threads the waiting client added (target: <= 1, its engine) and its live
@@ -230,6 +235,29 @@ void bm_async_waiters(benchmark::State& state) {
     release_all(held);
 }
 
+void bm_renewal_losses(benchmark::State& state) {
+    const int n = static_cast<int>(state.range(0));
+    struct ticks : rlock::lock_listener {
+        std::atomic<long> renewals{0};
+        void renewed(const rlock::renewed_event&) override { ++renewals; }
+    };
+    for (auto _ : state) {
+        std::atomic<long> lost{0};
+        auto listener = std::make_shared<ticks>();
+        rlock::client_options o = server->options();
+        o.lock_watchdog_timeout = std::chrono::milliseconds(600);
+        o.on_lock_lost = [&lost](std::string_view, const rlock::error&) { ++lost; };
+        o.listener = listener;
+        rlock::client c(o);
+        auto locks = hold_many<rlock::mutex>(c, "bench:renew:" + std::to_string(n) + ":", n);
+        std::this_thread::sleep_for(std::chrono::seconds(5));
+        state.counters["server_keys_tracked"] = static_cast<double>(info_field("stats", "tracking_total_keys"));
+        release_all(locks);
+        state.counters["lost"] = static_cast<double>(lost.load());
+        state.counters["renewal_ticks"] = static_cast<double>(listener->renewals.load());
+    }
+}
+
 }  // namespace
 
 // hold_memory first: the client's RSS grows only while the process's heap does.
@@ -243,6 +271,7 @@ BENCHMARK(bm_hot_path_allocs)
     ->Args({1, 0})
     ->Args({1, 10000})
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_renewal_losses)->Name("renewal_losses")->Arg(10000)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(bm_async_waiters)->Name("async_waiters")->Arg(1)->Arg(1000)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
