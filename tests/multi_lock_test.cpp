@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -121,6 +122,45 @@ TEST(multi_lock, losing_any_part_loses_the_whole_and_is_told_once) {
     std::this_thread::sleep_for(400ms);
     EXPECT_EQ(lost.calls, 1);
     EXPECT_EQ(server().integer({"EXISTS", name(":a"), name(":b")}), 0);
+}
+
+// Issue 31, item 2, for a multi_lock: a wait (blocking and asynchronous) rides out a 2 s
+// restart of its server and takes every part once the server is back (empty: the holder's
+// parts went with its data).
+TEST(multi_lock, a_wait_rides_out_a_two_second_restart) {
+    redis_server own;
+    rlock::client holder(own.options()), blocking_side(own.options()), async_side(own.options());
+    rlock::mutex ha(holder, name(":a")), ba(blocking_side, name(":a")), aa(async_side, name(":a"));
+    rlock::reentrant_lock hr(holder, name(":r")), br(blocking_side, name(":r")), ar(async_side, name(":r"));
+    rlock::multi_lock held{ha, hr}, blocking{ba, br}, later{aa, ar};
+    held.lock(30s);
+    auto waited = std::async(std::launch::async, [&]() -> std::string {
+        try {
+            if (!blocking.try_lock_for(20s)) return "returned false";
+            blocking.unlock();
+            return "got it";
+        } catch (const rlock::error& e) {
+            return std::string("threw: ") + e.what();
+        }
+    });
+    std::future<rlock::hold> async_wait = later.async_try_lock_for(20s, rlock::use_future);
+    std::this_thread::sleep_for(300ms);  // both wait for the holder
+    own.kill_now();
+    std::this_thread::sleep_for(1500ms);
+    EXPECT_EQ(waited.wait_for(0s), std::future_status::timeout) << "the blocking wait ended mid-outage: " << waited.get();
+    EXPECT_EQ(async_wait.wait_for(0s), std::future_status::timeout) << "the asynchronous wait ended mid-outage";
+    std::this_thread::sleep_for(500ms);
+    own.restart();
+    ASSERT_EQ(async_wait.wait_for(15s), std::future_status::ready) << "the asynchronous waiter still waits";
+    try {
+        rlock::hold h = async_wait.get();
+        EXPECT_TRUE(h) << "the asynchronous wait ran out";
+    } catch (const rlock::error& e) {
+        ADD_FAILURE() << "the asynchronous wait threw: " << e.what();
+    }
+    ASSERT_EQ(waited.wait_for(15s), std::future_status::ready) << "the blocking waiter still waits";
+    EXPECT_EQ(waited.get(), "got it");
+    EXPECT_NO_THROW(held.unlock());  // gone with the restart: told, not thrown
 }
 
 // Issue 16: the server restarted empty while a multi_lock of one node was held, and another

@@ -241,6 +241,42 @@ INSTANTIATE_TEST_SUITE_P(, red_lock_hang_test, ::testing::Values(hang::paused, h
                              return p.param == hang::paused ? std::string("paused") : std::string("full_backlog");
                          });
 
+// Issue 31, item 2, for a red_lock: a wait (blocking and asynchronous) rides out a 2 s restart
+// of every node — no majority reachable — and takes the lock once they are back (empty: the
+// holder's keys went with their data).
+TEST_F(red_lock_test, a_wait_rides_out_a_two_second_restart_of_every_node) {
+    auto holder = make_clients(30s, 1s), blocking_side = make_clients(30s, 1s), async_side = make_clients(30s, 1s);
+    rlock::red_lock held(raw(holder), name()), blocking(raw(blocking_side), name()), later(raw(async_side), name());
+    held.lock();
+    auto waited = std::async(std::launch::async, [&]() -> std::string {
+        try {
+            if (!blocking.try_lock_for(20s)) return "returned false";
+            blocking.unlock();
+            return "got it";
+        } catch (const rlock::error& e) {
+            return std::string("threw: ") + e.what();
+        }
+    });
+    std::future<rlock::hold> async_wait = later.async_try_lock_for(20s, rlock::use_future);
+    std::this_thread::sleep_for(300ms);  // both wait for the holder
+    for (auto& s : servers) s->kill_now();
+    std::this_thread::sleep_for(1500ms);
+    EXPECT_EQ(waited.wait_for(0s), std::future_status::timeout) << "the blocking wait ended mid-outage: " << waited.get();
+    EXPECT_EQ(async_wait.wait_for(0s), std::future_status::timeout) << "the asynchronous wait ended mid-outage";
+    std::this_thread::sleep_for(500ms);
+    for (auto& s : servers) s->restart();
+    ASSERT_EQ(async_wait.wait_for(15s), std::future_status::ready) << "the asynchronous waiter still waits";
+    try {
+        rlock::hold h = async_wait.get();
+        EXPECT_TRUE(h) << "the asynchronous wait ran out";
+    } catch (const rlock::error& e) {
+        ADD_FAILURE() << "the asynchronous wait threw: " << e.what();
+    }
+    ASSERT_EQ(waited.wait_for(15s), std::future_status::ready) << "the blocking waiter still waits";
+    EXPECT_EQ(waited.get(), "got it");
+    EXPECT_NO_THROW(held.unlock());  // gone with the restart: told, not thrown
+}
+
 TEST_F(red_lock_test, keys_a_failed_attempt_set_on_a_minority_are_cleaned_up) {
     for (int i = 0; i < 3; ++i) servers[i]->cmd({"SET", name(), "someone-else", "PX", "30000"});
     auto clients = make_clients();
