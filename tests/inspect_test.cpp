@@ -681,7 +681,9 @@ TEST(rlock_command, watch_follows_a_lock_by_its_unlock_message_and_leaves_at_sig
                                              " 2>&1"});
     ASSERT_GT(pid, 0);
     EXPECT_TRUE(eventually([&] { return has(output(), "watching"); })) << output();
-    EXPECT_TRUE(has(output(), "+ exclusive " + a.id() + ":")) << "the holder at the start: " << output();
+    // Printed right after "watching", line by line: looked for until it is there.
+    EXPECT_TRUE(eventually([&] { return has(output(), "+ exclusive " + a.id() + ":"); }))
+        << "the holder at the start: " << output();
     l.unlock();
     EXPECT_TRUE(eventually([&] { return has(output(), "released"); }, 3000ms))
         << "the unlock message did not make it read again: " << output();
