@@ -695,6 +695,183 @@ TEST(cluster, a_master_failover_keeps_holds_renewed_and_waiters_get_the_lock_on_
     EXPECT_EQ(new_master.integer({"EXISTS", n}), 0);
 }
 
+// Losses told at once in a cluster (issue 34): the watchdog keeps, per master, a tracked
+// connection that renews and reads the holds of its slots and one that the master's
+// invalidations go to. With the watchdog at its default 30 s (a tick every 10 s), a hold whose
+// key is deleted, flushed or overwritten on any master is told within 2 s — at once against a
+// tick, with room for a loaded machine — and a slot's migration or a failover moves the watch
+// with the hold without telling a loss.
+namespace {
+
+/// How long after `fault()` the owner was told (lost.calls went up), or 20 s.
+std::chrono::milliseconds cluster_told_after(rlock_test::lost_log& lost, const std::function<void()>& fault) {
+    const int before = lost.calls.load();
+    std::this_thread::sleep_for(150ms);  // past the arming delay: the key is read where it is tracked
+    const auto start = std::chrono::steady_clock::now();
+    fault();
+    eventually([&] { return lost.calls.load() > before; }, 20s);
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+}
+
+/// Options for `c` with the watchdog at its default and losses told to `lost`.
+rlock::client_options told_options(redis_cluster& c, rlock_test::lost_log& lost) {
+    rlock::client_options o = rlock::client_options::from_uri(c.uri());
+    o.command_timeout = 3s;
+    o.on_lock_lost = lost.handler();
+    return o;
+}
+
+}  // namespace
+
+TEST(cluster_loss, a_hold_on_any_master_deleted_flushed_or_overwritten_is_told_at_once) {
+    redis_cluster c;
+    rlock_test::lost_log lost;
+    rlock::client a(told_options(c, lost));
+    const std::string stem = rlock_test::test_lock_name();
+    redis_server& m0 = *c.masters()[0];
+    redis_server& m1 = *c.masters()[1];
+    redis_server& m2 = *c.masters()[2];
+
+    rlock::mutex x(a, name_on(c, m0, stem + ".mutex"));
+    x.lock();
+    EXPECT_LT(cluster_told_after(lost, [&] { m0.cmd({"DEL", x.name()}); }), 2s);
+    EXPECT_TRUE(x.lost());
+    x.unlock();
+
+    rlock::reentrant_lock y(a, name_on(c, m1, stem + ".reentrant"));
+    y.lock();
+    EXPECT_LT(cluster_told_after(lost, [&] { m1.cmd({"FLUSHALL"}); }), 2s);
+    EXPECT_TRUE(y.lost());
+    y.unlock();
+
+    rlock::fair_lock z(a, name_on(c, m2, stem + ".fair"));
+    z.lock();
+    EXPECT_LT(cluster_told_after(lost, [&] {
+                  m2.cmd({"DEL", z.name()});
+                  m2.cmd({"SET", z.name(), "another holder's token", "PX", "30000"});
+              }),
+              2s);
+    EXPECT_TRUE(z.lost());
+    z.unlock();
+
+    rlock::read_write_lock rw(a, name_on(c, m0, stem + ".rw"));
+    rw.lock_shared();
+    EXPECT_LT(cluster_told_after(lost, [&] { m0.cmd({"DEL", rw.name()}); }), 2s);
+    rw.unlock_shared();
+    EXPECT_EQ(lost.calls.load(), 4) << lost.last_message;
+}
+
+// The holder's own writes (a re-entry, renewals every 200 ms) and another client refused are
+// invalidations too: each is verified by a renewal that finds the hold still there.
+TEST(cluster_loss, changes_that_leave_a_hold_in_place_are_not_losses) {
+    redis_cluster c;
+    rlock_test::lost_log lost;
+    rlock::client_options o = told_options(c, lost);
+    o.lock_watchdog_timeout = 600ms;
+    rlock::client a(o), other(rlock::client_options::from_uri(c.uri()));
+    std::vector<std::unique_ptr<rlock::reentrant_lock>> held;
+    for (redis_server* m : c.masters()) {
+        const std::string n = name_on(c, *m, rlock_test::test_lock_name());
+        held.push_back(std::make_unique<rlock::reentrant_lock>(a, n));
+        held.back()->lock();
+    }
+    std::this_thread::sleep_for(150ms);
+    for (auto& l : held) {
+        l->lock();  // a re-entry: the holder's own write, on a pooled connection
+        l->unlock();
+        rlock::reentrant_lock rival(other, l->name());
+        EXPECT_FALSE(rival.try_lock_for(100ms));
+    }
+    std::this_thread::sleep_for(900ms);  // renewals on every master's tracked connection
+    for (auto& l : held) {
+        EXPECT_FALSE(l->lost()) << l->name();
+        l->unlock();
+    }
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+}
+
+// A slot migrated to another master: the move (MIGRATE deletes the key on the source) is no
+// loss, and the hold is watched on its new master from then on.
+TEST(cluster_loss, a_hold_whose_slot_migrated_is_no_loss_and_is_told_at_once_on_its_new_master) {
+    redis_cluster c;
+    rlock_test::lost_log lost;
+    rlock::client a(told_options(c, lost));
+    redis_server& from = *c.masters()[0];
+    redis_server& to = *c.masters()[1];
+    const std::string n = name_on(c, from, rlock_test::test_lock_name());
+    const int slot = redis_cluster::key_slot(n);
+    rlock::reentrant_lock held(a, n);
+    held.lock();
+    std::this_thread::sleep_for(150ms);  // armed on the source
+    c.begin_migration(slot, from, to);
+    c.move_keys(slot, from, to);
+    std::this_thread::sleep_for(300ms);  // the move's invalidation: renewed on the target (ASK)
+    c.end_migration(slot, to);
+    std::this_thread::sleep_for(300ms);
+    EXPECT_FALSE(held.lost());
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+    EXPECT_LT(cluster_told_after(lost, [&] { to.cmd({"DEL", n}); }), 2s);
+    EXPECT_TRUE(held.lost());
+    held.unlock();
+}
+
+// A failover: the hold is not lost, and a DEL on the new master is told at once.
+TEST(cluster_loss, a_hold_deleted_on_the_new_master_after_a_failover_is_told_at_once) {
+    redis_cluster c;
+    rlock_test::lost_log lost;
+    rlock::client a(told_options(c, lost));
+    redis_server& old_master = *c.masters()[0];
+    const std::string n = name_on(c, old_master, rlock_test::test_lock_name());
+    rlock::reentrant_lock held(a, n);
+    held.lock();
+    std::this_thread::sleep_for(150ms);  // armed on the old master
+    redis_server& new_master = c.fail_over(old_master);
+    ASSERT_NE(&new_master, &old_master);
+    ASSERT_EQ(new_master.integer({"EXISTS", n}), 1) << "the hold did not reach the replica";
+    std::this_thread::sleep_for(300ms);
+    EXPECT_FALSE(held.lost());
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+    EXPECT_LT(cluster_told_after(lost, [&] { new_master.cmd({"DEL", n}); }), 2s);
+    EXPECT_TRUE(held.lost());
+    held.unlock();
+}
+
+// Masters whose ACL refuses CLIENT TRACKING: told once (not once per master), and losses are
+// found by the watchdog's ticks as before.
+TEST(cluster_loss, masters_that_refuse_tracking_are_told_once_and_losses_are_still_found) {
+    redis_cluster c;
+    for (auto& s : c.nodes()) {
+        s->cmd({"ACL", "SETUSER", "locker", "on", ">secret", "~*", "&*", "+@all", "-client|tracking"});
+    }
+    rlock_test::lost_log lost;
+    rlock::client_options o = told_options(c, lost);
+    o.username = "locker";
+    o.password = "secret";
+    o.lock_watchdog_timeout = 600ms;  // renewed every 200 ms
+    struct notices : rlock::lock_listener {
+        std::atomic<int> off{0};
+        void notice(const rlock::notice_event& e) override {
+            if (std::string(e.message).find("detection is off") != std::string::npos) ++off;
+        }
+    };
+    auto n = std::make_shared<notices>();
+    o.listener = n;
+    rlock::client a(o);
+    std::vector<std::unique_ptr<rlock::mutex>> held;
+    for (redis_server* m : c.masters()) {
+        held.push_back(std::make_unique<rlock::mutex>(a, name_on(c, *m, rlock_test::test_lock_name())));
+        held.back()->lock();
+    }
+    ASSERT_TRUE(eventually([&] { return n->off.load() > 0; }, 3s));
+    std::this_thread::sleep_for(500ms);
+    EXPECT_EQ(n->off.load(), 1);
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+    c.masters()[1]->cmd({"DEL", held[1]->name()});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() == 1; }, 3s));  // the watchdog's tick
+    EXPECT_TRUE(held[1]->lost());
+    for (auto& l : held) l->unlock();
+}
+
 TEST(cluster, an_error_a_node_answers_names_that_node) {
     redis_cluster c;
     rlock::client client(rlock::client_options::from_uri(c.uri()));

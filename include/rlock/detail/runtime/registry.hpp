@@ -313,10 +313,12 @@ public:
     /// `holds` were read on a connection whose keys the server tracks (loss_watch.hpp): a
     /// change of their keys will be told.
     void armed(const std::vector<hold_ptr>& holds, const std::vector<char>& which) {
-        std::lock_guard<std::mutex> g(mu_);
-        for (std::size_t i = 0; i < holds.size(); ++i) {
-            if (which[i]) holds[i]->armed = true;
-        }
+        set_armed(holds, which, true);
+    }
+    /// `holds` (those `which` says) are to be read again, elsewhere: their slot moved to
+    /// another master (Redis Cluster).
+    void disarmed(const std::vector<hold_ptr>& holds, const std::vector<char>& which) {
+        set_armed(holds, which, false);
     }
 
     /// Ends a renewal batch: ok[i] says whether holds[i] was renewed; a hold that was not is
@@ -410,6 +412,13 @@ public:
     }
 
 private:
+    void set_armed(const std::vector<hold_ptr>& holds, const std::vector<char>& which, bool armed) {
+        std::lock_guard<std::mutex> g(mu_);
+        for (std::size_t i = 0; i < holds.size(); ++i) {
+            if (which[i]) holds[i]->armed = armed;
+        }
+    }
+
 
     bool mark_lost_locked(hold& h) {
         h.lost = true;

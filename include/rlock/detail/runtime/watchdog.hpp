@@ -4,10 +4,13 @@
 // server may have come back without the holds. Where the server tells key changes
 // (loss_watch.hpp), its connection reads every hold's key after renewing it, and an
 // invalidation of a held key asks it to renew that hold at once (suspect): a hold deleted,
-// overwritten, flushed or expired is told within milliseconds.
+// overwritten, flushed or expired is told within milliseconds. In a Redis Cluster it keeps,
+// per master, a tracked connection that renews and reads the holds of that master's slots and
+// a connection their invalidations are redirected to.
 #pragma once
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 
 #include <algorithm>
 #include <chrono>
@@ -46,10 +49,13 @@ public:
     /// 100 ms): a lock taken now and then does not keep it waking 40 times a second.
     static constexpr unsigned idle_after = 4;
 
-    /// `route`: where the server's invalidations go (null, or a cluster: none).
+    /// `route`: where the server's invalidations go (null: detection off). In a cluster the
+    /// watchdog has them sent to connections of its own, one per master (tracked_node), and
+    /// uses `route` only to tell a refusal once.
     watchdog(const endpoint& ep, detail::pool& p, registry& reg, tracking_route* route = nullptr)
-        : ep(ep), pool(p), reg(reg), events_(ep.options.listener), route_(ep.slots ? nullptr : route) {
-        if (route_) reg.on_watched([this] { wake(); });
+        : ep(ep), pool(p), reg(reg), events_(ep.options.listener), route_(ep.slots ? nullptr : route),
+          cluster_route_(ep.slots ? route : nullptr) {
+        if (route) reg.on_watched([this] { wake(); });
     }
     watchdog(const watchdog&) = delete;
     watchdog& operator=(const watchdog&) = delete;
@@ -161,7 +167,7 @@ public:
         const auto sent = clock::now();
         make_batches(holds, r);
         if (ep.slots) {
-            renew_in_cluster(holds, r);
+            renew_in_cluster(holds, r, pick.tracks && cluster_route_);
         } else {
             try {
                 ensure_open(conn, conn_epoch, pick.tracks);
@@ -451,17 +457,23 @@ private:
         }
     }
 
-    /// Redis Cluster: the batches of each master pipelined on a pooled connection to it; a
+    /// Redis Cluster: the batches of each master pipelined on its tracked connection
+    /// (`tracks`, then the holds renewed are read there) or on a pooled connection to it; a
     /// batch redirected there (its slot has moved) is sent again on its own, where the pool
     /// follows the redirection. A master that fails does not stop the others' renewals.
-    void renew_in_cluster(const std::vector<registry::hold_ptr>& holds, renewal& r) {
-        std::vector<std::pair<std::string, std::vector<batch*>>> per_node;
+    void renew_in_cluster(const std::vector<registry::hold_ptr>& holds, renewal& r, bool tracks) {
+        struct node_batches {
+            std::string at;
+            std::optional<server_address> master;
+            std::vector<batch*> list;
+        };
+        std::vector<node_batches> per_node;
         for (batch& b : r.batches) {
-            const std::optional<server_address> m = ep.slots->master_of(b.slot);
+            std::optional<server_address> m = ep.slots->master_of(b.slot);
             const std::string at = m ? address_name(m->host, m->port) : std::string();
-            auto it = std::find_if(per_node.begin(), per_node.end(), [&](const auto& p) { return p.first == at; });
-            if (it == per_node.end()) it = per_node.insert(per_node.end(), {at, {}});
-            it->second.push_back(&b);
+            auto it = std::find_if(per_node.begin(), per_node.end(), [&](const node_batches& p) { return p.at == at; });
+            if (it == per_node.end()) it = per_node.insert(per_node.end(), {at, std::move(m), {}});
+            it->list.push_back(&b);
         }
         std::vector<batch*> redirected;
         auto on_error = [&](const error& e) {
@@ -469,11 +481,12 @@ private:
             if (error_access::origin(e).to.kind == redirect::try_again) r.retry_soon = true;
         };
         for (auto& node : per_node) {
+            if (tracks && node.master && renew_tracked(*node.master, node.list, holds, r, redirected)) continue;
             try {
                 std::vector<batch*> moved;
-                pool.run(holds[node.second.front()->first]->name, on_break::retry, [&](const connection& c) {
+                pool.run(holds[node.list.front()->first]->name, on_break::retry, [&](const connection& c) {
                     moved.clear();
-                    send_batches(c, node.second, holds, r, &moved);
+                    send_batches(c, node.list, holds, r, &moved);
                     if (ep.options.sync_replicas > 0) wait_for_replicas(c, ep, "");
                     return 0;
                 });
@@ -506,6 +519,207 @@ private:
                 on_error(e);
             }
         }
+        if (tracks && !redirected.empty()) {
+            // Their slot moved: read again on the tracked connection of its master now.
+            std::vector<char> moved(holds.size(), 0);
+            for (const batch* b : redirected) {
+                for (std::size_t i = b->first; i < b->first + b->count; ++i) moved[i] = 1;
+            }
+            reg.disarmed(holds, moved);
+        }
+    }
+
+    // ---- Redis Cluster: tracking per master (loss_watch.hpp) ----
+
+    /// A master's two connections, the watchdog thread's own: `conn` renews and reads the holds
+    /// of the master's slots, tracked, its invalidations redirected to `listen`, which listens
+    /// for them (RESP2: a subscribed connection cannot read keys). Kept while both work.
+    struct tracked_node {
+        server_address at;
+        std::string name;
+        context_ptr conn, listen;
+        bool refused = false;  // the node refused tracking: its holds are renewed through the pool
+    };
+
+    /// The tracked pair of master `at`, opened when missing. Null when the node refused what
+    /// tracking needs (told once: losses there are found by the ticks). Throws when it cannot
+    /// be reached.
+    tracked_node* node_at(const server_address& at) {
+        for (const auto& n : nodes_) {
+            if (n->at.host == at.host && n->at.port == at.port) return n->refused ? nullptr : n.get();
+        }
+        auto n = std::make_unique<tracked_node>();
+        n->at = at;
+        n->name = address_name(at.host, at.port);
+        auto refused = [&](const redisReply* why, const char* what) {
+            n->refused = true;
+            cluster_route_->tell_off(events_, n->name, std::string(what) + " was refused: " + std::string(reply_text(why)));
+            nodes_.push_back(std::move(n));
+            return nullptr;
+        };
+        context_ptr listen = connect_node(ep, at);
+        reply_ptr id = command(listen.get(), {"CLIENT", "ID"});
+        if (!id) throw make_error(listen.get(), nullptr, "", n->name);
+        if (id->type != REDIS_REPLY_INTEGER) return refused(id.get(), "CLIENT ID");
+        reply_ptr sub = command(listen.get(), {"SUBSCRIBE", tracking_route::channel});
+        if (!sub) throw make_error(listen.get(), nullptr, "", n->name);
+        if (sub->type == REDIS_REPLY_ERROR) return refused(sub.get(), "SUBSCRIBE __redis__:invalidate");
+        context_ptr conn = connect_node(ep, at);
+        reply_ptr on = command(conn.get(), {"CLIENT", "TRACKING", "on", "REDIRECT", std::to_string(id->integer), "NOLOOP"});
+        if (!on) throw make_error(conn.get(), nullptr, "", n->name);
+        if (on->type == REDIS_REPLY_ERROR) return refused(on.get(), "CLIENT TRACKING");
+        n->conn = std::move(conn);
+        n->listen = std::move(listen);
+        if (cluster_armed_) {
+            // Holds armed on a master gone by (a failover) are read here from the next tick.
+            std::lock_guard<std::mutex> g(mu_);
+            verify_ = true;
+        }
+        nodes_.push_back(std::move(n));
+        return nodes_.back().get();
+    }
+
+    /// Forgets a pair that failed; every hold is renewed and read again (an invalidation may
+    /// have gone by unseen).
+    void drop_node(const tracked_node* t) {
+        nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(),
+                                  [&](const std::unique_ptr<tracked_node>& p) { return p.get() == t; }));
+        std::lock_guard<std::mutex> g(mu_);
+        verify_ = true;
+    }
+
+    /// Renews `list` (batches of master `at`) on its tracked connection and reads the holds
+    /// renewed; batches the node redirected go to `redirected`. False when the node cannot be
+    /// tracked or failed: the caller renews through the pool, as without tracking.
+    bool renew_tracked(const server_address& at, const std::vector<batch*>& list,
+                       const std::vector<registry::hold_ptr>& holds, renewal& r, std::vector<batch*>& redirected) {
+        tracked_node* t = nullptr;
+        try {
+            t = node_at(at);
+            if (!t) return false;
+            std::vector<batch*> moved;
+            const connection c{t->conn.get()};
+            send_batches(c, list, holds, r, &moved);
+            if (ep.options.sync_replicas > 0) wait_for_replicas(c, ep, "");
+            redirected.insert(redirected.end(), moved.begin(), moved.end());
+            std::vector<char> read(holds.size(), 0);
+            for (const batch* b : list) {
+                if (std::find(moved.begin(), moved.end(), b) != moved.end()) continue;
+                for (std::size_t i = b->first; i < b->first + b->count; ++i) read[i] = r.ok[i];
+            }
+            arm_each(*t, holds, read);
+            return true;
+        } catch (const error&) {
+            if (t) drop_node(t);
+            return false;
+        }
+    }
+
+    /// Reads the keys of `holds` (those `which` says) on t's tracked connection, one EXISTS
+    /// each (a cluster refuses one over several slots). A key gone makes its hold a suspect. A
+    /// key the node redirects stays unarmed, to be read at the next poll where the slot is
+    /// then (MOVED updates the map; under ASK, a migration, until it ends); another error
+    /// reply (an ACL) leaves it to the ticks.
+    void arm_each(tracked_node& t, const std::vector<registry::hold_ptr>& holds, const std::vector<char>& which) {
+        std::vector<std::size_t> sent;
+        for (std::size_t i = 0; i < holds.size(); ++i) {
+            if (!which[i]) continue;
+            const std::string& key = holds[i]->key.empty() ? holds[i]->name : holds[i]->key;
+            const char* argv[2] = {"EXISTS", key.data()};
+            const std::size_t lens[2] = {6, key.size()};
+            if (append_command(t.conn.get(), 2, argv, lens) != REDIS_OK) throw make_error(t.conn.get(), nullptr, "", t.name);
+            sent.push_back(i);
+        }
+        if (sent.empty()) return;
+        std::vector<char> armed(holds.size(), 0);
+        std::vector<std::string> gone;
+        for (const std::size_t i : sent) {
+            void* raw = nullptr;
+            if (redisGetReply(t.conn.get(), &raw) != REDIS_OK) throw make_error(t.conn.get(), nullptr, "", t.name);
+            const reply_ptr reply(static_cast<redisReply*>(raw));
+            if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer == 0) {
+                gone.push_back(holds[i]->key.empty() ? holds[i]->name : holds[i]->key);
+                continue;
+            }
+            if (reply && reply->type == REDIS_REPLY_ERROR) {
+                const redirect to = parse_redirect(reply_text(reply.get()));
+                if (to.kind == redirect::moved) {
+                    ep.slots->moved(to.slot, server_address{to.host.empty() ? t.at.host : to.host, to.port});
+                }
+                if (to.kind != redirect::none) continue;
+            }
+            armed[i] = 1;
+        }
+        reg.armed(holds, armed);
+        cluster_armed_ = true;
+        if (!gone.empty()) suspect(gone, false);
+    }
+
+    /// Arms the watched holds taken arm_delay ago or more and not armed yet, on the tracked
+    /// connection of their slot's master. Holds of a master that refused tracking count as
+    /// armed (nothing more can be done for them). False when a master could not be reached.
+    bool arm_fresh_in_cluster() {
+        std::vector<registry::hold_ptr> fresh = reg.unarmed(clock::now() - arm_delay);
+        bool reached = true;
+        std::vector<char> done(fresh.size(), 0);
+        for (std::size_t i = 0; i < fresh.size(); ++i) {
+            if (done[i]) continue;
+            const std::optional<server_address> m = ep.slots->master_of(key_slot(fresh[i]->name));
+            std::vector<char> which(fresh.size(), 0);
+            for (std::size_t j = i; j < fresh.size(); ++j) {
+                if (done[j]) continue;
+                const std::optional<server_address> mj = ep.slots->master_of(key_slot(fresh[j]->name));
+                if (mj.has_value() != m.has_value() || (m && (mj->host != m->host || mj->port != m->port))) continue;
+                which[j] = done[j] = 1;
+            }
+            if (!m) continue;  // a slot the map does not know yet: the next tick loads it
+            tracked_node* t = nullptr;
+            try {
+                t = node_at(*m);
+                if (t) {
+                    arm_each(*t, fresh, which);
+                } else {
+                    reg.armed(fresh, which);
+                }
+            } catch (const error&) {
+                if (t) drop_node(t);
+                reached = false;
+            }
+        }
+        return reached;
+    }
+
+    /// Reads what the masters' listening connections have: the keys invalidated become
+    /// suspects. A pair that broke is dropped, and every hold renewed and read again.
+    void drain_in_cluster() {
+        std::vector<std::string> keys;
+        bool flushed = false;
+        for (std::size_t i = 0; i < nodes_.size();) {
+            tracked_node& t = *nodes_[i];
+            bool ok = true;
+            if (t.listen) {
+                pollfd p{t.listen->fd, POLLIN, 0};
+                if (::poll(&p, 1, 0) > 0) {
+                    ok = read_replies(t.listen.get(), [&](const redisReply* m) {
+                        if (m->type != REDIS_REPLY_ARRAY || m->elements != 3 || reply_text(m->element[0]) != "message") return;
+                        const redisReply* payload = m->element[2];
+                        if (payload->type != REDIS_REPLY_ARRAY) {
+                            flushed = true;
+                            return;
+                        }
+                        for (std::size_t k = 0; k < payload->elements; ++k) keys.emplace_back(reply_text(payload->element[k]));
+                    });
+                }
+                if (ok && closed_while_idle(t.conn.get())) ok = false;
+            }
+            if (ok) {
+                ++i;
+            } else {
+                drop_node(&t);
+                flushed = true;
+            }
+        }
+        if (flushed || !keys.empty()) suspect(keys, flushed);
     }
 
     void loop() {
@@ -523,8 +737,11 @@ private:
             // taken, and a killed connection is noticed that soon.
             // Not while the tracked connection is refused or the server out of reach: those
             // ticks would only repeat what failed.
-            const bool watching = route_ && route_->client_id.load() != 0 && !failing_ &&
-                                  !(refused_ && tracked_epoch_ == route_->epoch.load());
+            // In a cluster, per master (tracked_node): a master that refuses is left out alone.
+            const bool watching =
+                cluster_route_ ? !failing_
+                               : route_ && route_->client_id.load() != 0 && !failing_ &&
+                                     !(refused_ && tracked_epoch_ == route_->epoch.load());
             // Nothing to arm or to keep armed: after a few such polls it stops polling until
             // a watched hold is added (registry::idle: an idle client sleeps until its tick).
             bool polling = watching;
@@ -539,10 +756,16 @@ private:
             cv_.wait_until(g, wake, [&] { return stop_ || verify_ || poke_; });
             poke_ = false;
             if (stop_) break;
+            if (cluster_route_ && !nodes_.empty()) {
+                g.unlock();
+                drain_in_cluster();
+                g.lock();
+                poke_ = false;
+            }
             const auto now = clock::now();
             selection pick;
             pick.all = verify_ || now >= next ||
-                       (watching && ever_tracked_ && route_->epoch.load() != tracked_epoch_) ||
+                       (route_ && watching && ever_tracked_ && route_->epoch.load() != tracked_epoch_) ||
                        (conn && closed_while_idle(conn.get()));
             if (!pick.all) {
                 pick.keys = std::move(suspects_);
@@ -556,7 +779,9 @@ private:
             rearm_ = false;
             g.unlock();
             bool sent = pick.all || !pick.keys.empty() ? renew_all(conn, conn_epoch, pick) : true;
-            if (sent && watching && !pick.all) sent = arm_fresh(conn, conn_epoch);
+            if (sent && watching && !pick.all) {
+                sent = cluster_route_ ? arm_fresh_in_cluster() : arm_fresh(conn, conn_epoch);
+            }
             failing_ = !sent;
             g.lock();
             if (!sent) {
@@ -580,6 +805,11 @@ private:
     bool woken_ = false;                 // wake() was called (a watched hold after idling)
     // Server-assisted detection (loss_watch.hpp); the rest is the watchdog thread's own.
     tracking_route* const route_;
+    // Redis Cluster: the route, for telling a refusal once (null: detection off, or not a
+    // cluster), and the masters' tracked pairs.
+    tracking_route* const cluster_route_;
+    std::vector<std::unique_ptr<tracked_node>> nodes_;
+    bool cluster_armed_ = false;  // a hold has been armed: a master's new pair reads every hold
     unsigned empty_polls_ = 0;          // polls in a row that found no watched hold
     std::uint64_t conn_serial_ = 0;     // bumped for each new connection
     std::uint64_t tracked_serial_ = 0;  // the connection and route epoch tracking was set for
