@@ -758,7 +758,13 @@ TEST(cluster_loss, a_hold_on_any_master_deleted_flushed_or_overwritten_is_told_a
     rw.lock_shared();
     EXPECT_LT(cluster_told_after(lost, [&] { m0.cmd({"DEL", rw.name()}); }), 2s);
     rw.unlock_shared();
-    EXPECT_EQ(lost.calls.load(), 4) << lost.last_message;
+
+    rlock::mutex leased(a, name_on(c, m1, stem + ".leased"));
+    leased.lock(30s);
+    EXPECT_LT(cluster_told_after(lost, [&] { m1.cmd({"DEL", leased.name()}); }), 2s);
+    EXPECT_TRUE(leased.lost());
+    leased.unlock();
+    EXPECT_EQ(lost.calls.load(), 5) << lost.last_message;
 }
 
 // The holder's own writes (a re-entry, renewals every 200 ms) and another client refused are

@@ -1174,6 +1174,24 @@ TYPED_TEST(loss_told, a_deleted_flushed_or_overwritten_hold_is_told_at_once) {
     d.unlock();
 }
 
+// A leased hold (never renewed) is armed too: a key deleted or overwritten before its lease
+// ends is told at once, found by a check that writes nothing; a lease that simply runs out
+// (the key expires: an invalidation too) is not a loss.
+TYPED_TEST(loss_told, a_leased_hold_is_told_at_once_and_its_lease_running_out_is_no_loss) {
+    rlock::client c(this->options());
+    const std::string name = this->name();
+    TypeParam a(c, name), b(c, name + ":2");
+    a.lock(30s);
+    EXPECT_LT(told_after(a, this->lost, [&] { this->server().cmd({"DEL", name}); }), 2s);
+    a.unlock();
+    const int told = this->lost.calls.load();
+    b.lock(700ms);
+    std::this_thread::sleep_for(1200ms);  // armed, then expired
+    EXPECT_EQ(this->server().integer({"EXISTS", name + ":2"}), 0);
+    EXPECT_EQ(this->lost.calls.load(), told) << this->last_lost_message();
+    b.unlock();
+}
+
 // No false loss where an invalidation does not mean the hold is gone: the holder's own
 // re-entries and renewals, another client refused, the same name in another database, a flush
 // of another database. Each is an invalidation (or none), verified by a renewal that finds the
@@ -1236,6 +1254,39 @@ TEST(loss_told_more, a_read_hold_and_a_permit_are_told_at_once_and_a_new_reader_
 // loss_tracking off: the server tracks nothing for the client (no tracking client), and a
 // deleted hold is still found — by the watchdog's renewal. With it on (the default), the same
 // server counts the client as a tracking client.
+// A leased mutex whose key another connection rewrites unchanged (value and TTL kept) is no
+// loss: the check finds it still held, and renews nothing — its TTL keeps running down. A
+// leased permit deleted is told at once.
+TEST(loss_told_more, a_leased_hold_left_in_place_is_no_loss_and_a_leased_permit_is_told_at_once) {
+    redis_server s;
+    rlock_test::lost_log lost;
+    rlock::client_options o = s.options();
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    rlock::mutex m(c, "told:leased");
+    m.lock(3s);
+    std::this_thread::sleep_for(150ms);  // armed
+    auto raw = rlock_test::raw_connection(s.port());
+    rlock::detail::reply_ptr token = rlock::detail::command(raw.get(), {"GET", "told:leased"});
+    ASSERT_TRUE(token && token->type == REDIS_REPLY_STRING);
+    ASSERT_TRUE(rlock::detail::command(raw.get(), {"SET", "told:leased", rlock::detail::reply_text(token.get()), "KEEPTTL"}));
+    std::this_thread::sleep_for(300ms);  // the invalidation's check
+    EXPECT_FALSE(m.lost());
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+    EXPECT_LT(s.integer({"PTTL", "told:leased"}), 2600) << "the check renewed the lease";
+    m.unlock();
+
+    rlock::permit_expirable_semaphore sem(c, "told:leased-permits");
+    ASSERT_TRUE(sem.try_set_permits(2));
+    rlock::permit p = sem.acquire(30s);
+    std::this_thread::sleep_for(150ms);
+    const auto start = steady::now();
+    s.cmd({"DEL", "{told:leased-permits}:timeout"});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() == 1; }, 20s));
+    EXPECT_LT(steady::now() - start, 2s);
+    EXPECT_TRUE(p.lost());
+}
+
 TEST(loss_told_more, turned_off_the_server_tracks_nothing_and_the_watchdog_still_finds_a_loss) {
     redis_server s;
     rlock_test::lost_log lost;

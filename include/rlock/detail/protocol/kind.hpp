@@ -92,11 +92,13 @@ return 0
 /// renewed, 0 gone or someone else's (a key of another type among them: a renewal never creates
 /// a key), or the error that refused the read (an ACL's): that hold's owner is told that
 /// error, not that the lock is lost, and the other keys of the batch are renewed all the same.
+/// A lease of "0" only checks (the verification of leased holds, loss_watch.hpp): the same
+/// replies, nothing written. Every kind's renewal script follows this contract.
 inline std::string batch_renew_lua(std::string_view read, std::string_view held, std::string_view extend) {
     std::string body = "local out = {}\nfor i = 1, #KEYS do\n    local got = ";
     body.append(read).append("\n    if read_failed(got) then\n        out[i] = got\n    elseif ");
-    body.append(held).append(" then\n        ").append(extend);
-    body.append("\n        out[i] = 1\n    else\n        out[i] = 0\n    end\nend\nreturn out\n");
+    body.append(held).append(" then\n        if ARGV[1] ~= '0' then\n            ").append(extend);
+    body.append("\n        end\n        out[i] = 1\n    else\n        out[i] = 0\n    end\nend\nreturn out\n");
     return with_read_failed(body);
 }
 

@@ -261,6 +261,7 @@ return {0, redis.call('publish', ARGV[2], '0')}
     /// reader's, never re-creating one): KEYS[i] lock hashes; ARGV[1] lease ms, ARGV[i+1] holder
     /// id. A holder whose field or any of whose hold keys is gone is reported 0 (lost); an error
     /// reading its field (an ACL's refusal) is that hold's reply, told to its owner as itself.
+    /// A lease of "0" only checks (batch_renew_lua).
     static const script& renew_script() {
         static const script s(with_rw_helpers(R"lua(
 local out = {}
@@ -276,7 +277,7 @@ for i = 1, #KEYS do
         for n = 1, count do
             if redis.call('exists', hold_key(KEYS[i], holder, n)) == 0 then ok = 0 end
         end
-        if ok == 1 then
+        if ok == 1 and ARGV[1] ~= '0' then
             for n = 1, count do
                 redis.call('pexpire', hold_key(KEYS[i], holder, n), ARGV[1])
             end

@@ -428,6 +428,7 @@ return {have, ended, redis.call('zcount', KEYS[2], '(' .. now, '+inf')}
     /// ids of one handle, packed; each handle's leases are set to end ARGV[1] ms from now when
     /// every one is taken with its lease running (1), else 0 (lost) with nothing written, or
     /// the error that refused reading the set (an ACL's), told to that handle's owner as itself.
+    /// A lease of "0" only checks (batch_renew_lua's contract).
     static const script& renew() {
         static const script s(with_read_failed(with_prelude(R"lua(
 local now = server_ms()
@@ -441,7 +442,7 @@ for i = 1, #KEYS do
         if not ok then break end
         ok = live(KEYS[i], id, now)
     end
-    if ok then
+    if ok and ARGV[1] ~= '0' then
         for _, id in ipairs(ids) do
             redis.call('zadd', KEYS[i], 'XX', now + tonumber(ARGV[1]), id)
         end

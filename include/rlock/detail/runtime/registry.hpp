@@ -218,7 +218,6 @@ public:
     }
 
     void add(hold_ptr h) {
-        const bool watched = h->watched;
         {
             std::lock_guard<std::mutex> g(mu_);
             // A record with the same key (rare) is replaced whole: its key views the old
@@ -226,15 +225,15 @@ public:
             const hold_key k = key_of(*h);
             auto old = holds_.find(k);
             if (old != holds_.end()) {
-                if (old->second->watched) watched_.fetch_sub(1);
                 holds_.erase(old);
+            } else {
+                held_.fetch_add(1);
             }
-            if (watched) watched_.fetch_add(1);
             holds_.emplace(k, std::move(h));
         }
         // The watchdog stopped polling while there was nothing to watch: it is woken to arm
         // this one (seq_cst with idle(): one of the two sees the other).
-        if (watched && idle_.load() && idle_.exchange(false) && on_watched_) on_watched_();
+        if (idle_.load() && idle_.exchange(false) && on_added_) on_added_();
     }
 
     /// Takes a hold out of the registry for its final unlock, and waits for a renewal batch that
@@ -242,23 +241,23 @@ public:
     void remove(const hold_ptr& h) {
         std::unique_lock<std::mutex> g(mu_);
         // The record under h's key is h's (add() keeps one per key): one lookup, not two.
-        if (holds_.erase(key_of(*h)) != 0 && h->watched) watched_.fetch_sub(1);
+        if (holds_.erase(key_of(*h)) != 0) held_.fetch_sub(1);
         h->released = true;
         quiet_.wait(g, [&] { return !h->in_flight; });
     }
 
     /// The watchdog's idle state (loss_watch.hpp): with `idle` true it stops polling when no
-    /// watched hold is registered, and the next add() of one calls `on_watched` (set once,
-    /// before any hold is added). Returns false, and leaves it polling, when a watched hold
-    /// is there after all.
+    /// hold (watched or leased: both are armed) is registered, and the next add() calls
+    /// `on_added` (set once, before any hold is added). Returns false, and leaves it polling,
+    /// when a hold is there after all.
     bool idle() noexcept {
         idle_.store(true);
-        if (watched_.load() == 0) return true;
+        if (held_.load() == 0) return true;
         idle_.store(false);
         return false;
     }
-    bool has_watched() const noexcept { return watched_.load(std::memory_order_relaxed) != 0; }
-    void on_watched(std::function<void()> f) { on_watched_ = std::move(f); }
+    bool has_holds() const noexcept { return held_.load(std::memory_order_relaxed) != 0; }
+    void on_added(std::function<void()> f) { on_added_ = std::move(f); }
 
     /// True when the hold is known lost, or its lease has run out by this client's clock. The
     /// verdict is final: it is latched, so a renewal answered later does not take it back (the
@@ -297,17 +296,55 @@ public:
         return take_watched(expired, [](const hold&) { return true; });
     }
 
-    /// The watched holds in force whose key has not been read on the tracked connection yet,
-    /// taken (their acquire sent) at `taken_by` or before.
+    /// The holds in force (watched, or leased with lease left) whose key has not been read on
+    /// the tracked connection yet, taken (their acquire sent) at `taken_by` or before.
     std::vector<hold_ptr> unarmed(clock::time_point taken_by) const {
         std::vector<hold_ptr> out;
         std::lock_guard<std::mutex> g(mu_);
+        const auto now = clock::now();
         for (const auto& [k, h] : holds_) {
-            if (h->watched && !h->armed && !h->released && !h->lost && h->expires - h->lease <= taken_by) {
+            if ((h->watched || now < h->expires) && !h->armed && !h->released && !h->lost &&
+                h->expires - h->lease <= taken_by) {
                 out.push_back(h);
             }
         }
         return out;
+    }
+
+    /// The leased holds with lease left that `pick` chooses, each flagged in_flight until
+    /// checked() is called: their key changed, and a check (a renewal script that writes
+    /// nothing) tells whether they are still held.
+    template <class Pick>
+    std::vector<hold_ptr> take_leased(Pick&& pick) {
+        std::vector<hold_ptr> out;
+        std::lock_guard<std::mutex> g(mu_);
+        const auto now = clock::now();
+        for (auto& [k, h] : holds_) {
+            if (h->watched || h->released || h->lost || now >= h->expires) continue;
+            if (!pick(static_cast<const hold&>(*h))) continue;
+            h->in_flight = true;
+            out.push_back(h);
+        }
+        return out;
+    }
+
+    /// Ends a check of leased holds: `gone[i]` says Redis no longer has holds[i]. Gone while
+    /// its lease had not run out by this client's clock (which runs out before the server's:
+    /// it counts from the acquire's send time) is a loss; gone after is the lease's end.
+    /// Returns the indexes of the holds whose owner must be told now.
+    std::vector<std::size_t> checked(const std::vector<hold_ptr>& holds, const std::vector<char>& gone) {
+        std::vector<std::size_t> tell;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            const auto now = clock::now();
+            for (std::size_t i = 0; i < holds.size(); ++i) {
+                hold& h = *holds[i];
+                h.in_flight = false;
+                if (!h.released && gone[i] && now < h.expires && mark_lost_locked(h)) tell.push_back(i);
+            }
+        }
+        quiet_.notify_all();
+        return tell;
     }
 
     /// `holds` were read on a connection whose keys the server tracks (loss_watch.hpp): a
@@ -380,7 +417,7 @@ public:
                 h->told = true;
                 untold.push_back(h);
             }
-            if (h->watched) watched_.fetch_sub(1);
+            held_.fetch_sub(1);
             mine.push_back(std::move(h));
             it = holds_.erase(it);
         }
@@ -438,9 +475,9 @@ private:
     mutable std::mutex mu_;
     std::condition_variable quiet_;
     std::unordered_map<hold_key, hold_ptr, hold_key_hash> holds_;
-    std::atomic<std::size_t> watched_{0};  // watched holds in holds_
+    std::atomic<std::size_t> held_{0};  // records in holds_ (read without the lock)
     std::atomic<bool> idle_{false};         // the watchdog waits for one (idle())
-    std::function<void()> on_watched_;
+    std::function<void()> on_added_;
 };
 
 }  // namespace rlock::detail

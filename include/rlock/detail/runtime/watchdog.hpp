@@ -4,7 +4,8 @@
 // server may have come back without the holds. Where the server tells key changes
 // (loss_watch.hpp), its connection reads every hold's key after renewing it, and an
 // invalidation of a held key asks it to renew that hold at once (suspect): a hold deleted,
-// overwritten, flushed or expired is told within milliseconds. In a Redis Cluster it keeps,
+// overwritten, flushed or expired is told within milliseconds. Leased holds are read and
+// verified likewise, by a check that renews nothing (check_leased). In a Redis Cluster it keeps,
 // per master, a tracked connection that renews and reads the holds of that master's slots and
 // a connection their invalidations are redirected to.
 #pragma once
@@ -45,7 +46,7 @@ public:
     /// How soon a hold newly taken is read on the tracked connection (armed), once it still
     /// exists: holds shorter than this never cost the server a read.
     static constexpr std::chrono::milliseconds arm_delay{25};
-    /// Polls in a row without a watched hold after which the watchdog stops polling (about
+    /// Polls in a row without a hold after which the watchdog stops polling (about
     /// 100 ms): a lock taken now and then does not keep it waking 40 times a second.
     static constexpr unsigned idle_after = 4;
 
@@ -55,7 +56,7 @@ public:
     watchdog(const endpoint& ep, detail::pool& p, registry& reg, tracking_route* route = nullptr)
         : ep(ep), pool(p), reg(reg), events_(ep.options.listener), route_(ep.slots ? nullptr : route),
           cluster_route_(ep.slots ? route : nullptr) {
-        if (route) reg.on_watched([this] { wake(); });
+        if (route) reg.on_added([this] { wake(); });
     }
     watchdog(const watchdog&) = delete;
     watchdog& operator=(const watchdog&) = delete;
@@ -87,7 +88,7 @@ public:
         }
     }
 
-    /// Wakes the thread to look again (a watched hold was added while it did not poll).
+    /// Wakes the thread to look again (a hold was added while it did not poll).
     void wake() noexcept {
         {
             std::lock_guard<std::mutex> g(mu_);
@@ -147,6 +148,42 @@ public:
         }
     };
 
+    /// Checks the leased holds `pick` chooses (their key changed; loss_watch.hpp) with their
+    /// kinds' renewal scripts at lease "0", which write nothing, and reads them again on the
+    /// tracked connection. One that is gone before its lease ran out is lost, and its owner
+    /// told. False when a connection failed.
+    bool check_leased(context_ptr& conn, std::uint64_t& conn_epoch, const selection& pick) {
+        std::vector<registry::hold_ptr> holds = reg.take_leased([&](const hold& h) { return pick.picks(h); });
+        if (holds.empty()) return true;
+        renewal r(holds.size());
+        make_batches(holds, r, "0");
+        if (ep.slots) {
+            renew_in_cluster(holds, r, true);
+        } else {
+            try {
+                ensure_open(conn, conn_epoch, true);
+                const bool tracked = track(conn.get());
+                std::vector<batch*> all;
+                for (batch& b : r.batches) all.push_back(&b);
+                const connection c{conn.get()};
+                send_batches(c, all, holds, r, nullptr);
+                if (tracked) arm(c, holds, r.ok);
+            } catch (const error& e) {
+                r.failure = e;
+                if (conn && (conn->err || e.value() == errc::connection_failed)) conn.reset();
+            }
+        }
+        for (const std::size_t i : reg.checked(holds, r.gone)) {
+            const hold& h = *holds[i];
+            const error gone(errc::lock_lost, h.name, ep.name,
+                             "the key was deleted or taken by another holder before the hold's lease ran out");
+            reg.tell_hold(h, gone);
+            reg.tell_handed_from(h, gone);
+        }
+        return !r.failure || (r.failure->value() != errc::connection_failed &&
+                              r.failure->value() != errc::timeout);
+    }
+
     /// One tick of every hold on `conn`, without tracking (bench/footprint times it from its
     /// own thread: the tracking state is the watchdog thread's).
     bool renew_all(context_ptr& conn, std::uint64_t& conn_epoch) {
@@ -165,7 +202,7 @@ public:
         if (holds.empty()) return true;
         renewal r(holds.size());
         const auto sent = clock::now();
-        make_batches(holds, r);
+        make_batches(holds, r, std::to_string(ep.options.lock_watchdog_timeout.count()));
         if (ep.slots) {
             renew_in_cluster(holds, r, pick.tracks && cluster_route_);
         } else {
@@ -256,9 +293,10 @@ private:
         if (tracks) ++conn_serial_;
     }
 
-    /// Arms the watched holds not armed yet and taken arm_delay ago or more: a read of their keys
-    /// on the tracked connection, no renewal. A key already gone (fewer exist than asked) makes
-    /// its hold a suspect, renewed at once. False when the server could not be reached.
+    /// Arms the holds (watched, or leased with lease left) not armed yet and taken arm_delay
+    /// ago or more: a read of their keys on the tracked connection, no renewal. A key already
+    /// gone (fewer exist than asked) makes its hold a suspect, renewed (or, leased, checked) at
+    /// once. False when the server could not be reached.
     bool arm_fresh(context_ptr& conn, std::uint64_t& conn_epoch) {
         // Those taken arm_delay ago or more: most holds are released sooner, at no cost here.
         std::vector<registry::hold_ptr> fresh = reg.unarmed(clock::now() - arm_delay);
@@ -348,7 +386,8 @@ private:
     }
 
     /// Sorts `holds` by slot (in a cluster) and kind, and cuts them into script calls.
-    void make_batches(std::vector<registry::hold_ptr>& holds, renewal& r) const {
+    /// `lease`: the renewal's, in ms as text; "0" checks without renewing (check_leased).
+    void make_batches(std::vector<registry::hold_ptr>& holds, renewal& r, std::string lease) const {
         std::vector<int> slot(holds.size(), 0);
         std::vector<std::size_t> order(holds.size());
         for (std::size_t i = 0; i < holds.size(); ++i) {
@@ -366,7 +405,7 @@ private:
             sorted_slot.push_back(slot[i]);
         }
         holds.swap(sorted);
-        r.lease = std::to_string(ep.options.lock_watchdog_timeout.count());
+        r.lease = std::move(lease);
         r.batches.reserve(holds.size() / renew_batch + 4);
         for (std::size_t i = 0; i < holds.size();) {
             std::size_t j = i;
@@ -655,7 +694,7 @@ private:
         if (!gone.empty()) suspect(gone, false);
     }
 
-    /// Arms the watched holds taken arm_delay ago or more and not armed yet, on the tracked
+    /// Arms the holds taken arm_delay ago or more and not armed yet, on the tracked
     /// connection of their slot's master. Holds of a master that refused tracking count as
     /// armed (nothing more can be done for them). False when a master could not be reached.
     bool arm_fresh_in_cluster() {
@@ -743,11 +782,11 @@ private:
                                : route_ && route_->client_id.load() != 0 && !failing_ &&
                                      !(refused_ && tracked_epoch_ == route_->epoch.load());
             // Nothing to arm or to keep armed: after a few such polls it stops polling until
-            // a watched hold is added (registry::idle: an idle client sleeps until its tick).
+            // a hold is added (registry::idle: an idle client sleeps until its tick).
             bool polling = watching;
             if (woken_) empty_polls_ = 0;  // polls again for as long as before going idle
             woken_ = false;
-            if (watching && !reg.has_watched()) {
+            if (watching && !reg.has_holds()) {
                 if (++empty_polls_ >= idle_after && reg.idle()) polling = false;
             } else {
                 empty_polls_ = 0;
@@ -779,6 +818,7 @@ private:
             rearm_ = false;
             g.unlock();
             bool sent = pick.all || !pick.keys.empty() ? renew_all(conn, conn_epoch, pick) : true;
+            if (sent && watching && (pick.all || !pick.keys.empty())) sent = check_leased(conn, conn_epoch, pick);
             if (sent && watching && !pick.all) {
                 sent = cluster_route_ ? arm_fresh_in_cluster() : arm_fresh(conn, conn_epoch);
             }
@@ -802,7 +842,7 @@ private:
     bool verify_ = false;  // verify_soon() asked for a tick now
     std::vector<std::string> suspects_;  // keys invalidated since the last tick
     bool poke_ = false;                  // suspect() was called: look at once
-    bool woken_ = false;                 // wake() was called (a watched hold after idling)
+    bool woken_ = false;                 // wake() was called (a hold after idling)
     // Server-assisted detection (loss_watch.hpp); the rest is the watchdog thread's own.
     tracking_route* const route_;
     // Redis Cluster: the route, for telling a refusal once (null: detection off, or not a
@@ -810,7 +850,7 @@ private:
     tracking_route* const cluster_route_;
     std::vector<std::unique_ptr<tracked_node>> nodes_;
     bool cluster_armed_ = false;  // a hold has been armed: a master's new pair reads every hold
-    unsigned empty_polls_ = 0;          // polls in a row that found no watched hold
+    unsigned empty_polls_ = 0;          // polls in a row that found no hold
     std::uint64_t conn_serial_ = 0;     // bumped for each new connection
     std::uint64_t tracked_serial_ = 0;  // the connection and route epoch tracking was set for
     std::uint64_t tracked_epoch_ = 0;
