@@ -878,6 +878,42 @@ TEST(cluster_loss, masters_that_refuse_tracking_are_told_once_and_losses_are_sti
     for (auto& l : held) l->unlock();
 }
 
+// A paused master (SIGSTOP: connections accepted, nothing answered) delays no other master's
+// renewals: every master is sent its renewals before any reply is read, and one that does not
+// answer is not asked again through the pool in the same tick. The pause stays under the
+// cluster's node timeout (2 s), after which the cluster itself stops serving (CLUSTERDOWN)
+// until a replica takes over. Before, each tick waited two command timeouts for the paused
+// master before renewing the masters after it, and their holds ran out.
+TEST(cluster_loss, a_paused_master_delays_no_other_masters_renewals) {
+    redis_cluster c;
+    rlock_test::lost_log lost;
+    rlock::client_options o = told_options(c, lost);
+    o.command_timeout = 1s;
+    o.lock_watchdog_timeout = 1600ms;  // a tick that waited 2 s for the paused master would lose them
+    rlock::client a(o);
+    const std::string stem = rlock_test::test_lock_name();
+    redis_server& paused = *c.masters()[0];
+    rlock::mutex on_paused(a, name_on(c, paused, stem + ".paused"));
+    std::vector<std::unique_ptr<rlock::mutex>> others;
+    for (std::size_t i = 1; i < c.masters().size(); ++i) {
+        others.push_back(std::make_unique<rlock::mutex>(a, name_on(c, *c.masters()[i], stem + ".other")));
+        // Renewed after the paused master's holds in each tick (batches go in slot order).
+        ASSERT_LT(redis_cluster::key_slot(on_paused.name()), redis_cluster::key_slot(others.back()->name()));
+    }
+    on_paused.lock();
+    for (auto& l : others) l->lock();
+    std::this_thread::sleep_for(300ms);  // armed: the watchdog has its pair on every master
+    paused.pause();
+    std::this_thread::sleep_for(1500ms);
+    paused.resume();
+    std::this_thread::sleep_for(1500ms);  // the ticks the pause slowed have told what they found
+    for (auto& l : others) {
+        EXPECT_FALSE(l->lost()) << l->name() << " was not renewed in time: " << lost.last_message;
+        l->unlock();
+    }
+    on_paused.unlock();  // renewed again or run out: either way not thrown
+}
+
 TEST(cluster, an_error_a_node_answers_names_that_node) {
     redis_cluster c;
     rlock::client client(rlock::client_options::from_uri(c.uri()));

@@ -267,6 +267,12 @@ private:
         std::size_t first = 0, count = 0;
         int slot = 0;
     };
+    /// Redis Cluster: the batches of one master (`master` empty: a slot the map does not know).
+    struct node_batches {
+        std::string at;
+        std::optional<server_address> master;
+        std::vector<batch*> list;
+    };
     /// What one watchdog tick found, per hold, and the last failure.
     struct renewal {
         explicit renewal(std::size_t n) : ok(n, 0), gone(n, 0), refusal(n, 0) {}
@@ -433,6 +439,11 @@ private:
     void send_batches(const connection& c, const std::vector<batch*>& list,
                       const std::vector<registry::hold_ptr>& holds, renewal& r,
                       std::vector<batch*>* redirected) const {
+        write_batches(c, list);
+        read_batches(c, list, holds, r, redirected);
+    }
+    /// send_batches' two halves: the calls written (flushed: the server runs them now)...
+    void write_batches(const connection& c, const std::vector<batch*>& list) const {
         for (batch* b : list) {
             b->call.use(script_form::sha, c);
             if (append_command(c.ctx, b->call.argc(), b->call.argv(), b->call.lens()) !=
@@ -440,6 +451,15 @@ private:
                 throw make_error(c, nullptr, "", ep.name);
             }
         }
+        int done = 0;
+        while (done == 0) {
+            if (redisBufferWrite(c.ctx, &done) != REDIS_OK) throw make_error(c, nullptr, "", ep.name);
+        }
+    }
+    /// ...and their replies read and recorded.
+    void read_batches(const connection& c, const std::vector<batch*>& list,
+                      const std::vector<registry::hold_ptr>& holds, renewal& r,
+                      std::vector<batch*>* redirected) const {
         std::vector<reply_ptr> replies;
         for (std::size_t i = 0; i < list.size(); ++i) {
             void* raw = nullptr;
@@ -501,11 +521,6 @@ private:
     /// batch redirected there (its slot has moved) is sent again on its own, where the pool
     /// follows the redirection. A master that fails does not stop the others' renewals.
     void renew_in_cluster(const std::vector<registry::hold_ptr>& holds, renewal& r, bool tracks) {
-        struct node_batches {
-            std::string at;
-            std::optional<server_address> master;
-            std::vector<batch*> list;
-        };
         std::vector<node_batches> per_node;
         for (batch& b : r.batches) {
             std::optional<server_address> m = ep.slots->master_of(b.slot);
@@ -519,8 +534,14 @@ private:
             if (!r.failure || is_ambiguous(e)) r.failure = e;
             if (error_access::origin(e).to.kind == redirect::try_again) r.retry_soon = true;
         };
-        for (auto& node : per_node) {
-            if (tracks && node.master && renew_tracked(*node.master, node.list, holds, r, redirected)) continue;
+        std::vector<node_batches*> through_pool;
+        if (tracks) {
+            renew_on_tracked(per_node, holds, r, redirected, through_pool);
+        } else {
+            for (auto& node : per_node) through_pool.push_back(&node);
+        }
+        for (node_batches* n : through_pool) {
+            node_batches& node = *n;
             try {
                 std::vector<batch*> moved;
                 pool.run(holds[node.list.front()->first]->name, on_break::retry, [&](const connection& c) {
@@ -627,18 +648,65 @@ private:
         verify_ = true;
     }
 
-    /// Renews `list` (batches of master `at`) on its tracked connection and reads the holds
-    /// renewed; batches the node redirected go to `redirected`. False when the node cannot be
-    /// tracked or failed: the caller renews through the pool, as without tracking.
-    bool renew_tracked(const server_address& at, const std::vector<batch*>& list,
-                       const std::vector<registry::hold_ptr>& holds, renewal& r, std::vector<batch*>& redirected) {
-        tracked_node* t = nullptr;
+    /// The pair of master `at` if the watchdog has one (or knows it refused), else null.
+    tracked_node* find_node(const server_address& at) const {
+        for (const auto& n : nodes_) {
+            if (n->at.host == at.host && n->at.port == at.port) return n.get();
+        }
+        return nullptr;
+    }
+
+    /// Renews each master's batches on its tracked connection and reads the holds renewed;
+    /// batches a node redirected go to `redirected`, masters that cannot be tracked (refused,
+    /// broken, unknown) to `through_pool`. Every master whose pair is open is sent its
+    /// renewals before any reply is read, so that a master that does not answer (paused, a
+    /// full backlog) delays no other master's renewals; pairs opened now come after those.
+    void renew_on_tracked(std::vector<node_batches>& per_node, const std::vector<registry::hold_ptr>& holds,
+                          renewal& r, std::vector<batch*>& redirected, std::vector<node_batches*>& through_pool) {
+        std::vector<std::pair<node_batches*, tracked_node*>> written;
+        std::vector<node_batches*> to_open;
+        for (auto& node : per_node) {
+            tracked_node* t = node.master ? find_node(*node.master) : nullptr;
+            if (!node.master || (t && t->refused)) {
+                through_pool.push_back(&node);
+            } else if (!t) {
+                to_open.push_back(&node);
+            } else {
+                try {
+                    write_batches(connection{t->conn.get()}, node.list);
+                    written.emplace_back(&node, t);
+                } catch (const error&) {
+                    drop_node(t);
+                    through_pool.push_back(&node);
+                }
+            }
+        }
+        for (auto& [node, t] : written) {
+            if (!finish_tracked(*t, node->list, holds, r, redirected)) through_pool.push_back(node);
+        }
+        for (node_batches* node : to_open) {
+            tracked_node* t = nullptr;
+            try {
+                t = node_at(*node->master);
+                if (t) write_batches(connection{t->conn.get()}, node->list);
+            } catch (const error& e) {
+                if (t) drop_node(t);
+                if (!gave_up_on(e, r)) through_pool.push_back(node);
+                continue;
+            }
+            if (!t || !finish_tracked(*t, node->list, holds, r, redirected)) through_pool.push_back(node);
+        }
+    }
+
+    /// Reads the replies of `list`, written on t's tracked connection, and reads the holds
+    /// renewed. False when the pair failed (dropped) in a way the pool's connection may not:
+    /// the caller renews through the pool.
+    bool finish_tracked(tracked_node& t, const std::vector<batch*>& list,
+                        const std::vector<registry::hold_ptr>& holds, renewal& r, std::vector<batch*>& redirected) {
         try {
-            t = node_at(at);
-            if (!t) return false;
             std::vector<batch*> moved;
-            const connection c{t->conn.get()};
-            send_batches(c, list, holds, r, &moved);
+            const connection c{t.conn.get()};
+            read_batches(c, list, holds, r, &moved);
             if (ep.options.sync_replicas > 0) wait_for_replicas(c, ep, "");
             redirected.insert(redirected.end(), moved.begin(), moved.end());
             std::vector<char> read(holds.size(), 0);
@@ -646,12 +714,21 @@ private:
                 if (std::find(moved.begin(), moved.end(), b) != moved.end()) continue;
                 for (std::size_t i = b->first; i < b->first + b->count; ++i) read[i] = r.ok[i];
             }
-            arm_each(*t, holds, read);
+            arm_each(t, holds, read);
             return true;
-        } catch (const error&) {
-            if (t) drop_node(t);
-            return false;
+        } catch (const error& e) {
+            drop_node(&t);
+            return gave_up_on(e, r);
         }
+    }
+
+    /// A master that did not answer within command_timeout is not asked again through the
+    /// pool in the same tick (it would cost the tick a second timeout, and every master after
+    /// it its renewal): the failure is the tick's, tried again soon. True when `e` is that.
+    static bool gave_up_on(const error& e, renewal& r) {
+        if (e.value() != errc::timeout) return false;
+        if (!r.failure || is_ambiguous(e)) r.failure = e;
+        return true;
     }
 
     /// Reads the keys of `holds` (those `which` says) on t's tracked connection, one EXISTS
