@@ -1287,6 +1287,37 @@ TEST(loss_told_more, a_leased_hold_left_in_place_is_no_loss_and_a_leased_permit_
     EXPECT_TRUE(p.lost());
 }
 
+// A read hold's count overwritten with what rlock never writes (a fraction, text, the int64
+// limit) is someone else's write, not the hold gone: the check (a leased hold's, at once) says
+// so without telling a loss, and does not walk such a count — at the int64 limit that loop
+// would keep the server busy for good. Before, the first two were told lost and the third hung
+// the server.
+TEST(loss_told_more, a_read_holds_count_overwritten_is_not_a_loss_and_is_not_walked) {
+    redis_server s;
+    rlock_test::lost_log lost;
+    rlock::client_options o = s.options();
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    const std::string holder = c.id() + ":" + std::to_string(rlock::detail::current_thread_number());
+    for (const char* bad : {"2.5", "abc", "9223372036854775807"}) {
+        SCOPED_TRACE(bad);
+        const std::string name = std::string("told:count:") + bad;
+        rlock::read_write_lock rw(c, name);
+        rw.lock_shared(60s);
+        std::this_thread::sleep_for(150ms);  // armed
+        s.cmd({"HSET", name, holder, bad});
+        std::this_thread::sleep_for(300ms);  // the invalidation's check has run
+        const auto start = steady::now();
+        auto pong = s.cmd({"PING"});
+        EXPECT_LT(steady::now() - start, 1s) << "the server is busy in a script";
+        EXPECT_TRUE(pong && pong->type == REDIS_REPLY_STATUS);
+        EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+        EXPECT_FALSE(rw.lost());
+        s.cmd({"HSET", name, holder, "1"});
+        rw.unlock_shared();
+    }
+}
+
 TEST(loss_told_more, turned_off_the_server_tracks_nothing_and_the_watchdog_still_finds_a_loss) {
     redis_server s;
     rlock_test::lost_log lost;

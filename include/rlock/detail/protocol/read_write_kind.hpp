@@ -260,18 +260,23 @@ return {0, redis.call('publish', ARGV[2], '0')}
     /// Batch renewal of read holds, each renewing only its own hold keys (never another
     /// reader's, never re-creating one): KEYS[i] lock hashes; ARGV[1] lease ms, ARGV[i+1] holder
     /// id. A holder whose field or any of whose hold keys is gone is reported 0 (lost); an error
-    /// reading its field (an ACL's refusal) is that hold's reply, told to its owner as itself.
-    /// A lease of "0" only checks (batch_renew_lua).
+    /// reading its field (an ACL's refusal) is that hold's reply, told to its owner as itself,
+    /// and so is a count rlock never writes (a fraction, text, more levels than a script should
+    /// walk: a count at the int64 limit would keep the server in this loop for ever) — someone
+    /// wrote the field, which is not the hold gone. A lease of "0" only checks (batch_renew_lua).
     static const script& renew_script() {
         static const script s(with_rw_helpers(R"lua(
 local out = {}
 for i = 1, #KEYS do
     local holder = ARGV[i + 1]
     local got = redis.pcall('hget', KEYS[i], holder)
-    local count = tonumber(got)  -- nil for no field, and for an error
+    local count = type(got) == 'string' and string.match(got, '^[1-9]%d?%d?%d?%d?%d?$') and tonumber(got)
     local ok = 0
     if read_failed(got) then
         ok = got
+    elseif type(got) == 'string' and not count then
+        ok = redis.error_reply('ERR the read hold count of ' .. holder .. ' in ' .. KEYS[i] ..
+            ' is not a level count rlock writes (1 to 999999): ' .. got .. '; nothing was changed')
     elseif count then
         ok = 1
         for n = 1, count do
