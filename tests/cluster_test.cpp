@@ -854,13 +854,7 @@ TEST(cluster_loss, masters_that_refuse_tracking_are_told_once_and_losses_are_sti
     o.username = "locker";
     o.password = "secret";
     o.lock_watchdog_timeout = 600ms;  // renewed every 200 ms
-    struct notices : rlock::lock_listener {
-        std::atomic<int> off{0};
-        void notice(const rlock::notice_event& e) override {
-            if (std::string(e.message).find("detection is off") != std::string::npos) ++off;
-        }
-    };
-    auto n = std::make_shared<notices>();
+    auto n = std::make_shared<rlock_test::detection_off_notices>();
     o.listener = n;
     rlock::client a(o);
     std::vector<std::unique_ptr<rlock::mutex>> held;

@@ -1010,13 +1010,7 @@ TEST(acl, a_user_who_may_not_track_keys_is_told_once_and_losses_are_still_found)
     rlock_test::lost_log lost;
     rlock::client_options o = as_locker(s, words(minimal_acl), lost);
     o.lock_watchdog_timeout = 600ms;  // renewed every 200 ms
-    struct notices : rlock::lock_listener {
-        std::atomic<int> off{0};
-        void notice(const rlock::notice_event& e) override {
-            if (std::string(e.message).find("detection is off") != std::string::npos) ++off;
-        }
-    };
-    auto n = std::make_shared<notices>();
+    auto n = std::make_shared<rlock_test::detection_off_notices>();
     o.listener = n;
     rlock::client c(o);
     rlock::mutex m(c, "app:no-tracking");

@@ -182,6 +182,14 @@ private:
 };
 
 
+/// A listener that counts the notices saying server-assisted loss detection is off.
+struct detection_off_notices : rlock::lock_listener {
+    std::atomic<int> off{0};
+    void notice(const rlock::notice_event& e) override {
+        if (std::string(e.message).find("detection is off") != std::string::npos) ++off;
+    }
+};
+
 /// A listener (rlock::lock_listener) that keeps every event it is told, for tests to read.
 struct event_log : rlock::lock_listener {
     struct entry {
