@@ -605,9 +605,7 @@ private:
     /// tracking needs (told once: losses there are found by the ticks). Throws when it cannot
     /// be reached.
     tracked_node* node_at(const server_address& at) {
-        for (const auto& n : nodes_) {
-            if (n->at.host == at.host && n->at.port == at.port) return n->refused ? nullptr : n.get();
-        }
+        if (tracked_node* known = find_node(at)) return known->refused ? nullptr : known;
         auto n = std::make_unique<tracked_node>();
         n->at = at;
         n->name = address_name(at.host, at.port);
@@ -776,26 +774,32 @@ private:
     /// armed (nothing more can be done for them). False when a master could not be reached.
     bool arm_fresh_in_cluster() {
         std::vector<registry::hold_ptr> fresh = reg.unarmed(clock::now() - arm_delay);
-        bool reached = true;
-        std::vector<char> done(fresh.size(), 0);
+        // One slot-map lookup per hold, grouped by master (few): a burst of holds costs a pass.
+        struct master_holds {
+            server_address at;
+            std::vector<char> which;
+        };
+        std::vector<master_holds> per_master;
         for (std::size_t i = 0; i < fresh.size(); ++i) {
-            if (done[i]) continue;
-            const std::optional<server_address> m = ep.slots->master_of(key_slot(fresh[i]->name));
-            std::vector<char> which(fresh.size(), 0);
-            for (std::size_t j = i; j < fresh.size(); ++j) {
-                if (done[j]) continue;
-                const std::optional<server_address> mj = ep.slots->master_of(key_slot(fresh[j]->name));
-                if (mj.has_value() != m.has_value() || (m && (mj->host != m->host || mj->port != m->port))) continue;
-                which[j] = done[j] = 1;
-            }
+            std::optional<server_address> m = ep.slots->master_of(key_slot(fresh[i]->name));
             if (!m) continue;  // a slot the map does not know yet: the next tick loads it
+            auto it = std::find_if(per_master.begin(), per_master.end(), [&](const master_holds& g) {
+                return g.at.host == m->host && g.at.port == m->port;
+            });
+            if (it == per_master.end()) {
+                it = per_master.insert(per_master.end(), {std::move(*m), std::vector<char>(fresh.size(), 0)});
+            }
+            it->which[i] = 1;
+        }
+        bool reached = true;
+        for (const master_holds& g : per_master) {
             tracked_node* t = nullptr;
             try {
-                t = node_at(*m);
+                t = node_at(g.at);
                 if (t) {
-                    arm_each(*t, fresh, which);
+                    arm_each(*t, fresh, g.which);
                 } else {
-                    reg.armed(fresh, which);
+                    reg.armed(fresh, g.which);
                 }
             } catch (const error&) {
                 if (t) drop_node(t);
