@@ -836,4 +836,158 @@ TEST_F(local_handoff, a_thread_waiting_in_the_process_throws_connection_failed_w
     waiter.join();
 }
 
+// Asynchronous acquires of the client meet the blocking ones at the same gate: an unlock hands
+// the hold to a waiting async_lock, and an asynchronous holder's unlock to a waiting thread,
+// without a round trip; the key keeps its token.
+TEST_F(local_handoff, an_unlock_hands_the_hold_to_an_asynchronous_waiter_and_it_hands_it_on_to_a_thread) {
+    rlock::client c(patient(options()));
+    rlock::mutex m(c, name());
+    m.lock();
+    const std::string token = server().text({"GET", name()});
+    std::future<rlock::hold> f = m.async_lock(rlock::use_future);
+    std::this_thread::sleep_for(300ms);  // it waits
+    ASSERT_EQ(f.wait_for(0s), std::future_status::timeout) << "acquired while the lock was held";
+    const long long before = lock_calls();
+    m.unlock();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    rlock::hold h = f.get();
+    ASSERT_TRUE(h);
+    EXPECT_EQ(server().text({"GET", name()}), token) << "the hold went through Redis (a new token)";
+    std::promise<std::string> seen;
+    std::promise<void> done;
+    std::thread waiter([&] {
+        rlock::mutex theirs(c, name());
+        theirs.lock();
+        seen.set_value(server().text({"GET", name()}));
+        done.get_future().wait();
+        theirs.unlock();
+    });
+    std::this_thread::sleep_for(300ms);  // it waits
+    h.unlock();
+    auto got = seen.get_future();
+    ASSERT_EQ(got.wait_for(5s), std::future_status::ready) << "the waiting thread did not get the lock";
+    EXPECT_EQ(got.get(), token) << "the asynchronous holder's unlock went through Redis";
+    EXPECT_EQ(lock_calls() - before, 0) << "the two hand-overs sent lock commands";
+    done.set_value();
+    waiter.join();
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+}
+
+// An asynchronous acquire waiting at the gate that is cancelled or whose wait runs out leaves
+// its place: the hold goes to the next waiter, and nothing is left behind.
+TEST_F(local_handoff, an_asynchronous_waiter_that_is_cancelled_or_runs_out_leaves_the_gate_to_the_next) {
+    rlock::client c(patient(options()));
+    rlock::mutex m(c, name());
+    m.lock();
+    const std::string token = server().text({"GET", name()});
+    std::promise<std::exception_ptr> cancelled;
+    const rlock::pending p =
+        m.async_lock([&](std::exception_ptr e, rlock::hold) { cancelled.set_value(std::move(e)); });
+    std::future<rlock::hold> runs_out = m.async_try_lock_for(200ms, rlock::use_future);
+    std::future<rlock::hold> last = m.async_lock(rlock::use_future);
+    std::this_thread::sleep_for(50ms);
+    p.cancel();
+    auto c_f = cancelled.get_future();
+    ASSERT_EQ(c_f.wait_for(5s), std::future_status::ready);
+    try {
+        std::rethrow_exception(c_f.get());
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::operation_aborted);
+    } catch (...) {
+        ADD_FAILURE() << "the cancelled acquire did not complete with operation_aborted";
+    }
+    ASSERT_EQ(runs_out.wait_for(5s), std::future_status::ready);
+    EXPECT_FALSE(runs_out.get()) << "acquired while the lock was held";
+    m.unlock();
+    ASSERT_EQ(last.wait_for(5s), std::future_status::ready) << "the gate was left taken";
+    rlock::hold h = last.get();
+    ASSERT_TRUE(h);
+    EXPECT_EQ(server().text({"GET", name()}), token);
+    h.unlock();
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+    EXPECT_TRUE(m.try_lock());
+    m.unlock();
+}
+
+TEST_F(local_handoff, an_asynchronous_waiter_in_the_process_completes_with_connection_failed_when_the_client_is_destroyed) {
+    auto c = std::make_unique<rlock::client>(options());
+    rlock::mutex m(*c, name());
+    m.lock();
+    std::future<rlock::hold> f = m.async_lock(rlock::use_future);
+    std::this_thread::sleep_for(300ms);
+    c.reset();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    try {
+        (void)f.get();
+        ADD_FAILURE() << "completed with a hold";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::connection_failed);
+    }
+}
+
+// Blocking threads and asynchronous acquires of one client (some cancelled at once, some with
+// short deadlines) and a thread of another client, on one mutex: one holder at a time, every
+// hold passed on or released, and the gate free at the end (the races of a turn told just as
+// an acquire ends).
+TEST_F(local_handoff, blocking_and_asynchronous_acquires_pass_the_lock_around_and_exclude_each_other) {
+    rlock::client c(options()), other(options());
+    std::atomic<int> inside{0}, overlaps{0}, held{0};
+    auto critical = [&] {
+        if (inside.fetch_add(1) != 0) ++overlaps;
+        std::this_thread::sleep_for(200us);
+        inside.fetch_sub(1);
+        ++held;
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t) {
+        threads.emplace_back([&] {
+            rlock::mutex m(c, name());
+            for (int i = 0; i < 60; ++i) {
+                ASSERT_TRUE(m.try_lock_for(10s)) << "a blocking thread starved";
+                critical();
+                m.unlock();
+            }
+        });
+        threads.emplace_back([&, t] {
+            rlock::mutex m(c, name());
+            for (int i = 0; i < 60; ++i) {
+                rlock::hold h;
+                if (i % 3 == 0) {  // cancelled at once: it may still have won
+                    auto p = std::make_shared<std::promise<rlock::hold>>();
+                    const rlock::pending pending = m.async_lock([p](std::exception_ptr e, rlock::hold got) {
+                        if (e) got = rlock::hold();
+                        p->set_value(std::move(got));
+                    });
+                    pending.cancel();
+                    auto f = p->get_future();
+                    ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+                    h = f.get();
+                } else {
+                    auto f = m.async_try_lock_for(std::chrono::microseconds(500 * (i % 4) + 100 * t), rlock::use_future);
+                    ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+                    h = f.get();
+                }
+                if (!h) continue;
+                critical();
+                h.unlock();
+            }
+        });
+    }
+    threads.emplace_back([&] {
+        rlock::mutex m(other, name());
+        for (int i = 0; i < 30; ++i) {
+            ASSERT_TRUE(m.try_lock_for(10s)) << "the other client starved";
+            critical();
+            m.unlock();
+        }
+    });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(overlaps.load(), 0);
+    EXPECT_GE(held.load(), 2 * 60 + 30);
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0) << "a hold was left behind";
+    rlock::mutex m(c, name());
+    EXPECT_TRUE(m.try_lock()) << "the gate was left taken";
+    m.unlock();
+}
+
 }  // namespace

@@ -201,6 +201,7 @@ private:
                     events.wait_ended(Kind::info.name, name(), story, /*cancelled=*/false);
                     return false;
                 case local_gate::entry::stopped:
+                case local_gate::entry::queued:  // only join() queues
                     throw error(errc::connection_failed, name(), server(),
                                 "the client was destroyed while this thread waited");
             }

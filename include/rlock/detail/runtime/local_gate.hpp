@@ -1,6 +1,7 @@
-// local_gate: the threads of one client that want the same lock meet here before Redis (lock
-// cohorting). One of them at a time, the leader, waits for the lock at Redis; the rest wait
-// here, in order. A local owner's unlock hands its hold to the next of them without a round
+// local_gate: the threads and asynchronous acquires of one client that want the same lock meet
+// here before Redis (lock cohorting). One of them at a time, the leader, waits for the lock at
+// Redis; the rest wait here, in order (a thread on a condition variable, an asynchronous acquire
+// as a ticket told its turn through the client's engine). A local owner's unlock hands its hold to the next of them without a round
 // trip — the key, its value and the watchdog's renewals stay as they are — at most
 // `max_passes` times in a row and for at most `max_time`, after which the hold is released
 // through Redis and other clients have their turn (docs/design.md, "Local hand-off").
@@ -39,16 +40,45 @@ struct handoff_bound {
     std::chrono::microseconds max_time{0};
 };
 
+/// A place in a gate's queue: a blocking thread's (local_gate::enter) or an asynchronous
+/// acquire's (async_lock.hpp). Its turn and pass are the gate's to write, under the gate's lock,
+/// while it is queued; once told (notify) it is out of the queue and they are its own.
+class gate_waiter {
+public:
+    enum class turn_state : unsigned char {
+        waiting,   // queued
+        granted,   // handed the hold (pass is filled in)
+        promoted,  // to lead: wait at Redis for the client
+        stopped,   // the client is being destroyed
+    };
+
+    /// Tells the waiter its turn has come (or the gate stopped), under the gate's lock; must
+    /// not block or call the gate. False when it can no longer take a turn (an asynchronous
+    /// acquire whose client's engine has stopped): the gate then takes the turn back and moves
+    /// on to the next waiter.
+    virtual bool notify() noexcept = 0;
+
+    turn_state turn = turn_state::waiting;
+    passed_hold pass;
+
+protected:
+    gate_waiter() = default;
+    gate_waiter(const gate_waiter&) = delete;
+    gate_waiter& operator=(const gate_waiter&) = delete;
+    ~gate_waiter() = default;
+};
+
 class local_gate {
 public:
     using clock = std::chrono::steady_clock;
 
-    /// How a wait at the gate ended.
+    /// How a wait at the gate ended, or an asynchronous acquire's arrival (join).
     enum class entry : unsigned char {
         lead,       // no local thread holds or waits at Redis: this one does, as the leader
         granted,    // a local owner handed its hold over (the pass was filled in)
         timed_out,  // the deadline passed first
         stopped,    // the client is being destroyed
+        queued,     // join: it waits in the queue until notified
     };
 
     explicit local_gate(handoff_bound bound) : bound_(bound) {}
@@ -64,9 +94,9 @@ public:
             return entry::lead;
         }
         if (clock::now() >= deadline) return entry::timed_out;
-        waiter me;
+        thread_waiter me;
         queue_.push_back(&me);
-        while (me.turn == turn_state::waiting && !stopped_) {
+        while (me.turn == turn_state::waiting) {
             if (deadline == clock::time_point::max()) {
                 me.cv.wait(g);
             } else if (me.cv.wait_until(g, deadline) == std::cv_status::timeout) {
@@ -76,10 +106,35 @@ public:
         switch (me.turn) {
             case turn_state::granted: pass = std::move(me.pass); return entry::granted;
             case turn_state::promoted: return entry::lead;
+            case turn_state::stopped: return entry::stopped;
             case turn_state::waiting: break;
         }
         dequeue(me);
-        return stopped_ ? entry::stopped : entry::timed_out;
+        return entry::timed_out;
+    }
+
+    /// An asynchronous acquire arrives: it leads when the gate is free; otherwise, when it may
+    /// wait, it is queued and told its turn through w.notify() (and must be taken out with
+    /// withdraw() if it ends first), else it is timed out.
+    entry join(gate_waiter& w, bool may_wait) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (stopped_) return entry::stopped;
+        if (state_ == state::idle) {
+            state_ = state::leading;
+            return entry::lead;
+        }
+        if (!may_wait) return entry::timed_out;
+        w.turn = turn_state::waiting;
+        queue_.push_back(&w);
+        return entry::queued;
+    }
+
+    /// Takes a queued waiter out before its turn came. False when it was told its turn
+    /// already (or was never queued): that turn is then its to take or give back.
+    bool withdraw(gate_waiter& w) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (w.turn != turn_state::waiting) return false;
+        return dequeue(w);
     }
 
     /// The leader's wait at Redis ended: with the lock (the gate is held until its unlock), or
@@ -108,14 +163,19 @@ public:
     /// released().
     bool hand_over(passed_hold& pass) {
         std::lock_guard<std::mutex> g(mu_);
-        if (!may_pass()) return false;
-        waiter* next = queue_.front();
-        queue_.pop_front();
-        ++passes_;
-        next->pass = std::move(pass);
-        next->turn = turn_state::granted;
-        next->cv.notify_one();
-        return true;
+        while (may_pass()) {
+            gate_waiter* next = queue_.front();
+            queue_.pop_front();
+            next->pass = std::move(pass);
+            next->turn = turn_state::granted;
+            if (next->notify()) {
+                ++passes_;
+                return true;
+            }
+            pass = std::move(next->pass);  // its client's engine has stopped: the next one
+            next->turn = turn_state::stopped;
+        }
+        return false;
     }
 
     /// The hold was released through Redis (or abandoned: its thread exited): the first waiter
@@ -125,52 +185,61 @@ public:
         next_leads();
     }
 
-    /// Wakes every waiter with entry::stopped (the client is being destroyed).
+    /// Tells every waiter entry::stopped (the client is being destroyed).
     void stop() {
         std::lock_guard<std::mutex> g(mu_);
         stopped_ = true;
-        for (waiter* w : queue_) w->cv.notify_one();
+        for (gate_waiter* w : queue_) {
+            w->turn = turn_state::stopped;
+            (void)w->notify();
+        }
+        queue_.clear();
     }
 
 private:
     enum class state : unsigned char { idle, leading, holding };
-    enum class turn_state : unsigned char { waiting, granted, promoted };
-    struct waiter {
+    using turn_state = gate_waiter::turn_state;
+    struct thread_waiter final : gate_waiter {
         std::condition_variable cv;
-        turn_state turn = turn_state::waiting;
-        passed_hold pass;
+        bool notify() noexcept override {
+            cv.notify_one();
+            return true;
+        }
     };
 
     bool may_pass() const {
         return !queue_.empty() && !stopped_ && passes_ < bound_.max_passes && clock::now() - since_ < bound_.max_time;
     }
 
-    void next_leads() {
-        if (queue_.empty()) {
-            state_ = state::idle;
-            return;
+    void next_leads() noexcept {
+        while (!queue_.empty()) {
+            gate_waiter* next = queue_.front();
+            queue_.pop_front();
+            next->turn = turn_state::promoted;
+            if (next->notify()) {
+                state_ = state::leading;
+                return;
+            }
+            next->turn = turn_state::stopped;  // its client's engine has stopped: the next one
         }
-        waiter* next = queue_.front();
-        queue_.pop_front();
-        state_ = state::leading;
-        next->turn = turn_state::promoted;
-        next->cv.notify_one();
+        state_ = state::idle;
     }
-    void dequeue(const waiter& w) {
+    bool dequeue(const gate_waiter& w) {
         for (auto it = queue_.begin(); it != queue_.end(); ++it) {
             if (*it == &w) {
                 queue_.erase(it);
-                return;
+                return true;
             }
         }
+        return false;
     }
 
     const handoff_bound bound_;
     std::mutex mu_;
     state state_ = state::idle;
-    std::deque<waiter*> queue_;  // on their threads' stacks
-    unsigned passes_ = 0;        // in a row, since the leader took the lock
-    clock::time_point since_;    // when it did
+    std::deque<gate_waiter*> queue_;  // blocking threads' (on their stacks) and async acquires'
+    unsigned passes_ = 0;             // in a row, since the leader took the lock
+    clock::time_point since_;         // when it did
     bool stopped_ = false;
 };
 

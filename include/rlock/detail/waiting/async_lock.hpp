@@ -2,6 +2,9 @@
 // every lock on one key (async_acquire, running lock_acquisition), on the client's engine
 // thread (engine.hpp). The public forms are async_lockable's (async_lockable.hpp).
 //
+// - A mutex's watched, unfenced acquire first meets the client's other acquires of the lock at
+//   its gate (local hand-off, local_gate.hpp): behind one that holds it or waits at Redis it
+//   queues there, to be handed the hold or to lead; only the leader goes on below.
 // - An acquire is a task on the engine: a first attempt (one round trip through the pool), then,
 //   when refused and allowed to wait, a place at the end of the wait group of its kind and
 //   channel (one per client; a fair_lock waiter's channel is its own).
@@ -40,6 +43,7 @@
 #include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/runtime/engine.hpp"
 #include "rlock/detail/runtime/event_sink.hpp"
+#include "rlock/detail/runtime/local_gate.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
 #include "rlock/detail/waiting/wait_pacing.hpp"
@@ -187,6 +191,11 @@ public:
         w->deliver();
     }
 
+    /// Keeps `w` while it waits at its client's gate for a lock (local hand-off, local_gate.hpp),
+    /// where nothing else owns it: until its turn comes or it ends (left_gate).
+    void wait_at_gate(const std::shared_ptr<async_waiter>& w) { at_gate_.emplace(w.get(), w); }
+    void left_gate(const async_waiter& w) { at_gate_.erase(&w); }
+
     /// The client is being destroyed: every pending waiter completes with connection_failed.
     void fail_all() noexcept {
         std::vector<std::shared_ptr<async_waiter>> all;
@@ -195,6 +204,8 @@ public:
             core.eng.cancel(g->pause_timer);
             for (auto& w : g->queue) all.push_back(w);
         }
+        for (auto& [raw, w] : at_gate_) all.push_back(w);
+        at_gate_.clear();
         for (auto& w : all) {
             core.eng.cancel(w->deadline_timer);
             w->group = nullptr;
@@ -330,6 +341,7 @@ private:
     }
 
     std::unordered_map<std::string, std::shared_ptr<wait_group>> groups_;
+    std::unordered_map<const async_waiter*, std::shared_ptr<async_waiter>> at_gate_;
     std::uint64_t serial_ = 0;
 };
 
@@ -404,6 +416,44 @@ public:
             op_.emplace(*site_, Kind::value_for(core.id, owner_, Kind::reentrant),
                         lease_.duration(core.ep.options.lock_watchdog_timeout));
             const bool may_wait = clock::now() < deadline;
+            if (site_->through_gate(lease_)) {
+                // Local hand-off, as a blocking acquire (basic_lock::acquire): behind another
+                // thread or acquire of this client that holds the lock or waits for it at
+                // Redis, this one waits at the gate, to be handed the hold or to lead.
+                gate_ = core.gates.get(Kind::info, site_->name());
+                switch (gate_->join(ticket_, may_wait)) {
+                    case local_gate::entry::lead: leading_ = true; break;
+                    case local_gate::entry::queued: wait_at_gate(); return;
+                    case local_gate::entry::timed_out:
+                        settle(nullptr);
+                        deliver();
+                        return;
+                    case local_gate::entry::stopped:
+                    case local_gate::entry::granted:  // only enter() grants at once
+                        throw error(errc::connection_failed, site_->name(), site_->server(),
+                                    "the client was destroyed before this asynchronous acquire started");
+                }
+            }
+            lead(may_wait);
+        } catch (...) {
+            settle(std::current_exception());
+            failed = true;
+        }
+        // Delivered outside the handler: the thrown object's own reference is gone by then, so
+        // the receiver's thread releases the last one (TSan cannot see libstdc++'s count).
+        if (failed) deliver();
+    }
+
+    /// Waits at Redis (the first try, then a place in its wait group): the gate's leader, or an
+    /// acquire that does not go through the gate.
+    void lead(bool may_wait) noexcept {
+        bool failed = false;
+        try {
+            client_core& core = *site_->core_;
+            if (core.eng.stopping()) {
+                throw error(errc::connection_failed, site_->name(), site_->server(),
+                            "the client was destroyed before this asynchronous acquire started");
+            }
             const std::string channel = op_->channel();
             std::string key(Kind::info.name);
             key += '\0';
@@ -534,6 +584,8 @@ public:
 
     void give_up() noexcept override {
         if (op_) op_->give_up();
+        // Still queued at the gate: out of it (a turn already told is taken back by gate_turn).
+        if (gate_ && !leading_ && gate_->withdraw(ticket_)) waits.left_gate(*this);
     }
     std::chrono::microseconds pause_before_try() const override {
         if constexpr (Kind::races) return race_.pause();
@@ -545,8 +597,122 @@ public:
     unsigned tries() const noexcept override { return op_ ? op_->tries() : 0; }
 
 private:
+    // This acquire's place in its client's gate for the lock (local hand-off): told its turn on
+    // whatever thread hands the hold over or releases it, it posts gate_turn to the engine.
+    class gate_ticket final : public gate_waiter {
+    public:
+        explicit gate_ticket(async_acquire& op) noexcept : op_(op) {}
+        bool notify() noexcept override {
+            try {
+                // Owned meanwhile by async_waits::wait_at_gate.
+                std::shared_ptr<async_acquire> self =
+                    std::static_pointer_cast<async_acquire>(op_.shared_from_this());
+                return op_.site_->core_->eng.post([self] { self->gate_turn(); });
+            } catch (...) {
+                return false;
+            }
+        }
+
+    private:
+        async_acquire& op_;
+    };
+
+    // Queued at the gate: kept by the client's waits, and ended by its deadline unless its
+    // turn comes first.
+    void wait_at_gate() {
+        client_core& core = *site_->core_;
+        waits.wait_at_gate(shared_from_this());
+        if (deadline == clock::time_point::max()) return;
+        std::weak_ptr<async_waiter> weak = weak_from_this();
+        deadline_timer = core.eng.at(deadline, [weak] {
+            if (std::shared_ptr<async_waiter> p = weak.lock()) static_cast<async_acquire&>(*p).gate_deadline();
+        });
+    }
+
+    void gate_deadline() noexcept {
+        deadline_timer = 0;
+        if (settled || !gate_->withdraw(ticket_)) return;  // its turn is on its way
+        waits.left_gate(*this);  // the timer's caller keeps this alive
+        settle(nullptr);
+        deliver();
+    }
+
+    // Its turn at the gate, on the engine thread: handed the hold, or to lead. After the
+    // acquire ended (cancelled, timed out, the client destroyed) a hold is handed on or
+    // released, and leading passes to the next.
+    void gate_turn() noexcept {
+        waits.left_gate(*this);  // the task keeps this alive
+        site_->core_->eng.cancel(deadline_timer);
+        deadline_timer = 0;
+        switch (ticket_.turn) {
+            case gate_waiter::turn_state::granted: {
+                passed_hold pass = std::move(ticket_.pass);
+                if (settled) {
+                    give_back(pass);
+                    return;
+                }
+                try {
+                    take(pass);
+                } catch (...) {
+                    give_back(pass);
+                    settle(std::current_exception());
+                }
+                deliver();
+                return;
+            }
+            case gate_waiter::turn_state::promoted:
+                if (settled) {
+                    gate_->led(false);
+                    return;
+                }
+                leading_ = true;
+                lead(clock::now() < deadline);
+                return;
+            case gate_waiter::turn_state::stopped:
+            case gate_waiter::turn_state::waiting:
+                if (settled) return;
+                try {
+                    throw error(errc::connection_failed, site_->name(), site_->server(),
+                                "the client was destroyed while this asynchronous acquire waited");
+                } catch (...) {
+                    settle(std::current_exception());
+                }
+                deliver();
+                return;
+        }
+    }
+
+    // A hold handed over at the gate becomes this acquire's: recorded with the same token and
+    // expiry (the watchdog renews it from there), as a blocking waiter's (basic_lock::acquire).
+    void take(const passed_hold& pass) {
+        client_core& core = *site_->core_;
+        registry::hold_ptr h =
+            make_hold(Kind::info, site_->name(), pass.value, owner_, {pass.lease, renewal::watched, pass.sent});
+        h->taken = core.events.stamp();
+        h->handed_from = pass.from;
+        h->gate = gate_place(gate_);
+        core.reg.add(h);  // had it thrown, the record's going would have freed the gate
+        wait_story s = story;
+        s.tries = 0;
+        core.events.acquired(Kind::info.name, site_->name(), h->id, s, /*handed_locally=*/true);
+        result = rlock::hold(site_, std::move(h));
+        settled = true;
+    }
+
+    // A hold handed to this acquire after it ended: on to the next local waiter, or released
+    // through Redis (the gate's next waiter then leads). Best effort: a release that fails
+    // leaves the key to its lease.
+    void give_back(passed_hold& pass) noexcept {
+        if (clock::now() < pass.sent + pass.lease && gate_->hand_over(pass)) return;
+        try {
+            (void)site_->release(pass.value, on_break::retry);
+        } catch (...) {
+        }
+        gate_->released();
+    }
+
     // The attempt acquired: the hold is recorded (renewed from now when watched) before anyone
-    // hears of it.
+    // hears of it. The gate's leader holds the gate until the hold's unlock.
     void won() {
         client_core& core = *site_->core_;
         registry::hold_ptr h = make_hold(Kind::info, site_->name(), op_->value(), owner_,
@@ -554,6 +720,11 @@ private:
                                           lease_.is_watched() ? renewal::watched : renewal::leased, op_->sent()});
         h->fencing = op_->fencing();
         h->taken = core.events.stamp();
+        if (leading_) {
+            h->gate = gate_place(gate_);
+            leading_ = false;
+            gate_->led(true);
+        }
         core.reg.add(h);
         wait_story s = story;
         s.tries = op_->tries();
@@ -564,6 +735,10 @@ private:
 
 public:
     void deliver() noexcept override {
+        if (leading_) {  // its wait at Redis ended without the lock: the next local waiter leads
+            leading_ = false;
+            gate_->led(false);
+        }
         try {
             done(std::move(failure), std::move(result));
         } catch (...) {
@@ -579,6 +754,11 @@ private:
     std::optional<lock_acquisition<Kind>> op_;  // made once the lease is known (start)
     race_pacing race_;  // against waiters of other processes racing for the same release
     outage_step step_;  // tries are undone before the next after an outage
+    // Local hand-off (local_gate.hpp): the client's gate for the lock, when this acquire goes
+    // through it; its place there; and whether it leads at Redis for it (owing it led()).
+    std::shared_ptr<local_gate> gate_;
+    gate_ticket ticket_{*this};
+    bool leading_ = false;
 };
 
 /// What starts an asynchronous acquire of one lock (deadline, lease, owner, completion) and
