@@ -256,6 +256,40 @@ TEST(read_write_lock, a_killed_lone_reader_frees_the_lock_after_its_lease) {
     writer.unlock();
 }
 
+// A reader's count no one but a foreign writer makes (rlock and Redisson step it by one): the
+// scripts do not walk its 2^63 hold keys — which kept the server in the script, answering
+// BUSY to everyone — and take that reader for alive until the hash expires.
+TEST(read_write_lock, a_foreign_readers_huge_count_is_not_walked_and_holds_until_the_hash_expires) {
+    rlock::client_options o = server().options();
+    o.command_timeout = 1s;
+    rlock::client c(o);
+    rlock::read_write_lock lock(c, name());
+    server().cmd({"HSET", name(), "mode", "read", "foreign:1", "9223372036854775806"});
+    server().cmd({"PEXPIRE", name(), "1500"});
+    const auto set = steady::now();
+    bool refused = false;
+    try {
+        refused = !lock.try_lock();
+    } catch (const rlock::error& e) {
+        ADD_FAILURE() << e.what();
+    }
+    EXPECT_TRUE(refused) << "a writer got in over a reader it could not tell dead";
+    EXPECT_EQ(server().text({"PING"}), "PONG");
+    EXPECT_TRUE(lock.try_lock_for(5s)) << "the lock stayed taken after the hash expired";
+    EXPECT_GE(steady::now() - set, 1400ms);
+    lock.unlock();
+    // A reader joins and leaves (its last unlock scans the readers), and force_unlock clears
+    // the hold keys it can name.
+    server().cmd({"HSET", name(), "mode", "read", "foreign:1", "9223372036854775806"});
+    server().cmd({"PEXPIRE", name(), "1500"});
+    lock.lock_shared();
+    lock.unlock_shared();
+    EXPECT_EQ(server().text({"HGET", name(), "foreign:1"}), "9223372036854775806");
+    EXPECT_TRUE(lock.force_unlock());
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+    server().cmd({"SCRIPT", "KILL"});  // what an unbounded walk would need (NOTBUSY otherwise)
+}
+
 TEST(read_write_lock, a_downgraded_read_hold_keeps_its_own_longer_lease) {
     // The write side is watched (renewed every 100 ms to 300 ms); the read side has a 5 s
     // lease. Neither renewal nor the downgrade may cut the lock's TTL below the read lease.

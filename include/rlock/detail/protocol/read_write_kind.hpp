@@ -47,7 +47,9 @@ end
 /// (the pool then waits for the migration to end; see follows_ask). Hold keys are created
 /// before the hash counts them, for the same reason.
 /// live_readers(hash) drops the reader fields none of whose hold keys is alive any more, and
-/// returns how many readers are alive and the longest remaining hold (ms).
+/// returns how many readers are alive and the longest remaining hold (ms). Neither walks more
+/// than max_walked_levels levels of one reader: a count above it (which neither rlock nor
+/// Redisson writes) is not walked, and live_readers keeps that reader for the hash's TTL.
 /// fencing_token(counter, wanted, had) takes the next token (lua_checks' next_token) when asked.
 /// They follow lua_checks, whose checks every script makes before its first write: the lock
 /// hash's type (its first HGET), the fencing counter, and the holder's count where it HINCRBYs
@@ -58,10 +60,16 @@ local function is_reader(field)
     return field ~= 'mode' and string.sub(field, -6) ~= ':write'
 end
 )lua";
-inline constexpr std::string_view rw_lua_helpers_after = R"lua(local function touch_holds(hash)
+inline constexpr std::string_view rw_lua_helpers_after = R"lua(-- The most levels of one reader a script walks: rlock and Redisson step a count by one per
+-- level, so a larger one was written by someone else, and walking it (up to 2^63 hold keys)
+-- would keep the server in the script for ever.
+local max_walked_levels = 999999
+local function touch_holds(hash)
     for _, field in ipairs(redis.call('hkeys', hash)) do
         if is_reader(field) then
-            for i = 1, tonumber(redis.call('hget', hash, field)) or 0 do
+            local count = tonumber(redis.call('hget', hash, field)) or 0
+            if count > max_walked_levels then count = 0 end
+            for i = 1, count do
                 redis.call('pttl', hold_key(hash, field, i))
             end
         end
@@ -73,6 +81,14 @@ local function live_readers(hash)
         if is_reader(field) then
             local count = tonumber(redis.call('hget', hash, field)) or 0
             local live = false
+            if count > max_walked_levels then
+                -- Not walked: a reader whose holds cannot be told is kept, for the hash's time
+                -- to live (a writer is never let in over a reader that may be alive).
+                live = true
+                local t = redis.call('pttl', hash)
+                if t > longest then longest = t end
+                count = 0
+            end
             for i = 1, count do
                 local t = redis.call('pttl', hold_key(hash, field, i))
                 if t == -1 or t > 0 then
@@ -164,6 +180,7 @@ touch_holds(KEYS[1])
 for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
     if is_reader(field) then
         local count = tonumber(redis.call('hget', KEYS[1], field)) or 0
+        if count > max_walked_levels then count = 0 end  -- its hold keys expire on their own
         for n = 1, count do redis.call('del', hold_key(KEYS[1], field, n)) end
     end
 end
