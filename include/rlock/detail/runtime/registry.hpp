@@ -77,6 +77,9 @@ struct hold {
     std::shared_ptr<hold> handed_from;
     clock::time_point handed_at;
 
+    /// The key a renewal (and a check of the hold) names: `key` when set, else `name`.
+    const std::string& renewed_key() const noexcept { return key.empty() ? name : key; }
+
     // Only the hold's own thread reads or writes `count`; the rest is guarded by
     // registry::mu_ (the watchdog reads and writes it too).
     std::size_t count = 1;      // reentry depth

@@ -142,7 +142,7 @@ public:
 
         bool picks(const hold& h) const {
             if (all) return true;
-            const std::string& key = h.key.empty() ? h.name : h.key;
+            const std::string& key = h.renewed_key();
             return std::binary_search(keys.begin(), keys.end(), key) ||
                    (!h.key.empty() && std::binary_search(keys.begin(), keys.end(), h.name));
         }
@@ -368,7 +368,7 @@ private:
         for (std::size_t i = 0; i < holds.size(); ++i) {
             if (!ok[i]) continue;
             which[i] = 1;
-            argv.push_back(holds[i]->key.empty() ? holds[i]->name : holds[i]->key);
+            argv.push_back(holds[i]->renewed_key());
         }
         if (argv.size() == 1) return;
         std::vector<const char*> args;
@@ -425,7 +425,7 @@ private:
             b.slot = sorted_slot[i];
             b.call.start(holds[i]->kind->renew(), j - i);
             for (std::size_t k = i; k < j; ++k) {
-                b.call.push(holds[k]->key.empty() ? holds[k]->name : holds[k]->key);
+                b.call.push(holds[k]->renewed_key());
             }
             b.call.push(r.lease);
             for (std::size_t k = i; k < j; ++k) b.call.push(holds[k]->value);
@@ -738,7 +738,7 @@ private:
         std::vector<std::size_t> sent;
         for (std::size_t i = 0; i < holds.size(); ++i) {
             if (!which[i]) continue;
-            const std::string& key = holds[i]->key.empty() ? holds[i]->name : holds[i]->key;
+            const std::string& key = holds[i]->renewed_key();
             const char* argv[2] = {"EXISTS", key.data()};
             const std::size_t lens[2] = {6, key.size()};
             if (append_command(t.conn.get(), 2, argv, lens) != REDIS_OK) throw make_error(t.conn.get(), nullptr, "", t.name);
@@ -752,7 +752,7 @@ private:
             if (redisGetReply(t.conn.get(), &raw) != REDIS_OK) throw make_error(t.conn.get(), nullptr, "", t.name);
             const reply_ptr reply(static_cast<redisReply*>(raw));
             if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer == 0) {
-                gone.push_back(holds[i]->key.empty() ? holds[i]->name : holds[i]->key);
+                gone.push_back(holds[i]->renewed_key());
                 continue;
             }
             if (reply && reply->type == REDIS_REPLY_ERROR) {
