@@ -153,8 +153,10 @@ TEST(semaphore, a_waiter_sends_nothing_until_the_release_message_wakes_it) {
 // rlock waiter; what rlock's release sends is what a Redisson waiter listens for.
 // A release message carries the new count: this client's blocking waiters are woken only as
 // far as it goes (first fit, in arrival order), not all of them. One permit released to four
-// waiters costs the release and one acquire; before, every waiter tried (five scripts), and
-// under a flash sale's hot keys most tries failed. Three more permits serve the other three.
+// waiters costs the release, one acquire and the check the next waiter at Redis makes when it
+// takes over (one of the client's waiters waits at Redis, the others in the process: local
+// hand-off); before, every waiter tried (five scripts), and under a flash sale's hot keys most
+// tries failed. Three more permits serve the other three.
 TEST(semaphore, a_release_wakes_only_as_many_of_the_clients_waiters_as_it_frees_permits) {
     redis_server own;
     rlock::client waiters_client(own.options()), releaser_client(own.options());
@@ -177,13 +179,111 @@ TEST(semaphore, a_release_wakes_only_as_many_of_the_clients_waiters_as_it_frees_
     ASSERT_TRUE(eventually([&] { return served() == 1; }, 10s));
     std::this_thread::sleep_for(300ms);  // any other waiter woken would have tried by now
     EXPECT_EQ(served(), 1);
-    EXPECT_LE(scripts_run(own) - before, 2) << "a release of one permit woke more than one waiter";
+    EXPECT_LE(scripts_run(own) - before, 3) << "a release of one permit woke more than one waiter";
     releaser.release(3);
     for (auto& w : waiters) {
         ASSERT_EQ(w.wait_for(10s), std::future_status::ready);
         EXPECT_TRUE(w.get());
     }
     EXPECT_EQ(own.text({"GET", name()}), "0");
+}
+
+// Local hand-off: threads of one client waiting for permits queue in the process behind the
+// one that waits at Redis; a release by a thread of the client hands its permits to them
+// without a round trip (no INCRBY, no message, no acquire script), and the count in Redis
+// stays as it was.
+TEST(semaphore, a_release_hands_permits_to_a_waiting_thread_of_the_client_without_a_round_trip) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.local_handoff_time = 60s;
+    rlock::client c(o);
+    rlock::semaphore s(c, name());
+    ASSERT_TRUE(s.try_set_permits(0));
+    s.release();  // the scripts loaded
+    ASSERT_TRUE(s.try_acquire());
+    auto at_redis = std::async(std::launch::async, [&] { return s.try_acquire_for(20s); });
+    ASSERT_TRUE(eventually([&] {
+        rlock::detail::reply_ptr r = own.cmd({"PUBSUB", "NUMSUB", channel_of(name())});
+        return r && r->elements == 2 && r->element[1]->integer == 1;
+    })) << "the first waiter never subscribed";
+    auto in_process = std::async(std::launch::async, [&] { return s.try_acquire_for(20s); });
+    std::this_thread::sleep_for(300ms);  // it waits in the process
+    own.cmd({"CONFIG", "RESETSTAT"});
+    s.release();
+    ASSERT_EQ(in_process.wait_for(5s), std::future_status::ready) << "the release did not reach the waiting thread";
+    EXPECT_TRUE(in_process.get());
+    const std::string stats = own.text({"INFO", "commandstats"});
+    for (const char* cmd : {"cmdstat_evalsha", "cmdstat_eval:", "cmdstat_incrby", "cmdstat_publish"}) {
+        EXPECT_EQ(stats.find(cmd), std::string::npos) << "the hand-over sent " << cmd;
+    }
+    EXPECT_EQ(own.text({"GET", name()}), "0");
+    EXPECT_EQ(at_redis.wait_for(0s), std::future_status::timeout);
+    s.release();  // no one queued in the process: through Redis, to the waiter there
+    ASSERT_EQ(at_redis.wait_for(5s), std::future_status::ready);
+    EXPECT_TRUE(at_redis.get());
+    s.release();
+    EXPECT_EQ(s.available_permits(), 1);
+}
+
+// The bound: threads of one client that keep passing a permit between them release it through
+// Redis after local_handoff_passes passes in a row, and another client's waiter gets it.
+TEST(semaphore, another_clients_waiter_gets_a_permit_while_threads_of_one_client_keep_passing_it) {
+    rlock::client_options o = server().options();
+    o.local_handoff_passes = 4;
+    o.local_handoff_time = 60s;
+    rlock::client busy(o), other(server().options());
+    rlock::semaphore mine(busy, name()), theirs(other, name());
+    ASSERT_TRUE(mine.try_set_permits(1));
+    std::atomic<bool> stop{false};
+    std::atomic<int> cycles{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 3; ++i) {
+        threads.emplace_back([&] {
+            for (int n = 0; n < 5000 && !stop.load(); ++n) {  // bounded
+                if (!mine.try_acquire_for(5s)) continue;
+                ++cycles;
+                std::this_thread::sleep_for(1ms);
+                mine.release();
+            }
+        });
+    }
+    ASSERT_TRUE(eventually([&] { return cycles.load() > 20; }));
+    const int before = cycles.load();
+    const bool got = theirs.try_acquire_for(5s);
+    const int waited_cycles = cycles.load() - before;
+    if (got) theirs.release();
+    stop = true;
+    for (auto& t : threads) t.join();
+    ASSERT_TRUE(got) << "the other client's waiter starved behind " << waited_cycles << " local passes";
+    EXPECT_LE(waited_cycles, 40);
+    EXPECT_EQ(mine.available_permits(), 1);
+}
+
+TEST(semaphore, a_thread_waiting_in_the_process_throws_connection_failed_when_the_client_is_destroyed) {
+    auto c = std::make_unique<rlock::client>(server().options());
+    rlock::semaphore s(*c, name());
+    ASSERT_TRUE(s.try_set_permits(0));
+    auto at_redis = std::async(std::launch::async, [&] {
+        try {
+            return s.try_acquire_for(20s) ? 0 : -1;
+        } catch (const rlock::error& e) {
+            return static_cast<int>(e.value());
+        }
+    });
+    std::this_thread::sleep_for(200ms);
+    auto in_process = std::async(std::launch::async, [&] {
+        try {
+            return s.try_acquire_for(20s) ? 0 : -1;
+        } catch (const rlock::error& e) {
+            return static_cast<int>(e.value());
+        }
+    });
+    std::this_thread::sleep_for(300ms);
+    c.reset();
+    ASSERT_EQ(in_process.wait_for(5s), std::future_status::ready);
+    EXPECT_EQ(in_process.get(), static_cast<int>(rlock::errc::connection_failed));
+    ASSERT_EQ(at_redis.wait_for(5s), std::future_status::ready);
+    EXPECT_EQ(at_redis.get(), static_cast<int>(rlock::errc::connection_failed));
 }
 
 TEST(semaphore, the_layout_and_messages_are_redissons) {

@@ -104,9 +104,16 @@ public:
     /// twice; on_lock_lost hears of them, unless their holders were told already.
     void release(long long permits = 1) {
         check_positive(permits, "release");
-        const count_change c = add_to_count(permits, capacity_);
+        // Local hand-off: threads of this client waiting for permits take them first.
+        const std::shared_ptr<detail::permit_gate> gate = core_->permit_gates.find(detail::semaphore_gate_kind, name_);
+        const long long left = gate ? gate->hand_over(permits) : permits;
+        if (left == 0) {
+            core_->events.released(kind_name, name_, 0, {}, /*handed_on=*/true);
+            return;
+        }
+        const count_change c = add_to_count(left, capacity_);
         core_->events.released(kind_name, name_, 0, {});
-        const long long untold = core_->counts.released(name_, permits, c.over);
+        const long long untold = core_->counts.released(name_, left, c.over);
         if (untold > 0) {
             detail::registry::tell(
                 core_->ep.options.on_lock_lost, lost_hold{name_, 0, 0},
@@ -231,18 +238,52 @@ private:
         // This client's waiters are woken by a release message only as far as the count it
         // announces goes (first fit, in arrival order), not all of them.
         detail::wait_story story = core_->events.begin();
+        const auto acquired_here = [&](bool handed_locally) {
+            core_->events.acquired(kind_name, name_, 0, story, handed_locally);
+            return true;
+        };
+        const auto ended = [&] {
+            core_->events.wait_ended(kind_name, name_, story, /*cancelled=*/false);
+            return false;
+        };
+        // Local hand-off (permit_gate): behind another thread of this client that waits for
+        // permits of this semaphore, this one waits in the process, to be handed permits by a
+        // release of the client or to wait at Redis for it when its turn comes.
+        std::shared_ptr<detail::permit_gate> gate;
+        bool leading = false;
+        if (clock::now() < deadline && core_->permit_gates.enabled()) {
+            gate = core_->permit_gates.get(detail::semaphore_gate_kind, name_);
+            detail::permit_gate::entry e = gate->arrive(deadline, permits);
+            if (e == detail::permit_gate::entry::free) {
+                ++story.tries;
+                if (take(permits)) return acquired_here(false);
+                e = gate->refused(deadline, permits);
+            }
+            switch (e) {
+                case detail::permit_gate::entry::lead: leading = true; break;
+                case detail::permit_gate::entry::granted: return acquired_here(true);
+                case detail::permit_gate::entry::timed_out: return ended();
+                case detail::permit_gate::entry::free:  // only arrive() says free
+                case detail::permit_gate::entry::stopped:
+                    throw error(errc::connection_failed, name_, server(),
+                                "the client was destroyed while this thread waited");
+            }
+        }
+        // The leader's wait ends, with permits or without: the next thread of the client leads.
+        struct leader {
+            detail::permit_gate* gate;
+            ~leader() {
+                if (gate) gate->led();
+            }
+        } lead{leading ? gate.get() : nullptr};
         const bool got = synchronizer::wait_until(deadline, detail::repeat::unsafe,
                                                   [&] {
+                                                      if (leading) gate->courtesy();
                                                       ++story.tries;
                                                       return take(permits);
                                                   },
-                                                  &detail::semaphore_turns, permits);
-        if (got) {
-            core_->events.acquired(kind_name, name_, 0, story);
-        } else {
-            core_->events.wait_ended(kind_name, name_, story, /*cancelled=*/false);
-        }
-        return got;
+                                                  &detail::semaphore_turns, permits, /*subscribe_first=*/leading);
+        return got ? acquired_here(false) : ended();
     }
 
     // What the client's listener is told (events.hpp).

@@ -353,6 +353,7 @@ public:
     const void* turns() const noexcept { return &Kind::info; }
     long long turn_need() const noexcept { return 0; }
     bool shared() const noexcept { return Kind::shared; }
+    bool subscribes_first() const noexcept { return false; }  // a racing newcomer may (race_pacing)
     std::chrono::milliseconds heartbeat() const noexcept { return Kind::heartbeat(site_->options_); }
     /// The client's record of races for this lock, where the kind's waiters race (else null).
     race_record* races() const {

@@ -399,6 +399,7 @@ public:
     bool shared() const noexcept { return true; }
     std::chrono::milliseconds heartbeat() const noexcept { return std::chrono::milliseconds(0); }
     race_record* races() const noexcept { return nullptr; }  // Redlock's random delay paces it
+    bool subscribes_first() const noexcept { return false; }
     long long subscribers(const std::string& /*channel*/) const noexcept { return -1; }
 
     try_result attempt(try_phase /*phase*/) {

@@ -42,6 +42,11 @@ class client;
 
 namespace detail {
 
+/// The local hand-off's bound (local_gate.hpp) as the client's options set it.
+inline handoff_bound handoff_bound_of(const client_options& o) noexcept {
+    return {o.local_handoff_passes, std::chrono::duration_cast<std::chrono::microseconds>(o.local_handoff_time)};
+}
+
 inline client_options validated(client_options o) {
     auto bad = [](const std::string& why) { throw error(errc::invalid_argument, "", "", why); };
     auto check_address = [&](const server_address& s, const char* what) {
@@ -109,8 +114,8 @@ public:
           events(ep.options.listener),
           pool(ep),
           reg(ep.options.on_lock_lost),
-          gates({ep.options.local_handoff_passes,
-                 std::chrono::duration_cast<std::chrono::microseconds>(ep.options.local_handoff_time)}),
+          gates(handoff_bound_of(ep.options)),
+          permit_gates(handoff_bound_of(ep.options)),
           watchdog_(ep, pool, reg, ep.options.loss_tracking ? &route_ : nullptr) {
         pool.on_broken = [this] { verify_holds_soon(); };
         // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
@@ -183,6 +188,7 @@ public:
         // still runs.
         eng.stop();
         gates.stop();  // threads waiting for a local hand-off throw connection_failed
+        permit_gates.stop();
         watchdog_.request_stop();
         if (sentinel) sentinel->stop();
         watchdog_.stop();
@@ -279,6 +285,8 @@ public:
     /// Where this client's threads meet before Redis for a lock they want at once (local
     /// hand-off).
     gate_table gates;
+    /// Where this client's threads meet before Redis for a semaphore's permits (local hand-off).
+    permit_gate_table permit_gates;
     /// The semaphore counts this client saw set, and the permits it holds of each.
     count_memory counts;
     /// The renewal thread (bench/footprint times its ticks).

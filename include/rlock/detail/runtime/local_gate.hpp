@@ -7,6 +7,7 @@
 // through Redis and other clients have their turn (docs/design.md, "Local hand-off").
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "rlock/detail/protocol/kind_info.hpp"
@@ -243,6 +245,159 @@ private:
     bool stopped_ = false;
 };
 
+/// A semaphore's local hand-off: the threads of one client that wait for permits of one
+/// semaphore. One of them at a time, the leader, waits at Redis; the others wait here, in order.
+/// A release by a thread of the client hands its permits to them first — first fit, in order,
+/// without a round trip — and releases through Redis only what is left; at most `max_passes`
+/// releases in a row, and for at most `max_time` since the first of them, pass anything, after
+/// which a release goes through Redis whole and other clients have their turn. A thread that
+/// has not been refused yet tries at Redis itself (free), so that acquisitions of a semaphore
+/// with permits to spare never queue behind each other.
+class permit_gate {
+public:
+    using clock = std::chrono::steady_clock;
+
+    enum class entry : unsigned char {
+        free,       // no one of this client waits: try at Redis
+        lead,       // wait at Redis for the client
+        granted,    // permits were handed over
+        timed_out,  // the deadline passed first
+        stopped,    // the client is being destroyed
+    };
+
+    explicit permit_gate(handoff_bound bound) : bound_(bound) {}
+
+    /// A thread about to try for `need` permits: behind a thread of the client that waits
+    /// (at Redis or here) it queues until `deadline`; otherwise it is free to try.
+    entry arrive(clock::time_point deadline, long long need) {
+        std::unique_lock<std::mutex> g(mu_);
+        if (stopped_) return entry::stopped;
+        if (!leading_ && queue_.empty()) return entry::free;
+        return wait_locked(g, deadline, need);
+    }
+
+    /// A thread refused at Redis that will wait: it leads when no thread of the client does,
+    /// else it queues.
+    entry refused(clock::time_point deadline, long long need) {
+        std::unique_lock<std::mutex> g(mu_);
+        if (stopped_) return entry::stopped;
+        if (!leading_) {
+            leading_ = true;
+            return entry::lead;
+        }
+        return wait_locked(g, deadline, need);
+    }
+
+    /// The leader's wait at Redis ended, with permits or without: the first queued thread leads.
+    void led() noexcept {
+        std::lock_guard<std::mutex> g(mu_);
+        leading_ = false;
+        if (queue_.empty()) return;
+        waiter* next = queue_.front();
+        queue_.pop_front();
+        leading_ = true;
+        next->turn = turn_state::promoted;
+        next->cv.notify_one();
+    }
+
+    /// A release of `n` permits by a thread of the client: hands them to queued threads first
+    /// (first fit, in order) when the bound allows; returns how many are left to release
+    /// through Redis.
+    long long hand_over(long long n) {
+        std::lock_guard<std::mutex> g(mu_);
+        long long left = n;
+        const auto now = clock::now();
+        const bool within = passes_ < bound_.max_passes && (passes_ == 0 || now - since_ < bound_.max_time);
+        if (!within && !queue_.empty()) {
+            // The bound cut a run of passes: the permits go to Redis, where this client's
+            // leader lets other clients' waiters have the first go (courtesy()).
+            courtesy_until_ = now + courtesy_time;
+        }
+        if (!stopped_ && within) {
+            for (auto it = queue_.begin(); it != queue_.end() && left > 0;) {
+                waiter* w = *it;
+                if (w->need > left) {
+                    ++it;
+                    continue;
+                }
+                left -= w->need;
+                w->turn = turn_state::granted;
+                w->cv.notify_one();
+                it = queue_.erase(it);
+            }
+        }
+        if (left > 0) {
+            passes_ = 0;  // through Redis: the next run of passes starts afresh
+        } else {
+            if (passes_++ == 0) since_ = now;
+        }
+        return left;
+    }
+
+    /// Before each try of the leader: after a release the bound sent to Redis, waits out the
+    /// rest of a 1 ms courtesy (bounded, once per such release, not a poll), so that the
+    /// waiters of other clients the release woke are first.
+    void courtesy() {
+        clock::time_point until;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            until = courtesy_until_;
+        }
+        if (clock::now() < until) std::this_thread::sleep_until(until);
+    }
+
+    /// Tells every queued thread entry::stopped (the client is being destroyed).
+    void stop() {
+        std::lock_guard<std::mutex> g(mu_);
+        stopped_ = true;
+        for (waiter* w : queue_) {
+            w->turn = turn_state::stopped;
+            w->cv.notify_one();
+        }
+        queue_.clear();
+    }
+
+private:
+    static constexpr std::chrono::microseconds courtesy_time{1000};
+    using turn_state = gate_waiter::turn_state;
+    struct waiter {
+        std::condition_variable cv;
+        long long need = 0;
+        turn_state turn = turn_state::waiting;
+    };
+
+    entry wait_locked(std::unique_lock<std::mutex>& g, clock::time_point deadline, long long need) {
+        if (clock::now() >= deadline) return entry::timed_out;
+        waiter me;
+        me.need = need;
+        queue_.push_back(&me);
+        while (me.turn == turn_state::waiting) {
+            if (deadline == clock::time_point::max()) {
+                me.cv.wait(g);
+            } else if (me.cv.wait_until(g, deadline) == std::cv_status::timeout) {
+                break;
+            }
+        }
+        switch (me.turn) {
+            case turn_state::granted: return entry::granted;
+            case turn_state::promoted: return entry::lead;
+            case turn_state::stopped: return entry::stopped;
+            case turn_state::waiting: break;
+        }
+        queue_.erase(std::find(queue_.begin(), queue_.end(), &me));
+        return entry::timed_out;
+    }
+
+    const handoff_bound bound_;
+    std::mutex mu_;
+    bool leading_ = false;
+    std::deque<waiter*> queue_;  // on their threads' stacks
+    unsigned passes_ = 0;        // releases in a row that went no further than this client
+    clock::time_point since_;    // when the first of them did
+    clock::time_point courtesy_until_;
+    bool stopped_ = false;
+};
+
 /// A hold's place at its gate: the gate is the next waiter's once the hold goes, however it
 /// goes — its unlock releases it through Redis (release()), its thread exits, a multi_lock
 /// releases its parts in one script — unless it was handed on (handed()). Owned by the hold
@@ -274,23 +429,32 @@ private:
     std::shared_ptr<local_gate> gate_;
 };
 
-/// A client's gates, one per lock its threads have wanted (made on first use, kept while idle
-/// so that an uncontended lock() allocates nothing for it, and swept when they pile up).
-class gate_table {
+/// A client's gates (local_gate, permit_gate), one per lock its threads have wanted (made on
+/// first use, kept while idle so that an uncontended lock() allocates nothing for it, and swept
+/// when they pile up).
+template <class Gate>
+class basic_gate_table {
 public:
-    explicit gate_table(handoff_bound bound) : bound_(bound) {}
+    explicit basic_gate_table(handoff_bound bound) : bound_(bound) {}
 
     bool enabled() const noexcept { return bound_.max_passes > 0; }
 
-    std::shared_ptr<local_gate> get(const kind_info& kind, std::string_view name) {
+    std::shared_ptr<Gate> get(const kind_info& kind, std::string_view name) {
         std::lock_guard<std::mutex> g(mu_);
         auto it = gates_.find(key_view{&kind, name});
         if (it != gates_.end()) return it->second;
         if (gates_.size() >= 2 * swept_size_ + 64) sweep();
-        auto gate = std::make_shared<local_gate>(bound_);
+        auto gate = std::make_shared<Gate>(bound_);
         if (stopped_) gate->stop();
         gates_.emplace(key{&kind, std::string(name)}, gate);
         return gate;
+    }
+
+    /// The gate for `name` when one was made (null otherwise): nothing is made.
+    std::shared_ptr<Gate> find(const kind_info& kind, std::string_view name) {
+        std::lock_guard<std::mutex> g(mu_);
+        auto it = gates_.find(key_view{&kind, name});
+        return it == gates_.end() ? nullptr : it->second;
     }
 
     /// Wakes every waiter of every gate (the client is being destroyed); gates made later are
@@ -331,9 +495,12 @@ private:
 
     const handoff_bound bound_;
     std::mutex mu_;
-    std::map<key, std::shared_ptr<local_gate>, order> gates_;
+    std::map<key, std::shared_ptr<Gate>, order> gates_;
     std::size_t swept_size_ = 0;
     bool stopped_ = false;
 };
+
+using gate_table = basic_gate_table<local_gate>;
+using permit_gate_table = basic_gate_table<permit_gate>;
 
 }  // namespace rlock::detail

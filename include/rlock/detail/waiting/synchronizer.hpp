@@ -47,9 +47,12 @@ public:
     /// `turns` (with `need` > 0): this client's waiters of that class are woken by a message
     /// only as far as its count goes (subscriber::channel_state::turn); null: every waiter
     /// tries at every message.
+    /// `subscribe_first`: its first try comes after it subscribed (a caller that was refused
+    /// just before, or whose turn follows another waiter's success: one try, not two).
     channel_acquisition(F& attempt, std::string_view name, const std::string& channel,
-                        const void* turns = nullptr, long long need = 0)
-        : attempt_(attempt), name_(name), channel_(channel), turns_(turns), need_(need) {}
+                        const void* turns = nullptr, long long need = 0, bool subscribe_first = false)
+        : attempt_(attempt), name_(name), channel_(channel), turns_(turns), need_(need),
+          subscribe_first_(subscribe_first) {}
 
     std::string_view name() const noexcept { return name_; }
     std::string channel() const { return channel_; }
@@ -58,6 +61,7 @@ public:
     bool shared() const noexcept { return true; }
     std::chrono::milliseconds heartbeat() const noexcept { return std::chrono::milliseconds(0); }
     race_record* races() const noexcept { return nullptr; }  // its waiters do not race
+    bool subscribes_first() const noexcept { return subscribe_first_; }
     long long subscribers(const std::string& /*channel*/) const noexcept { return -1; }
     try_result attempt(try_phase /*phase*/) { return of(attempt_()); }
     void undo() noexcept {}
@@ -79,6 +83,7 @@ private:
     const std::string& channel_;
     const void* turns_;
     long long need_;
+    bool subscribe_first_;
 };
 
 /// Calls `attempt()` until it is done (then true) or `deadline` has passed (then false):
@@ -96,13 +101,13 @@ private:
 /// `attempt` is thrown at once, and connection_failed (naming `name`) once the client is
 /// destroyed.
 ///
-/// `turns` and `need`: as channel_acquisition's (a semaphore's waiters, each for `need`
-/// permits, woken as far as a release message's count goes).
+/// `turns`, `need` and `subscribe_first`: as channel_acquisition's (a semaphore's waiters, each
+/// for `need` permits, woken as far as a release message's count goes).
 template <class F>
 bool wait_on_channel(client_core& core, const std::string& channel, std::string_view name,
                      std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt,
-                     const void* turns = nullptr, long long need = 0) {
-    channel_acquisition<F> op(attempt, name, channel, turns, need);
+                     const void* turns = nullptr, long long need = 0, bool subscribe_first = false) {
+    channel_acquisition<F> op(attempt, name, channel, turns, need, subscribe_first);
     return wait_blocking(core, op, deadline, repeatable);
 }
 
@@ -373,9 +378,9 @@ protected:
     /// message's count goes).
     template <class F>
     bool wait_until(std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt,
-                    const void* turns = nullptr, long long need = 0) const {
+                    const void* turns = nullptr, long long need = 0, bool subscribe_first = false) const {
         return wait_on_channel(*core_, channel_, name_, deadline, repeatable, std::forward<F>(attempt), turns,
-                               need);
+                               need, subscribe_first);
     }
 
     std::shared_ptr<client_core> core_;
@@ -416,6 +421,9 @@ inline bool take_permits(client_core& core, const connection& c, const std::stri
     }
     return taken;
 }
+
+/// What a semaphore's local hand-off gates are filed under (client_core::permit_gates).
+inline const kind_info semaphore_gate_kind{"semaphore"};
 
 /// The turn class of semaphores' blocking waiters (subscriber::channel_state::turn).
 inline constexpr char semaphore_turns = 0;

@@ -31,6 +31,8 @@ namespace rlock::detail {
 ///                                                wakes those whose needs fit, not just the first
 ///   bool shared() const;                         a winner leaves the news to the next (a reader)
 ///   std::chrono::milliseconds heartbeat() const; a queued waiter's heartbeat (0: none)
+///   bool subscribes_first() const;               its first try comes after it subscribed
+///                                                (a racing one's newcomer may ask too)
 ///   race_record* races() const;                  where its waiters race other clients' (else
 ///                                                null), and then
 ///   long long subscribers(channel) const;        how many clients wait on the channel
@@ -68,6 +70,7 @@ bool wait_blocking(client_core& core, Op& op, std::chrono::steady_clock::time_po
         if (pause.count() > 0) std::this_thread::sleep_until(std::min(deadline, clock::now() + pause));
         subscribe_first = race->subscribes_first();
     }
+    subscribe_first = subscribe_first || op.subscribes_first();
     const bool may_wait = clock::now() < deadline;
     outage_step step(repeatable, core.ep.follows_failovers());
     auto again = clock::time_point::max();  // when a refusal or an outage asked to try again
