@@ -925,6 +925,33 @@ TEST_F(local_handoff, an_asynchronous_waiter_in_the_process_completes_with_conne
     }
 }
 
+// A thread waiting in the process whose deadline comes while the server is down (the one at
+// Redis still riding the outage) ends with the outage's error, not false (which would say the
+// lock was held): its wait ends with one last try at Redis.
+TEST_F(local_handoff, a_wait_that_runs_out_in_the_process_during_an_outage_ends_with_its_error) {
+    redis_server own;
+    rlock::client holder(own.options()), c(own.options());
+    rlock::mutex held(holder, name()), m(c, name());
+    held.lock();
+    auto wait = [&](std::chrono::milliseconds limit) {
+        try {
+            return m.try_lock_for(limit) ? rlock::errc::invalid_argument : rlock::errc{};
+        } catch (const rlock::error& e) {
+            return e.value();
+        }
+    };
+    auto at_redis = std::async(std::launch::async, wait, 3000ms);
+    std::this_thread::sleep_for(200ms);
+    auto in_process = std::async(std::launch::async, wait, 1000ms);
+    std::this_thread::sleep_for(200ms);
+    own.kill_now();
+    for (auto* f : {&in_process, &at_redis}) {
+        ASSERT_EQ(f->wait_for(10s), std::future_status::ready);
+        const rlock::errc e = f->get();
+        EXPECT_TRUE(rlock_test::connection_error(e)) << "ended with " << static_cast<int>(e) << " (0: false)";
+    }
+}
+
 // Blocking threads and asynchronous acquires of one client (some cancelled at once, some with
 // short deadlines) and a thread of another client, on one mutex: one holder at a time, every
 // hold passed on or released, and the gate free at the end (the races of a turn told just as

@@ -286,6 +286,37 @@ TEST(semaphore, a_thread_waiting_in_the_process_throws_connection_failed_when_th
     EXPECT_EQ(at_redis.get(), static_cast<int>(rlock::errc::connection_failed));
 }
 
+// Two threads of one client wait (one at Redis, one in the process) and their deadlines come
+// while the server is down: each ends with the outage's error at its deadline, not with false
+// (which would say the permits were taken) — the one in the process too, whose wait ran out
+// there while the other still rode the outage at Redis.
+TEST(semaphore, waits_in_the_process_whose_deadline_comes_during_an_outage_end_with_its_error) {
+    redis_server own;
+    rlock::client c(own.options());
+    rlock::semaphore s(c, name());
+    ASSERT_TRUE(s.try_set_permits(0));
+    const auto start = std::chrono::steady_clock::now();
+    auto wait = [&](std::chrono::milliseconds limit) {
+        try {
+            return s.try_acquire_for(limit) ? rlock::errc::invalid_argument : rlock::errc{};
+        } catch (const rlock::error& e) {
+            return e.value();
+        }
+    };
+    auto at_redis = std::async(std::launch::async, wait, 3000ms);
+    std::this_thread::sleep_for(100ms);
+    // Its deadline comes first, while the one at Redis still rides the outage.
+    auto in_process = std::async(std::launch::async, wait, 1500ms);
+    std::this_thread::sleep_for(200ms);
+    own.kill_now();
+    for (auto* f : {&at_redis, &in_process}) {
+        ASSERT_EQ(f->wait_for(10s), std::future_status::ready);
+        const rlock::errc e = f->get();
+        EXPECT_TRUE(rlock_test::connection_error(e)) << "ended with " << static_cast<int>(e) << " (0: false)";
+    }
+    EXPECT_GE(std::chrono::steady_clock::now() - start, 1400ms) << "gave up before its deadline";
+}
+
 TEST(semaphore, the_layout_and_messages_are_redissons) {
     rlock::client c(server().options());
     rlock::semaphore s(c, name());

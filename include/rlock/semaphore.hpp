@@ -251,6 +251,12 @@ private:
         // release of the client or to wait at Redis for it when its turn comes.
         std::shared_ptr<detail::permit_gate> gate;
         bool leading = false;
+        const auto last_try = [&] {
+            // A wait that ran out in the process: one try at Redis, so that it ends with the
+            // permits if they are free now, false, or the outage's error.
+            ++story.tries;
+            return take(permits) ? acquired_here(false) : ended();
+        };
         if (clock::now() < deadline && core_->permit_gates.enabled()) {
             gate = core_->permit_gates.get(detail::semaphore_gate_kind, name_);
             detail::permit_gate::entry e = gate->arrive(deadline, permits);
@@ -262,7 +268,7 @@ private:
             switch (e) {
                 case detail::permit_gate::entry::lead: leading = true; break;
                 case detail::permit_gate::entry::granted: return acquired_here(true);
-                case detail::permit_gate::entry::timed_out: return ended();
+                case detail::permit_gate::entry::timed_out: return last_try();
                 case detail::permit_gate::entry::free:  // only arrive() says free
                 case detail::permit_gate::entry::stopped:
                     throw error(errc::connection_failed, name_, server(),

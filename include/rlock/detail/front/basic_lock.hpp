@@ -186,6 +186,7 @@ private:
             // for it at Redis, this one waits here, to be handed the hold or to lead.
             gate = core_->gates.get(Kind::info, name());
             passed_hold pass;
+            const bool may_wait = clock::now() < deadline;
             switch (gate->enter(deadline, pass)) {
                 case local_gate::entry::lead: break;
                 case local_gate::entry::granted: {
@@ -198,8 +199,15 @@ private:
                     return true;
                 }
                 case local_gate::entry::timed_out:
-                    events.wait_ended(Kind::info.name, name(), story, /*cancelled=*/false);
-                    return false;
+                    if (!may_wait) {  // try_lock(): no round trip behind a thread of the client
+                        events.wait_ended(Kind::info.name, name(), story, /*cancelled=*/false);
+                        return false;
+                    }
+                    // Its wait ran out in the process: one last try at Redis (not as the
+                    // gate's leader), so that it ends with the lock if it is free now, false
+                    // if it is held, or the outage's error when the server cannot be reached.
+                    gate.reset();
+                    break;
                 case local_gate::entry::stopped:
                 case local_gate::entry::queued:  // only join() queues
                     throw error(errc::connection_failed, name(), server(),

@@ -629,12 +629,14 @@ private:
         });
     }
 
+    // Its wait ran out at the gate: one last try at Redis (not as the gate's leader), so that it
+    // ends with the lock if it is free now, an empty hold if it is held, or the outage's error
+    // when the server cannot be reached — as a blocking waiter's does.
     void gate_deadline() noexcept {
         deadline_timer = 0;
         if (settled || !gate_->withdraw(ticket_)) return;  // its turn is on its way
         waits.left_gate(*this);  // the timer's caller keeps this alive
-        settle(nullptr);
-        deliver();
+        lead(false);
     }
 
     // Its turn at the gate, on the engine thread: handed the hold, or to lead. After the
