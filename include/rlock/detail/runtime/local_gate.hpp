@@ -60,14 +60,15 @@ public:
     /// on to the next waiter.
     virtual bool notify() noexcept = 0;
 
+    gate_waiter(const gate_waiter&) = delete;
+    gate_waiter& operator=(const gate_waiter&) = delete;
+    virtual ~gate_waiter() = default;
+
     turn_state turn = turn_state::waiting;
     passed_hold pass;
 
 protected:
     gate_waiter() = default;
-    gate_waiter(const gate_waiter&) = delete;
-    gate_waiter& operator=(const gate_waiter&) = delete;
-    ~gate_waiter() = default;
 };
 
 class local_gate {
@@ -467,11 +468,11 @@ public:
 
 private:
     struct key {
-        const kind_info* kind;
+        const kind_info* kind = nullptr;
         std::string name;
     };
     struct key_view {
-        const kind_info* kind;
+        const kind_info* kind = nullptr;
         std::string_view name;
     };
     // Ordered by kind, then name; a lookup by key_view allocates nothing.
