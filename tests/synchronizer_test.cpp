@@ -225,6 +225,25 @@ TEST(semaphore, a_release_hands_permits_to_a_waiting_thread_of_the_client_withou
     EXPECT_EQ(s.available_permits(), 1);
 }
 
+// A thread of the client waiting for several permits at Redis does not hold up one that needs
+// fewer: that one waits at Redis too, and a release of one permit by another client serves it
+// (first fit) while the first still waits.
+TEST(semaphore, a_thread_needing_fewer_permits_is_not_held_up_behind_one_waiting_for_more) {
+    rlock::client c(server().options()), other(server().options());
+    rlock::semaphore s(c, name()), releaser(other, name());
+    ASSERT_TRUE(s.try_set_permits(0));
+    auto many = std::async(std::launch::async, [&] { return s.try_acquire_for(3s, 5); });
+    std::this_thread::sleep_for(200ms);  // it waits at Redis for the client
+    auto one = std::async(std::launch::async, [&] { return s.try_acquire_for(10s); });
+    std::this_thread::sleep_for(200ms);
+    releaser.release();
+    ASSERT_EQ(one.wait_for(2s), std::future_status::ready) << "the one-permit waiter was held up behind the five-permit one";
+    EXPECT_TRUE(one.get());
+    EXPECT_FALSE(many.get());
+    EXPECT_EQ(releaser.available_permits(), 0);
+    s.release();
+}
+
 // The bound: threads of one client that keep passing a permit between them release it through
 // Redis after local_handoff_passes passes in a row, and another client's waiter gets it.
 TEST(semaphore, another_clients_waiter_gets_a_permit_while_threads_of_one_client_keep_passing_it) {

@@ -251,6 +251,7 @@ private:
         // release of the client or to wait at Redis for it when its turn comes.
         std::shared_ptr<detail::permit_gate> gate;
         bool leading = false;
+        bool refused = false;  // its own try was refused just now: it subscribes before the next
         const auto last_try = [&] {
             // A wait that ran out in the process: one try at Redis, so that it ends with the
             // permits if they are free now, false, or the outage's error.
@@ -263,13 +264,14 @@ private:
             if (e == detail::permit_gate::entry::free) {
                 ++story.tries;
                 if (take(permits)) return acquired_here(false);
+                refused = true;
                 e = gate->refused(deadline, permits);
             }
             switch (e) {
                 case detail::permit_gate::entry::lead: leading = true; break;
+                case detail::permit_gate::entry::free: break;  // waits at Redis on its own
                 case detail::permit_gate::entry::granted: return acquired_here(true);
                 case detail::permit_gate::entry::timed_out: return last_try();
-                case detail::permit_gate::entry::free:  // only arrive() says free
                 case detail::permit_gate::entry::stopped:
                     throw error(errc::connection_failed, name_, server(),
                                 "the client was destroyed while this thread waited");
@@ -288,7 +290,7 @@ private:
                                                       ++story.tries;
                                                       return take(permits);
                                                   },
-                                                  &detail::semaphore_turns, permits, /*subscribe_first=*/leading);
+                                                  &detail::semaphore_turns, permits, /*subscribe_first=*/leading || refused);
         return got ? acquired_here(false) : ended();
     }
 

@@ -253,7 +253,9 @@ private:
 /// releases in a row, and for at most `max_time` since the first of them, pass anything, after
 /// which a release goes through Redis whole and other clients have their turn. A thread that
 /// has not been refused yet tries at Redis itself (free), so that acquisitions of a semaphore
-/// with permits to spare never queue behind each other.
+/// with permits to spare never queue behind each other; and only a thread that needs at least
+/// as many permits as the leader queues behind it: one that needs fewer may be served by a
+/// release the leader cannot use, so it waits at Redis itself (free), first fit as before.
 class permit_gate {
 public:
     using clock = std::chrono::steady_clock;
@@ -273,19 +275,22 @@ public:
     entry arrive(clock::time_point deadline, long long need) {
         std::unique_lock<std::mutex> g(mu_);
         if (stopped_) return entry::stopped;
-        if (!leading_ && queue_.empty()) return entry::free;
+        if (!leading_ || need < leader_need_) return entry::free;
         return wait_locked(g, deadline, need);
     }
 
     /// A thread refused at Redis that will wait: it leads when no thread of the client does,
-    /// else it queues.
+    /// queues behind the leader when it needs as many permits or more, and is otherwise free
+    /// to wait at Redis itself.
     entry refused(clock::time_point deadline, long long need) {
         std::unique_lock<std::mutex> g(mu_);
         if (stopped_) return entry::stopped;
         if (!leading_) {
             leading_ = true;
+            leader_need_ = need;
             return entry::lead;
         }
+        if (need < leader_need_) return entry::free;
         return wait_locked(g, deadline, need);
     }
 
@@ -297,6 +302,7 @@ public:
         waiter* next = queue_.front();
         queue_.pop_front();
         leading_ = true;
+        leader_need_ = next->need;
         next->turn = turn_state::promoted;
         next->cv.notify_one();
     }
@@ -392,7 +398,8 @@ private:
     const handoff_bound bound_;
     std::mutex mu_;
     bool leading_ = false;
-    std::deque<waiter*> queue_;  // on their threads' stacks
+    long long leader_need_ = 0;  // the permits the leader waits for
+    std::deque<waiter*> queue_;  // on their threads' stacks (each needing leader_need_ or more)
     unsigned passes_ = 0;        // releases in a row that went no further than this client
     clock::time_point since_;    // when the first of them did
     clock::time_point courtesy_until_;
