@@ -71,6 +71,19 @@ protected:
     gate_waiter() = default;
 };
 
+/// A queued thread's wait at a gate (`g` holds the gate's lock): until its turn is told or
+/// `deadline` passes.
+inline void wait_for_turn(std::unique_lock<std::mutex>& g, std::condition_variable& cv,
+                          const gate_waiter::turn_state& turn, std::chrono::steady_clock::time_point deadline) {
+    while (turn == gate_waiter::turn_state::waiting) {
+        if (deadline == std::chrono::steady_clock::time_point::max()) {
+            cv.wait(g);
+        } else if (cv.wait_until(g, deadline) == std::cv_status::timeout) {
+            return;
+        }
+    }
+}
+
 class local_gate {
 public:
     using clock = std::chrono::steady_clock;
@@ -99,13 +112,7 @@ public:
         if (clock::now() >= deadline) return entry::timed_out;
         thread_waiter me;
         queue_.push_back(&me);
-        while (me.turn == turn_state::waiting) {
-            if (deadline == clock::time_point::max()) {
-                me.cv.wait(g);
-            } else if (me.cv.wait_until(g, deadline) == std::cv_status::timeout) {
-                break;
-            }
-        }
+        wait_for_turn(g, me.cv, me.turn, deadline);
         switch (me.turn) {
             case turn_state::granted: pass = std::move(me.pass); return entry::granted;
             case turn_state::promoted: return entry::lead;
@@ -378,13 +385,7 @@ private:
         waiter me;
         me.need = need;
         queue_.push_back(&me);
-        while (me.turn == turn_state::waiting) {
-            if (deadline == clock::time_point::max()) {
-                me.cv.wait(g);
-            } else if (me.cv.wait_until(g, deadline) == std::cv_status::timeout) {
-                break;
-            }
-        }
+        wait_for_turn(g, me.cv, me.turn, deadline);
         switch (me.turn) {
             case turn_state::granted: return entry::granted;
             case turn_state::promoted: return entry::lead;
