@@ -400,10 +400,7 @@ public:
         client_core& core = *site_->core_;
         bool failed = false;
         try {
-            if (core.eng.stopping()) {
-                throw error(errc::connection_failed, site_->name(), site_->server(),
-                            "the client was destroyed before this asynchronous acquire started");
-            }
+            throw_if_stopping();
             registry& reg = core.reg;
             if (registry::hold_ptr h = reg.find(&Kind::info, site_->name(), owner_)) {
                 (void)site_->reenter(*h, lease_);  // throws would_deadlock, lock_lost
@@ -444,16 +441,22 @@ public:
         if (failed) deliver();
     }
 
+    /// Throws connection_failed once the client's engine is stopping (the client is being
+    /// destroyed): each step that starts work checks it first.
+    void throw_if_stopping() const {
+        if (site_->core_->eng.stopping()) {
+            throw error(errc::connection_failed, site_->name(), site_->server(),
+                        "the client was destroyed before this asynchronous acquire started");
+        }
+    }
+
     /// Waits at Redis (the first try, then a place in its wait group): the gate's leader, or an
     /// acquire that does not go through the gate.
     void lead(bool may_wait) noexcept {
         bool failed = false;
         try {
             client_core& core = *site_->core_;
-            if (core.eng.stopping()) {
-                throw error(errc::connection_failed, site_->name(), site_->server(),
-                            "the client was destroyed before this asynchronous acquire started");
-            }
+            throw_if_stopping();
             const std::string channel = op_->channel();
             std::string key(Kind::info.name);
             key += '\0';
@@ -499,11 +502,7 @@ public:
         if (settled) return;  // cancelled while its first try was held back
         bool failed = false;
         try {
-            client_core& core = *site_->core_;
-            if (core.eng.stopping()) {
-                throw error(errc::connection_failed, site_->name(), site_->server(),
-                            "the client was destroyed before this asynchronous acquire started");
-            }
+            throw_if_stopping();
             // Behind waiters already queued, it waits its turn; else its own try's hint leads.
             auto join = [&](const wait_hint& hint) {
                 wait_group* g = waits.find(key);
