@@ -23,10 +23,7 @@ using rlock_test::eventually;
 using rlock_test::redis_server;
 
 /// One server for the file's tests, started at the first use.
-redis_server& server() {
-    static redis_server s;
-    return s;
-}
+using rlock_test::server;
 
 std::string name() { return rlock_test::test_lock_name(); }
 

@@ -35,12 +35,9 @@ using rlock_test::sentinel_deployment;
 
 namespace {
 
-redis_server& server() {
-    static redis_server s;
-    return s;
-}
+using rlock_test::server;
 
-std::string name(const char* suffix = "") { return rlock_test::test_lock_name(suffix); }
+using rlock_test::name;
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 

@@ -43,20 +43,11 @@ bool has_shape(std::string_view s, std::string_view shape) {
     return true;
 }
 
-redis_server& server() {
-    static redis_server s;
-    return s;
-}
+using rlock_test::server;
 
-std::string name() { return rlock_test::test_lock_name(); }
+using rlock_test::name;
 
-/// How many times the server has run `command` (INFO commandstats), e.g. "set".
-long long calls_of(std::string_view command) {
-    const std::string info = server().text({"INFO", "commandstats"});
-    const std::string key = "cmdstat_" + std::string(command) + ":calls=";
-    const auto at = info.find(key);
-    return at == std::string::npos ? 0 : std::atoll(info.c_str() + at + key.size());
-}
+using rlock_test::calls_of;
 
 TEST(mutex_layout, the_key_holds_a_marked_128_bit_token_with_a_px_expiry) {
     rlock::client c(server().options());

@@ -21,19 +21,11 @@ using rlock_test::redis_server;
 
 namespace {
 
-redis_server& server() {
-    static redis_server s;
-    return s;
-}
+using rlock_test::server;
 
-std::string name(const char* part) { return rlock_test::test_lock_name(part); }
+using rlock_test::name;
 
-long long calls_of(const std::string& command) {
-    const std::string info = server().text({"INFO", "commandstats"});
-    const std::string key = "cmdstat_" + command + ":calls=";
-    const auto at = info.find(key);
-    return at == std::string::npos ? 0 : std::atoll(info.c_str() + at + key.size());
-}
+using rlock_test::calls_of;
 
 TEST(multi_lock, takes_nothing_when_one_part_is_held_elsewhere_and_names_it) {
     rlock::client c(server().options()), other(server().options());

@@ -80,7 +80,7 @@ private:
 };
 
 /// What a call ended with: nothing thrown, an rlock::error, or still running at the limit.
-struct outcome {
+struct call_outcome {
     bool finished = false;
     bool threw = false;
     rlock::errc code{};
@@ -94,7 +94,7 @@ public:
     template <class F>
     explicit bounded_call(F f)
         : done_(promise_.get_future()), thread_([this, f]() mutable {
-              outcome o;
+              call_outcome o;
               o.finished = true;
               try {
                   f();
@@ -111,15 +111,15 @@ public:
         if (thread_.joinable()) thread_.join();
     }
     /// The outcome, or one with finished == false after `limit`.
-    outcome wait(std::chrono::milliseconds limit) {
+    call_outcome wait(std::chrono::milliseconds limit) {
         if (done_.wait_for(limit) != std::future_status::ready) return {};
         thread_.join();
         return done_.get();
     }
 
 private:
-    std::promise<outcome> promise_;
-    std::future<outcome> done_;
+    std::promise<call_outcome> promise_;
+    std::future<call_outcome> done_;
     std::thread thread_;
 };
 
@@ -202,7 +202,7 @@ TEST_F(network, a_partition_longer_than_the_lease_reports_the_hold_lost_and_lock
     // timeout / connection error (never false, which would say the lock was held).
     rlock::mutex fresh(c, name() + ":fresh");
     bounded_call call([&] { (void)fresh.try_lock_for(2s); });
-    const outcome o = call.wait(20s);
+    const call_outcome o = call.wait(20s);
     ASSERT_TRUE(o.finished) << "try_lock_for(2s) hung for 20 s behind a partition";
     ASSERT_TRUE(o.threw) << "try_lock_for(2s) answered behind a partition";
     EXPECT_TRUE(connection_error(o.code)) << o.what;
@@ -214,7 +214,7 @@ TEST_F(network, a_partition_longer_than_the_lease_reports_the_hold_lost_and_lock
     });
     EXPECT_FALSE(waiting.wait(500ms).finished) << "lock() returned behind a partition";
     proxy.pass_through();
-    const outcome healed = waiting.wait(20s);
+    const call_outcome healed = waiting.wait(20s);
     ASSERT_TRUE(healed.finished) << "lock() still waits after the partition healed";
     EXPECT_FALSE(healed.threw) << healed.what;
 
@@ -627,7 +627,7 @@ TEST(hygiene, waiters_of_a_destroyed_client_wake_with_an_error) {
     held_f.lock(60s);
     auto c = std::make_unique<rlock::client>(s.options());
     constexpr int n = 3;
-    std::vector<std::promise<outcome>> results(n);
+    std::vector<std::promise<call_outcome>> results(n);
     std::vector<std::thread> waiters;
     // Made before the threads start: only the blocked calls race with the destruction.
     rlock::mutex w0(*c, "busy");
@@ -635,7 +635,7 @@ TEST(hygiene, waiters_of_a_destroyed_client_wake_with_an_error) {
     rlock::fair_lock w2(*c, "busy:f");
     for (int i = 0; i < n; ++i) {
         waiters.emplace_back([&, i] {
-            outcome o;
+            call_outcome o;
             try {
                 if (i == 0) {
                     w0.lock();
@@ -659,7 +659,7 @@ TEST(hygiene, waiters_of_a_destroyed_client_wake_with_an_error) {
     for (int i = 0; i < n; ++i) {
         auto f = results[i].get_future();
         ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << "waiter " << i << " hangs";
-        const outcome o = f.get();
+        const call_outcome o = f.get();
         EXPECT_TRUE(o.threw) << "waiter " << i << " returned instead of reporting the client gone";
         EXPECT_EQ(o.code, rlock::errc::connection_failed) << o.what;
     }

@@ -23,12 +23,9 @@ using rlock_test::steady;
 
 namespace {
 
-redis_server& server() {
-    static redis_server s;
-    return s;
-}
+using rlock_test::server;
 
-std::string name() { return rlock_test::test_lock_name(); }
+using rlock_test::name;
 
 std::string hold_key(const std::string& lock, const std::string& holder, int n) {
     return "{" + lock + "}:" + holder + ":rwlock_timeout:" + std::to_string(n);

@@ -26,22 +26,14 @@ using rlock_test::snapshot;
 
 namespace {
 
-redis_server& server() {
-    static redis_server s;
-    return s;
-}
+using rlock_test::server;
 
-std::string name() { return rlock_test::test_lock_name(); }
+using rlock_test::name;
 
 std::string channel_of(const std::string& n) { return "redisson_sc:{" + n + "}"; }
 
 /// How many times the server has run `cmd` (lowercase), from INFO commandstats.
-long long calls_of(const redis_server& s, const std::string& cmd) {
-    const std::string info = s.text({"INFO", "commandstats"});
-    const std::string field = "cmdstat_" + cmd + ":calls=";
-    const std::size_t at = info.find(field);
-    return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
-}
+using rlock_test::calls_of;
 
 /// How many scripts the server has run (EVAL and EVALSHA).
 long long scripts_run(const redis_server& s) { return calls_of(s, "evalsha") + calls_of(s, "eval"); }
@@ -1067,7 +1059,7 @@ TEST(count_down_latch, a_waiter_ends_with_an_error_when_its_client_goes) {
 // rlock::permit_expirable_semaphore
 namespace {
 
-std::string timeouts_of(const std::string& n) { return "{" + n + "}:timeout"; }
+std::string permit_timeouts_of(const std::string& n) { return "{" + n + "}:timeout"; }
 
 /// The bytes a permit id (hex) stands for, as Redisson stores them.
 std::string id_bytes(const std::string& hex) {
@@ -1110,7 +1102,7 @@ TEST(permit_expirable_semaphore, permits_bound_the_holders_across_clients) {
     EXPECT_GE(most.load(), 2) << "the permits were never used in parallel: the check proves little";
     EXPECT_EQ(sa.available_permits(), 3);
     EXPECT_EQ(sa.acquired_permits(), 0);
-    EXPECT_EQ(server().integer({"ZCARD", timeouts_of(name())}), 0);
+    EXPECT_EQ(server().integer({"ZCARD", permit_timeouts_of(name())}), 0);
 }
 
 TEST(permit_expirable_semaphore, the_layout_and_messages_are_redissons) {
@@ -1124,8 +1116,8 @@ TEST(permit_expirable_semaphore, the_layout_and_messages_are_redissons) {
     ASSERT_EQ(p.ids().size(), 2u);
     for (const std::string& id : p.ids()) {
         EXPECT_EQ(id.size(), 32u) << "Redisson's ids are 16 bytes in hex";
-        const std::string score = server().text({"ZSCORE", timeouts_of(name()), id_bytes(id)});
-        ASSERT_FALSE(score.empty()) << "the id's bytes are not a member of " << timeouts_of(name());
+        const std::string score = server().text({"ZSCORE", permit_timeouts_of(name()), id_bytes(id)});
+        ASSERT_FALSE(score.empty()) << "the id's bytes are not a member of " << permit_timeouts_of(name());
         EXPECT_NEAR(std::stod(score), static_cast<double>(server_ms + 60000), 5000.0)
             << "the score is when the lease ends, in Unix ms";
     }
@@ -1137,7 +1129,7 @@ TEST(permit_expirable_semaphore, the_layout_and_messages_are_redissons) {
     }
     EXPECT_FALSE(p);
     EXPECT_EQ(server().text({"GET", name()}), "3");
-    EXPECT_EQ(server().integer({"EXISTS", timeouts_of(name())}), 0);
+    EXPECT_EQ(server().integer({"EXISTS", permit_timeouts_of(name())}), 0);
 
     // A name with '{' keeps its own hash tag, as Redisson's suffixName does.
     rlock::permit_expirable_semaphore tagged(c, "{" + name() + "}x");
@@ -1154,7 +1146,7 @@ TEST(permit_expirable_semaphore, redissons_permits_are_released_by_id_and_its_pe
     rlock::permit_expirable_semaphore s(c, name());
     const std::string id = "00112233445566778899aabbccddeeff";
     server().cmd({"SET", name(), "0"});
-    server().cmd({"ZADD", timeouts_of(name()), "922337203685477", id_bytes(id)});
+    server().cmd({"ZADD", permit_timeouts_of(name()), "922337203685477", id_bytes(id)});
     EXPECT_FALSE(s.try_acquire());
     EXPECT_EQ(s.acquired_permits(), 1);
     EXPECT_EQ(s.available_permits(), 0);
@@ -1309,12 +1301,12 @@ TEST(permit_expirable_semaphore, an_acquire_repeated_after_a_lost_reply_takes_it
                       b = id_bytes("fedcba9876543210fedcba9876543210");
     for (int i = 0; i < 2; ++i) {
         rlock::detail::reply_ptr r = server().cmd(
-            {"EVAL", body, "2", name(), timeouts_of(name()), "2", "60000", channel_of(name()), a, b});
+            {"EVAL", body, "2", name(), permit_timeouts_of(name()), "2", "60000", channel_of(name()), a, b});
         ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << rlock::detail::reply_text(r.get());
         EXPECT_EQ(r->element[0]->integer, 1);
     }
     EXPECT_EQ(server().text({"GET", name()}), "1") << "the repeat took two more permits";
-    EXPECT_EQ(server().integer({"ZCARD", timeouts_of(name())}), 2);
+    EXPECT_EQ(server().integer({"ZCARD", permit_timeouts_of(name())}), 2);
 }
 
 TEST(permit_expirable_semaphore, bad_input_and_foreign_keys_are_refused_with_redis_unchanged) {
@@ -1348,7 +1340,7 @@ TEST(permit_expirable_semaphore, bad_input_and_foreign_keys_are_refused_with_red
     // id and a handle's release.
     {
         rlock::permit_expirable_semaphore full(c, name() + "-full");
-        const std::string key = full.name(), set = timeouts_of(full.name());
+        const std::string key = full.name(), set = permit_timeouts_of(full.name());
         ASSERT_TRUE(full.try_set_permits(1));
         rlock::permit mine = full.acquire(60s);
         server().cmd({"SET", key, "9223372036854775807"});
@@ -1363,7 +1355,7 @@ TEST(permit_expirable_semaphore, bad_input_and_foreign_keys_are_refused_with_red
 
     // A count key of another kind, or a timeout key that is not a sorted set.
     rlock::permit_expirable_semaphore other(c, name() + "-foreign");
-    const std::string key = other.name(), set = timeouts_of(other.name());
+    const std::string key = other.name(), set = permit_timeouts_of(other.name());
     for (const auto& setup : std::vector<std::vector<std::string>>{
              {"HSET", key, "f", "1"}, {"SET", key, "abc"}, {"SET", key, "1.5"},
              {"SET", set, "x"}, {"HSET", set, "f", "1"}}) {
@@ -1411,12 +1403,12 @@ TEST(permit_expirable_semaphore, the_timeout_set_expires_with_the_semaphore) {
     ASSERT_TRUE(s.try_set_permits(2));
     server().cmd({"PEXPIRE", name(), "600"});
     rlock::permit p = s.acquire(60s);
-    const long long ttl = server().integer({"PTTL", timeouts_of(name())});
+    const long long ttl = server().integer({"PTTL", permit_timeouts_of(name())});
     EXPECT_GT(ttl, 0) << "the timeout set has no TTL while the semaphore has one";
     EXPECT_LE(ttl, 600);
     (void)p.detach();
     ASSERT_TRUE(eventually([&] { return server().integer({"EXISTS", name()}) == 0; }));
-    EXPECT_TRUE(eventually([&] { return server().integer({"EXISTS", timeouts_of(name())}) == 0; }, 1000ms))
+    EXPECT_TRUE(eventually([&] { return server().integer({"EXISTS", permit_timeouts_of(name())}) == 0; }, 1000ms))
         << "the timeout set outlived the semaphore";
 }
 

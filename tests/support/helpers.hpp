@@ -44,17 +44,19 @@ inline bool connection_error(rlock::errc e) {
     return e == rlock::errc::connection_failed || e == rlock::errc::timeout;
 }
 
-/// A lock name unique to the running test (and type parameter).
 /// The PUBSUB CHANNELS pattern of every lock's and synchronizer's channel: each names its key in
 /// braces. A client's own subscription to `__redis__:invalidate` (losses told at once) does not
 /// match: it lasts as long as the client.
 inline constexpr const char* lock_channels = "*{*";
 
+/// A lock name unique to the running test (and type parameter), followed by `suffix`.
 inline std::string test_lock_name(const char* suffix = "") {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     std::string n = std::string(info->test_suite_name()) + "." + info->name();
     return n + suffix;
 }
+/// The same, for the test files' free functions (`name()`, `name("-b")`).
+inline std::string name(const char* suffix = "") { return test_lock_name(suffix); }
 
 /// Counts on_lock_lost calls; keeps the last reason.
 struct lost_log {

@@ -342,6 +342,24 @@ inline void set_acl_user(const redis_server& s, std::vector<std::string> rules) 
 }
 
 /// The server's keys, space-separated, except those starting with `except` (when not empty).
+/// The server the test files' free functions talk to: started at first use, one per test
+/// process (ctest runs each test in a process of its own), stopped at exit.
+inline redis_server& server() {
+    static redis_server s;
+    return s;
+}
+
+/// How many times `s` has run `command` (INFO commandstats; lower case: "set", "evalsha").
+inline long long calls_of(const redis_server& s, std::string_view command) {
+    const std::string info = s.text({"INFO", "commandstats"});
+    const std::string field = "cmdstat_" + std::string(command) + ":calls=";
+    const std::size_t at = info.find(field);
+    return at == std::string::npos ? 0 : std::atoll(info.c_str() + at + field.size());
+}
+
+/// The same, on server().
+inline long long calls_of(std::string_view command) { return calls_of(server(), command); }
+
 inline std::string keys_left(const redis_server& s, std::string_view except = "") {
     std::string out;
     rlock::detail::reply_ptr keys = s.cmd({"KEYS", "*"});
