@@ -236,6 +236,32 @@ TEST(semaphore, a_thread_needing_fewer_permits_is_not_held_up_behind_one_waiting
     s.release();
 }
 
+// The same when the thread waiting for more comes to lead later: the leader, waiting for one
+// permit, is served, and the next in line waits for five; the thread behind it that needs two
+// waits at Redis on its own from then on. Failed before: it waited in the process until the
+// five-permit waiter's wait ended, with its two permits free at Redis.
+TEST(semaphore, a_thread_needing_fewer_permits_is_not_held_up_behind_a_new_leader_waiting_for_more) {
+    rlock::client c(server().options()), other(server().options());
+    rlock::semaphore s(c, name()), releaser(other, name());
+    ASSERT_TRUE(s.try_set_permits(0));
+    auto first = std::async(std::launch::async, [&] { return s.try_acquire_for(10s); });
+    std::this_thread::sleep_for(200ms);  // refused: it waits at Redis for the client
+    auto five = std::async(std::launch::async, [&] { return s.try_acquire_for(4s, 5); });
+    std::this_thread::sleep_for(200ms);  // queued behind it in the process
+    auto two = std::async(std::launch::async, [&] { return s.try_acquire_for(10s, 2); });
+    std::this_thread::sleep_for(200ms);  // queued too
+    releaser.release();
+    ASSERT_EQ(first.wait_for(2s), std::future_status::ready);
+    EXPECT_TRUE(first.get());
+    releaser.release(2);
+    ASSERT_EQ(two.wait_for(2s), std::future_status::ready)
+        << "the two-permit waiter was held up behind the five-permit one";
+    EXPECT_TRUE(two.get());
+    EXPECT_FALSE(five.get());
+    EXPECT_EQ(releaser.available_permits(), 0);
+    s.release(3);
+}
+
 // The bound: threads of one client that keep passing a permit between them release it through
 // Redis after local_handoff_passes passes in a row, and another client's waiter gets it.
 TEST(semaphore, another_clients_waiter_gets_a_permit_while_threads_of_one_client_keep_passing_it) {

@@ -52,6 +52,7 @@ public:
         granted,   // handed the hold (pass is filled in)
         promoted,  // to lead: wait at Redis for the client
         stopped,   // the client is being destroyed
+        freed,     // permit_gate only: to wait at Redis on its own (it needs fewer than the leader)
     };
 
     /// Tells the waiter its turn has come (or the gate stopped), under the gate's lock; must
@@ -115,7 +116,9 @@ public:
         wait_for_turn(g, me.cv, me.turn, deadline);
         switch (me.turn) {
             case turn_state::granted: pass = std::move(me.pass); return entry::granted;
-            case turn_state::promoted: return entry::lead;
+            case turn_state::promoted:
+            case turn_state::freed:  // never told here
+                return entry::lead;
             case turn_state::stopped: return entry::stopped;
             case turn_state::waiting: break;
         }
@@ -268,7 +271,7 @@ public:
     using clock = std::chrono::steady_clock;
 
     enum class entry : unsigned char {
-        free,       // no one of this client waits: try at Redis
+        free,       // no one of this client waits, or only for more permits: try at Redis
         lead,       // wait at Redis for the client
         granted,    // permits were handed over
         timed_out,  // the deadline passed first
@@ -301,7 +304,9 @@ public:
         return wait_locked(g, deadline, need);
     }
 
-    /// The leader's wait at Redis ended, with permits or without: the first queued thread leads.
+    /// The leader's wait at Redis ended, with permits or without: the first queued thread leads,
+    /// and those behind it that need fewer permits than it wait at Redis on their own (freed),
+    /// as they would arriving now: a release it cannot use may serve them.
     void led() noexcept {
         std::lock_guard<std::mutex> g(mu_);
         leading_ = false;
@@ -312,6 +317,16 @@ public:
         leader_need_ = next->need;
         next->turn = turn_state::promoted;
         next->cv.notify_one();
+        for (auto it = queue_.begin(); it != queue_.end();) {
+            waiter* w = *it;
+            if (w->need >= leader_need_) {
+                ++it;
+                continue;
+            }
+            w->turn = turn_state::freed;
+            w->cv.notify_one();
+            it = queue_.erase(it);
+        }
     }
 
     /// A release of `n` permits by a thread of the client: hands them to queued threads first
@@ -389,6 +404,7 @@ private:
         switch (me.turn) {
             case turn_state::granted: return entry::granted;
             case turn_state::promoted: return entry::lead;
+            case turn_state::freed: return entry::free;
             case turn_state::stopped: return entry::stopped;
             case turn_state::waiting: break;
         }

@@ -662,6 +662,7 @@ private:
                 return;
             }
             case gate_waiter::turn_state::promoted:
+            case gate_waiter::turn_state::freed:  // never told here
                 if (settled) {
                     gate_->led(false);
                     return;
