@@ -877,6 +877,38 @@ TEST_F(local_handoff, an_unlock_hands_the_hold_to_an_asynchronous_waiter_and_it_
     EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
 }
 
+// A blocking acquire inside a completion handler (on the client's engine thread) waits at Redis
+// beside the gate: an unlock then goes through Redis, where the handler gets the lock, instead
+// of handing the hold to an asynchronous acquire queued before it, whose turn is told on the
+// thread the handler keeps busy. Failed before: the handler's try_lock_for(5 s) ran out with the
+// hold passed to the queued acquire (a lock() there waited for ever).
+TEST_F(local_handoff, a_blocking_acquire_inside_a_completion_handler_is_not_held_up_by_a_queued_asynchronous_one) {
+    rlock::client c(patient(options()));
+    rlock::mutex m(c, name()), in_handler(c, name()), other(c, name() + "-other");
+    m.lock();
+    std::future<rlock::hold> queued = m.async_lock(rlock::use_future);
+    std::promise<bool> got;
+    other.async_lock([&](std::exception_ptr e, rlock::hold) {
+        if (e) {
+            got.set_value(false);
+            return;
+        }
+        const bool taken = in_handler.try_lock_for(5s);
+        if (taken) in_handler.unlock();
+        got.set_value(taken);
+    });
+    std::this_thread::sleep_for(300ms);  // the handler waits, behind the queued acquire
+    m.unlock();
+    auto result = got.get_future();
+    ASSERT_EQ(result.wait_for(10s), std::future_status::ready);
+    EXPECT_TRUE(result.get()) << "the handler's acquire waited behind the acquire its thread was to run";
+    ASSERT_EQ(queued.wait_for(5s), std::future_status::ready);
+    rlock::hold h = queued.get();
+    EXPECT_TRUE(h);
+    h.unlock();
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+}
+
 // An asynchronous acquire waiting at the gate that is cancelled or whose wait runs out leaves
 // its place: the hold goes to the next waiter, and nothing is left behind.
 TEST_F(local_handoff, an_asynchronous_waiter_that_is_cancelled_or_runs_out_leaves_the_gate_to_the_next) {

@@ -181,7 +181,10 @@ private:
         const event_sink& events = core_->events;
         wait_story story = events.begin();
         std::shared_ptr<local_gate> gate;
-        if (site::through_gate(lease)) {
+        std::shared_ptr<local_gate> beside;  // inside a completion handler (local_gate::began_beside)
+        if (site::through_gate(lease) && core_->eng.on_own_thread()) {
+            beside = core_->gates.get(Kind::info, name());
+        } else if (site::through_gate(lease)) {
             // Local hand-off: behind another thread of this client that holds the lock or waits
             // for it at Redis, this one waits here, to be handed the hold or to lead.
             gate = core_->gates.get(Kind::info, name());
@@ -218,11 +221,14 @@ private:
         // it (the next local waiter leads).
         struct leading {
             local_gate* gate = nullptr;
+            local_gate* beside = nullptr;
             bool acquired = false;
             ~leading() {
                 if (gate) gate->led(acquired);
+                if (beside) beside->ended_beside();
             }
-        } lead{gate.get()};
+        } lead{gate.get(), beside.get()};
+        if (beside) beside->began_beside();
         lock_acquisition<Kind> op(*this, Kind::value_for(core_->id, thread, Kind::reentrant), lease.duration(watchdog));
         // The wait (wait_blocking): until the unlock message or the holder's TTL, paced against
         // other clients' waiters, riding out an outage (each try after one undoes what the one

@@ -90,6 +90,9 @@ public:
         return true;
     }
 
+    /// True on the engine's own thread (inside a task or a completion handler it runs).
+    bool on_own_thread() const noexcept { return running_ == this; }
+
     // ---- on the engine's thread only ----
 
     /// Runs `t` at `when` (on this thread); cancel(id) forgets it.
@@ -172,6 +175,7 @@ private:
     }
 
     void loop() {
+        running_ = this;
         std::vector<task> batch;
         std::unique_lock<std::mutex> g(mu_);
         for (;;) {
@@ -210,6 +214,7 @@ private:
     std::weak_ptr<const void> owner_;
     std::function<void()> on_stop_;
     std::thread thread_;
+    static inline thread_local const engine* running_ = nullptr;  // the engine of this thread
     // The thread's own.
     bool finished_ = false;
     timer_id last_timer_ = 0;

@@ -198,6 +198,20 @@ public:
         next_leads();
     }
 
+    /// A blocking acquire on the client's engine thread (inside a completion handler) waits
+    /// at Redis beside the gate, never in it: an asynchronous acquire is told its turn on that
+    /// thread, so a hold handed to one queued here would wait for the handler, which waits for
+    /// the hold. While one waits beside (began_beside() to ended_beside()), unlocks hand nothing
+    /// over: they release through Redis, where it can have the lock.
+    void began_beside() noexcept {
+        std::lock_guard<std::mutex> g(mu_);
+        ++beside_;
+    }
+    void ended_beside() noexcept {
+        std::lock_guard<std::mutex> g(mu_);
+        --beside_;
+    }
+
     /// Tells every waiter entry::stopped (the client is being destroyed).
     void stop() {
         std::lock_guard<std::mutex> g(mu_);
@@ -221,7 +235,8 @@ private:
     };
 
     bool may_pass() const {
-        return !queue_.empty() && !stopped_ && passes_ < bound_.max_passes && clock::now() - since_ < bound_.max_time;
+        return !queue_.empty() && !stopped_ && beside_ == 0 && passes_ < bound_.max_passes &&
+               clock::now() - since_ < bound_.max_time;
     }
 
     void next_leads() noexcept {
@@ -252,6 +267,7 @@ private:
     state state_ = state::idle;
     std::deque<gate_waiter*> queue_;  // blocking threads' (on their stacks) and async acquires'
     unsigned passes_ = 0;             // in a row, since the leader took the lock
+    unsigned beside_ = 0;             // blocking acquires on the engine thread (began_beside)
     clock::time_point since_;         // when it did
     bool stopped_ = false;
 };
