@@ -861,6 +861,51 @@ TEST_F(asio_tokens, an_io_context_destroyed_before_the_client_drops_its_waits_an
     busy.unlock();
 }
 
+// The same with the handler's executor one from before Asio's standard executors (an
+// io_context::strand, which answers no context query). Failed before: the handler was not
+// dropped with its io_context (the hold it owned stayed taken), and the client's destruction
+// dispatched to the freed strand (a heap-use-after-free under ASan).
+TEST_F(asio_tokens, a_handler_on_a_legacy_strand_is_dropped_with_its_io_context) {
+    rlock::client holder(options());
+    auto waiter = std::make_unique<rlock::client>(options());
+    rlock::mutex busy(holder, name()), wanted(*waiter, name()), owned(*waiter, name() + ":owned");
+    busy.lock();
+    int calls = 0;
+    {
+        asio::io_context io;
+        asio::io_context::strand strand(io);
+        rlock::hold frame = owned.async_lock(rlock::use_future).get();
+        wanted.async_lock(asio::bind_executor(strand, [&calls, frame = std::move(frame)](std::exception_ptr, rlock::hold) {
+            ++calls;
+        }));
+        io.poll();
+    }  // the io_context goes with the wait pending
+    EXPECT_EQ(calls, 0) << "a handler ran after its io_context was destroyed";
+    EXPECT_FALSE(owned.is_locked()) << "the hold owned by the destroyed handler was kept";
+    waiter.reset();
+    EXPECT_EQ(calls, 0);
+    busy.unlock();
+}
+
+// A handler class that names its executor (executor_type, get_executor(): Asio's idiom) runs
+// there, and io.run() waits for it, as one bound with bind_executor does.
+TEST_F(asio_tokens, a_handler_class_naming_its_executor_runs_there) {
+    rlock::client c(options());
+    rlock::mutex m(c, name() + ":class");
+    asio::io_context io;
+    struct handler {
+        using executor_type = asio::io_context::executor_type;
+        executor_type ex;
+        std::thread::id* ran_on;
+        executor_type get_executor() const noexcept { return ex; }
+        void operator()(std::exception_ptr, rlock::hold) const { *ran_on = std::this_thread::get_id(); }
+    };
+    std::thread::id ran_on;
+    m.async_lock(handler{io.get_executor(), &ran_on});
+    io.run();
+    EXPECT_EQ(ran_on, std::this_thread::get_id()) << "the handler did not run on its executor";
+}
+
 TEST_F(asio_tokens, a_client_destroyed_before_the_io_context_completes_its_waits_there_with_an_error) {
     rlock::client holder(options());
     auto waiter = std::make_unique<rlock::client>(options());

@@ -72,9 +72,13 @@ using namespace ::asio;  // NOLINT(google-build-using-namespace): one spelling f
 namespace rlock::detail {
 
 /// Which tokens go through Asio: everything that is not a plain callback of the operation's
-/// signature (nor rlock::use_future), and callbacks bound to an executor or a cancellation slot.
+/// signature (nor rlock::use_future), and callbacks with an executor of their own (bound with
+/// bind_executor, or a handler class naming one: executor_type and get_executor()) or bound to
+/// a cancellation slot.
 template <class T, class Signature>
-struct is_asio_token : std::bool_constant<!is_handler_for<T, Signature>::value && !std::is_same_v<T, use_future_t>> {};
+struct is_asio_token
+    : std::bool_constant<(!is_handler_for<T, Signature>::value && !std::is_same_v<T, use_future_t>) ||
+                         !std::is_same_v<asio_ns::associated_executor_t<T>, asio_ns::system_executor>> {};
 template <class T, class Executor, class Signature>
 struct is_asio_token<asio_ns::executor_binder<T, Executor>, Signature> : std::true_type {};
 template <class T, class Slot, class Signature>
@@ -191,11 +195,21 @@ private:
     rlock::pending pending_;
 };
 
-/// The execution context of `ex`, when it can tell (io_context's, a strand's, any_io_executor).
+template <class Executor, class = void>
+struct has_context_member : std::false_type {};
+template <class Executor>
+struct has_context_member<Executor, std::void_t<decltype(std::declval<const Executor&>().context())>>
+    : std::true_type {};
+
+/// The execution context of `ex`, when it can tell: by the standard query (io_context's
+/// executor, strand<>, any_io_executor) or, for the executors from before it
+/// (io_context::strand, the polymorphic asio::executor), by their context().
 template <class Executor>
 asio_ns::execution_context* context_of(const Executor& ex) {
     if constexpr (asio_ns::can_query<const Executor&, asio_ns::execution::context_t>::value) {
         return &asio_ns::query(ex, asio_ns::execution::context);
+    } else if constexpr (has_context_member<Executor>::value) {
+        return &ex.context();
     } else {
         return nullptr;
     }
