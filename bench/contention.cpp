@@ -528,6 +528,7 @@ int parent_main(options o) {
     for (int i = 0; i < o.workers; ++i) workers.push_back(spawn(o, go[0]));
     ::close(go[0]);
     bool failed = false;
+    bench::read_deadline_ns = now_ns() + 60'000'000'000;  // ready: connected and set up
     for (worker_proc& w : workers) {
         char ready = 0;
         if (!read_all(w.results, &ready, 1) || ready != 'R') failed = true;
@@ -540,6 +541,7 @@ int parent_main(options o) {
     const auto window = std::chrono::duration_cast<nanoseconds>(
         std::chrono::duration<double>(o.seconds));
     const std::int64_t end = start + window.count();
+    bench::read_deadline_ns = end + 60'000'000'000;
     if (!failed) {
         for (int i = 0; i < o.workers; ++i) write_all(go[1], &start, sizeof start);
     }
@@ -556,6 +558,7 @@ int parent_main(options o) {
         }
         for (turn& t : w.turns) t.proc = static_cast<std::int32_t>(&w - workers.data());
         ::close(w.results);
+        if (failed) ::kill(w.pid, SIGKILL);  // it may be stuck: its report is not awaited
         int status = 0;
         ::waitpid(w.pid, &status, 0);
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = true;

@@ -450,11 +450,13 @@ run_result run_kind(const options& o, const rlock::client_options& co, const std
     }
     ::close(go[0]);
     bool failed = false;
+    bench::read_deadline_ns = bench::now_ns() + 60'000'000'000;  // ready: connected and set up
     for (const proc& p : procs) {
         char ready = 0;
         if (!bench::read_all(p.results, &ready, 1) || ready != 'R') failed = true;
     }
     const std::int64_t start = bench::now_ns() + 50'000'000;
+    bench::read_deadline_ns = start + static_cast<std::int64_t>(o.seconds * 1e9) + 60'000'000'000;
     if (!failed) {
         for (int i = 0; i < o.procs; ++i) bench::write_all(go[1], &start, sizeof start);
     }
@@ -468,6 +470,7 @@ run_result run_kind(const options& o, const rlock::client_options& co, const std
         for (float x : l) latency_ms.push_back(static_cast<double>(x) / 1e3);
         sales.insert(sales.end(), s.begin(), s.end());
         ::close(p.results);
+        if (failed) ::kill(p.pid, SIGKILL);  // it may be stuck: its report is not awaited
         int status = 0;
         struct rusage ru {};
         ::wait4(p.pid, &status, 0, &ru);

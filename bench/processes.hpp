@@ -5,6 +5,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -44,9 +45,23 @@ inline bool write_all(int fd, const void* data, std::size_t n) {
     return true;
 }
 
+/// The instant (now_ns) after which read_all gives up, 0 for never: the parent sets it, so that
+/// a worker stuck (in an acquire that never ends) fails the run instead of holding it for ever.
+inline std::int64_t read_deadline_ns = 0;
+
 inline bool read_all(int fd, void* data, std::size_t n) {
     char* p = static_cast<char*>(data);
     while (n > 0) {
+        if (read_deadline_ns != 0) {
+            const std::int64_t left_ms = (read_deadline_ns - now_ns()) / 1'000'000;
+            pollfd in{fd, POLLIN, 0};
+            const int ready = left_ms > 0 ? ::poll(&in, 1, static_cast<int>(left_ms)) : 0;
+            if (ready < 0 && errno == EINTR) continue;
+            if (ready == 0) {
+                std::fprintf(stderr, "a worker did not report in time\n");
+                return false;
+            }
+        }
         const ssize_t r = ::read(fd, p, n);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) return false;
