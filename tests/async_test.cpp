@@ -373,6 +373,36 @@ TEST_F(async_one, a_handler_may_destroy_the_client) {
     EXPECT_EQ(rlock_test::keys_left(server()), "");
 }
 
+// A handler that destroys the client while other operations of it were posted in the same
+// turn of the engine: those complete before the destructor returns, as promised. Failed
+// before: the second handler ran after the destructor had returned (the rest of the engine's
+// batch ran after it).
+TEST_F(async_one, a_handler_that_destroys_the_client_sees_every_other_operation_completed_first) {
+    auto c = std::make_unique<rlock::client>(options());
+    rlock::mutex busy(*c, name() + ":busy"), first(*c, name() + ":1"), second(*c, name() + ":2");
+    std::promise<void> engine_busy, done;
+    std::atomic<bool> second_ran{false};
+    bool second_ran_before_return = false;
+    (void)busy.async_lock([&](std::exception_ptr, rlock::hold) {
+        engine_busy.set_value();
+        std::this_thread::sleep_for(200ms);  // the two below are posted meanwhile: one batch
+    });
+    engine_busy.get_future().wait();
+    (void)first.async_try_lock([&](std::exception_ptr, rlock::hold h) {
+        if (h) h.unlock();
+        c.reset();  // on the engine's own thread
+        second_ran_before_return = second_ran.load();
+        done.set_value();
+    });
+    (void)second.async_try_lock([&](std::exception_ptr, rlock::hold h) {
+        if (h) h.unlock();
+        second_ran = true;
+    });
+    ASSERT_EQ(done.get_future().wait_for(10s), std::future_status::ready);
+    EXPECT_TRUE(second_ran_before_return) << "an operation completed after ~client returned";
+    EXPECT_TRUE(eventually([&] { return rlock_test::keys_left(server()).empty(); }));
+}
+
 // ---- the locks of several keys: red_lock and multi_lock ----
 
 /// red_lock over three real servers of its own.

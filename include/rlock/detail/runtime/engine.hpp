@@ -147,10 +147,12 @@ private:
     }
 
     // The last work of the thread (or of stop() called on it): the tasks still posted (each
-    // sees stopping() and completes with an error), then the owner's on_stop.
+    // sees stopping() and completes with an error) — first what is left of the batch the
+    // thread is running, when a task of it destroyed the client — then the owner's on_stop.
     void finish() {
         if (finished_) return;
         finished_ = true;
+        while (next_ < batch_.size()) run(batch_[next_++]);
         std::vector<task> rest;
         {
             std::lock_guard<std::mutex> g(mu_);
@@ -176,7 +178,6 @@ private:
 
     void loop() {
         running_ = this;
-        std::vector<task> batch;
         std::unique_lock<std::mutex> g(mu_);
         for (;;) {
             auto ready = [&] { return stopping_ || !inbox_.empty(); };
@@ -186,10 +187,13 @@ private:
                 cv_.wait_until(g, timers_.begin()->first.first, ready);
             }
             if (stopping_) break;
-            batch.swap(inbox_);
+            batch_.swap(inbox_);
             g.unlock();
-            for (task& t : batch) run(t);
-            batch.clear();
+            // A task that destroys the client runs the rest of the batch in finish(), before
+            // the client's destructor returns.
+            for (next_ = 0; next_ < batch_.size();) run(batch_[next_++]);
+            if (finished_) return;
+            batch_.clear();
             // Each due timer once; one set while these run waits for the next turn.
             const auto now = clock::now();
             while (!timers_.empty() && timers_.begin()->first.first <= now) {
@@ -216,6 +220,8 @@ private:
     std::thread thread_;
     static inline thread_local const engine* running_ = nullptr;  // the engine of this thread
     // The thread's own.
+    std::vector<task> batch_;  // the tasks it is running, taken from inbox_ at once
+    std::size_t next_ = 0;     // the first of them not run yet
     bool finished_ = false;
     timer_id last_timer_ = 0;
     std::map<std::pair<clock::time_point, timer_id>, task> timers_;
