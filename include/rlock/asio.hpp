@@ -154,9 +154,16 @@ class bound_handler final : public context_bound {
 public:
     bound_handler(Handler h, Work w) : handler_(std::move(h)), work_(std::move(w)) {}
 
-    void set_pending(rlock::pending p) {
-        std::lock_guard<std::mutex> g(mu_);
-        pending_ = std::move(p);
+    /// The operation's cancel handle, once it has started. Cancelled at once when the context
+    /// went meanwhile (context_gone found none to cancel); a completed operation ignores it.
+    void set_pending(const rlock::pending& p) {
+        bool gone = false;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            pending_ = p;
+            gone = !handler_;
+        }
+        if (gone) p.cancel();
     }
 
     void complete(std::exception_ptr e, R... got) {
@@ -193,6 +200,40 @@ private:
     std::optional<Handler> handler_;
     std::optional<Work> work_;
     rlock::pending pending_;
+};
+
+/// Where an Asio cancellation slot's handler finds the operation to cancel: connected before the
+/// operation starts (a cancellation emitted from then on applies, as Asio's own operations do),
+/// given the operation's cancel handle once it has started; a cancellation that came first is
+/// applied then.
+class slot_cancel {
+public:
+    void emitted() {
+        rlock::pending p;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            asked_ = true;
+            if (!started_) return;
+            p = p_;
+        }
+        p.cancel();
+    }
+    void started(const rlock::pending& p) {
+        bool asked = false;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            p_ = p;
+            started_ = true;
+            asked = asked_;
+        }
+        if (asked) p.cancel();
+    }
+
+private:
+    std::mutex mu_;
+    rlock::pending p_;
+    bool started_ = false;
+    bool asked_ = false;
 };
 
 template <class Executor, class = void>
@@ -237,11 +278,17 @@ struct token_adapter<Token, void(std::exception_ptr, R...),
                 completion_t<signature> done(
                     [op](std::exception_ptr e, R... got) { op->complete(std::move(e), std::move(got)...); });
                 if constexpr (std::is_same_v<decltype(begin(std::move(done))), rlock::pending>) {
-                    rlock::pending p = begin(std::move(done));
-                    op->set_pending(p);
+                    // The slot is connected before the operation starts: once started, it may
+                    // complete, and its handler run on another thread (and reuse or destroy the
+                    // slot's signal), before this returns.
+                    std::shared_ptr<slot_cancel> on_cancel;
                     if (slot.is_connected()) {
-                        slot.assign([p](asio_ns::cancellation_type) { p.cancel(); });
+                        on_cancel = std::make_shared<slot_cancel>();
+                        slot.assign([on_cancel](asio_ns::cancellation_type) { on_cancel->emitted(); });
                     }
+                    const rlock::pending p = begin(std::move(done));
+                    op->set_pending(p);
+                    if (on_cancel) on_cancel->started(p);
                 } else {
                     begin(std::move(done));
                 }
