@@ -634,6 +634,43 @@ TEST(acl, a_renewal_refused_with_an_error_is_told_as_that_error_once) {
     EXPECT_EQ(lost.calls.load(), told + 1) << lost.last_message;
 }
 
+// An on_lock_lost handler may release holds of its client (api.md: it may call into rlock),
+// also the one whose refused renewal it is told, on the watchdog's thread. Failed before: the
+// report came while the renewal's batch was still in flight, and the release waited for that
+// batch to end, which the watchdog, running the handler, never did: the handler never
+// returned and the watchdog stopped for good.
+TEST(acl, an_on_lock_lost_handler_may_release_the_hold_whose_renewal_was_refused) {
+    redis_server s;
+    rlock_test::lost_log lost;
+    rlock::client_options o = as_locker(s, words(minimal_acl), lost);
+    o.lock_watchdog_timeout = 1500ms;  // renewed every 500 ms
+    rlock::hold held;
+    std::promise<void> released;
+    std::atomic<int> calls{0};
+    o.on_lock_lost = [&](std::string_view, const rlock::error&) {
+        if (calls++ != 0) return;  // the release, refused too, is told again
+        held.unlock();
+        released.set_value();
+    };
+    rlock::client c(o);
+    rlock::mutex m(c, "app:released-in-handler");
+    held = m.async_lock(rlock::use_future).get();
+    set_acl_user(s, {"locker", "resetkeys", "~other:*"});
+    auto done = released.get_future();
+    const bool returned = done.wait_for(5s) == std::future_status::ready;
+    std::vector<std::string> back = words(minimal_acl);
+    back.insert(back.begin(), "locker");
+    set_acl_user(s, back);
+    ASSERT_TRUE(returned) << "the handler's release never returned (" << calls.load() << " report(s))";
+    // The watchdog goes on: a loss of another hold is told.
+    rlock::mutex other(c, "app:after-handler");
+    other.lock();
+    const int before = calls.load();
+    s.cmd({"DEL", "app:after-handler"});
+    EXPECT_TRUE(eventually([&] { return calls.load() > before; }, 5s)) << "the watchdog stopped";
+    other.unlock();
+}
+
 // ---------------------------------------------------------------------------------------------
 // replica_sync (client_options::sync_replicas): a master and one real replica. A hold is
 // granted and released only once the replica has it, an acquire too few replicas acknowledge is

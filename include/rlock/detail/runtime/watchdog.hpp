@@ -195,11 +195,19 @@ public:
         std::vector<registry::hold_ptr> expired;
         std::vector<registry::hold_ptr> holds =
             reg.take_watched(expired, [&](const hold& h) { return pick.picks(h); });
-        for (const auto& h : expired) {
-            reg.tell_hold(*h, error(errc::lock_lost, h->name, ep.name,
-                                "the lease ran out before the watchdog could renew it"));
+        // Owners are told once the batch's holds are out of flight (renewed(), below): an
+        // on_lock_lost handler may release any hold of the client, and a release waits for its
+        // hold's renewal to end — which, told from inside the batch, it never would.
+        const auto tell_expired = [&] {
+            for (const auto& h : expired) {
+                reg.tell_hold(*h, error(errc::lock_lost, h->name, ep.name,
+                                        "the lease ran out before the watchdog could renew it"));
+            }
+        };
+        if (holds.empty()) {
+            tell_expired();
+            return true;
         }
-        if (holds.empty()) return true;
         renewal r(holds.size());
         const auto sent = clock::now();
         make_batches(holds, r, std::to_string(ep.options.lock_watchdog_timeout.count()));
@@ -227,12 +235,15 @@ public:
                 if (conn && (conn->err || e.value() == errc::connection_failed)) conn.reset();
             }
         }
+        std::vector<std::size_t> refused;
         for (std::size_t i = 0; i < holds.size(); ++i) {
-            if (r.refusal[i] != 0 && reg.refused(*holds[i])) {
-                reg.tell_hold(*holds[i], r.refusals[r.refusal[i] - 1], /*refused=*/true);
-            }
+            if (r.refusal[i] != 0 && reg.refused(*holds[i])) refused.push_back(i);
         }
         const std::vector<std::size_t> lost = reg.renewed(holds, r.ok, r.gone, sent);
+        tell_expired();
+        for (const std::size_t i : refused) {
+            reg.tell_hold(*holds[i], r.refusals[r.refusal[i] - 1], /*refused=*/true);
+        }
         if (!r.failure) events_.renewed(ep.name, holds.size(), sent);
         for (const std::size_t i : lost) {
             const hold& h = *holds[i];
