@@ -366,6 +366,36 @@ TEST_F(network, a_final_unlock_whose_reply_comes_too_late_is_retried_without_a_f
     EXPECT_EQ(lost.calls, 0) << last_message(lost);
 }
 
+// A watched hold whose renewal's reply is late: its lease runs out by the client's clock while
+// the renewal (which the server ran) is on its way, lost() says so, and the owner unlocks
+// before the reply comes. The unlock finds the key still there (the late renewal extended it),
+// but lost() has said lost: the owner is told, once. Failed before: never told (the watchdog
+// skipped the released hold, and the release found nothing wrong). Loss tracking off: its read
+// after each renewal would hold the batch another reply's delay.
+TEST_F(network, a_hold_lost_says_lost_then_unlocked_before_its_late_renewal_returns_is_told) {
+    rlock::client_options o = through_proxy(1500ms, 4000ms);  // renewed every 500 ms
+    o.loss_tracking = false;
+    rlock::client c(o);
+    rlock::mutex m(c, name());
+    m.lock();
+    m.unlock();  // the release script is cached now: the unlock below is one round trip
+    m.lock();
+    // After a renewal (the watchdog's connection open, its lease counted from then)...
+    std::this_thread::sleep_for(100ms);
+    ASSERT_TRUE(rlock_test::eventually([&] { return server.integer({"PTTL", name()}) > 1450; }, 1s))
+        << "no renewal seen";
+    // ...the next renewal's reply comes 1.2 s late: after the lease (1.5 s) by the client's clock.
+    proxy.slow_replies_on_open_connections(1200ms);
+    ASSERT_TRUE(rlock_test::eventually([&] { return m.lost(); }, 3s));
+    ASSERT_EQ(lost.calls.load(), 0) << "told before the unlock: nothing was tested";
+    EXPECT_NO_THROW(m.unlock());
+    proxy.slow_replies_on_open_connections(0ms);
+    EXPECT_TRUE(rlock_test::eventually([&] { return lost.calls.load() > 0; }, 2s))
+        << "lost() said lost, and the owner was never told";
+    std::this_thread::sleep_for(600ms);
+    EXPECT_EQ(lost.calls.load(), 1) << last_message(lost);
+}
+
 // multi_lock's one-script acquire (parts of one client) whose reply comes too late may have
 // run on the server: it is undone, every part, before the error reaches the caller, as
 // basic_lock's attempt undoes its own. Failed before: both parts stayed for the whole lease

@@ -146,6 +146,13 @@ private:
                              "deleted or taken over)");
             reg.report(*h, gone);
             reg.tell_handed_from(*h, gone);
+        } else if (last && reg.claim_untold_loss(*h)) {
+            // Still in Redis (its key outlives this client's count of the lease by the
+            // renewal's transit, or a late renewal went through), but lost() has said lost:
+            // the verdict stands, and the owner is told it once.
+            lost_last();
+            reg.tell_hold(*h, error(errc::lock_lost, name(), server(),
+                                    "the lease ran out before the watchdog could renew it"));
         }
     }
 

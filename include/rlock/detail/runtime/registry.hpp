@@ -387,6 +387,16 @@ public:
         return tell;
     }
 
+    /// A watched hold that lost() latched lost (its lease ran out by this client's clock) and
+    /// whose owner was not told yet: the watchdog tells such a hold at its next tick, but not
+    /// once it is released. True once, for the unlock to tell it.
+    bool claim_untold_loss(hold& h) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (!h.watched || !h.lost || h.told || h.refused) return false;
+        h.told = true;
+        return true;
+    }
+
     /// Marks a hold lost on behalf of its own thread (unlock found it gone); true when the owner
     /// has not been told yet.
     bool claim_report(hold& h) {
