@@ -396,6 +396,29 @@ TEST_F(network, a_hold_lost_says_lost_then_unlocked_before_its_late_renewal_retu
     EXPECT_EQ(lost.calls.load(), 1) << last_message(lost);
 }
 
+// The same for a watched permit (permit_expirable_semaphore): released after lost() said lost,
+// all its permits still there. Failed before: never told.
+TEST_F(network, a_permit_lost_says_lost_then_released_before_its_late_renewal_returns_is_told) {
+    rlock::client_options o = through_proxy(1500ms, 4000ms);  // renewed every 500 ms
+    o.loss_tracking = false;
+    rlock::client c(o);
+    rlock::permit_expirable_semaphore permits(c, name());
+    ASSERT_TRUE(permits.try_set_permits(1));
+    permits.try_acquire().release();  // the release script is cached now: one round trip below
+    rlock::permit p = permits.try_acquire();
+    ASSERT_TRUE(p);
+    std::this_thread::sleep_for(600ms);  // after a renewal: the watchdog's connection is open
+    proxy.slow_replies_on_open_connections(1200ms);
+    ASSERT_TRUE(rlock_test::eventually([&] { return p.lost(); }, 3s));
+    ASSERT_EQ(lost.calls.load(), 0) << "told before the release: nothing was tested";
+    EXPECT_NO_THROW(p.release());
+    proxy.slow_replies_on_open_connections(0ms);
+    EXPECT_TRUE(rlock_test::eventually([&] { return lost.calls.load() > 0; }, 2s))
+        << "lost() said lost, and the owner was never told";
+    std::this_thread::sleep_for(600ms);
+    EXPECT_EQ(lost.calls.load(), 1) << last_message(lost);
+}
+
 // multi_lock's one-script acquire (parts of one client) whose reply comes too late may have
 // run on the server: it is undone, every part, before the error reaches the caller, as
 // basic_lock's attempt undoes its own. Failed before: both parts stayed for the whole lease

@@ -156,6 +156,11 @@ public:
                                      std::to_string(packed) +
                                      " permits were no longer held (lease ended, or released or "
                                      "reclaimed by another client)"));
+        } else if (reg.claim_untold_loss(*h)) {
+            // All still there, but lost() has said lost (the lease ran out by this client's
+            // clock before a renewal came back): the verdict stands, told once.
+            reg.tell_hold(*h, error(errc::lock_lost, keys_.name, core_->ep.name,
+                                    "the lease ran out before the watchdog could renew it"));
         }
     }
 
