@@ -88,6 +88,35 @@ TEST(multi_lock, a_part_deleted_is_told_at_once) {
     both.unlock();
 }
 
+// A part's renewal refused for a while (an ACL that stopped covering the keys, then restored)
+// is told as that error, once; renewed again, the episode is over, and a part deleted later is
+// told as the loss it is. Failed before: the refusal's report was the group's only one, and the
+// loss after it was never told.
+TEST(multi_lock, a_loss_after_a_refusal_that_ended_is_told) {
+    rlock_test::lost_log lost;
+    rlock::client_options o = server().options();
+    o.on_lock_lost = lost.handler();
+    o.lock_watchdog_timeout = 1500ms;  // renewed every 500 ms
+    rlock::client c(o);
+    rlock::mutex a(c, name(":a"));
+    rlock::reentrant_lock b(c, name(":b"));
+    rlock::multi_lock both{a, b};
+    both.lock();
+    server().cmd({"ACL", "SETUSER", "default", "resetkeys", "~other:*"});
+    const bool refused_told = eventually([&] { return lost.calls.load() > 0; }, 3s);
+    server().cmd({"ACL", "SETUSER", "default", "~*"});
+    ASSERT_TRUE(refused_told) << "the refusal was not told";
+    EXPECT_NE(lost.code.load(), static_cast<int>(rlock::errc::lock_lost)) << lost.last_message;
+    std::this_thread::sleep_for(1200ms);  // renewed again
+    ASSERT_FALSE(both.lost()) << "the refusal outlasted the lease: nothing was tested";
+    const int before = lost.calls.load();
+    server().cmd({"DEL", name(":b")});
+    EXPECT_TRUE(eventually([&] { return lost.calls.load() > before; }, 3s)) << "the loss was not told";
+    EXPECT_EQ(lost.code.load(), static_cast<int>(rlock::errc::lock_lost)) << lost.last_message;
+    EXPECT_TRUE(both.lost());
+    both.unlock();
+}
+
 TEST(multi_lock, opposite_orders_in_two_processes_never_deadlock) {
     const std::string counter = name(":counter");
     server().cmd({"DEL", counter});

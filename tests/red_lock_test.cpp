@@ -467,4 +467,25 @@ TEST_F(red_lock_test, a_key_deleted_on_a_majority_is_told_at_once) {
     lock.unlock();
 }
 
+// A node that refused a renewal for a while (an ACL that stopped covering the key, then
+// restored) and renewed again no longer counts against the quorum: later losses on two other
+// nodes leave three of five holding, and nobody is told. Failed before: the refusal stayed
+// counted as a lost node, and the two losses after it were told as "too few of its parts".
+TEST_F(red_lock_test, a_node_that_refused_a_renewal_and_renewed_again_does_not_count_as_lost) {
+    auto clients = make_clients(1500ms, 300ms);  // renewed every 500 ms
+    rlock::red_lock lock(raw(clients), name());
+    lock.lock();
+    servers[0]->cmd({"ACL", "SETUSER", "default", "resetkeys", "~other:*"});
+    std::this_thread::sleep_for(1200ms);  // two ticks refused on node 0
+    servers[0]->cmd({"ACL", "SETUSER", "default", "~*"});
+    std::this_thread::sleep_for(1200ms);  // renewed there again
+    ASSERT_EQ(servers[0]->integer({"EXISTS", name()}), 1) << "node 0's key ran out: nothing was tested";
+    EXPECT_EQ(lost.calls.load(), 0) << "one refusing node of five was told";
+    for (int i = 1; i <= 2; ++i) servers[i]->cmd({"DEL", name()});  // three of five still hold it
+    std::this_thread::sleep_for(1200ms);
+    EXPECT_EQ(lost.calls.load(), 0) << "told lost with three of five nodes holding";
+    EXPECT_FALSE(lock.lost());
+    lock.unlock();
+}
+
 }  // namespace

@@ -127,13 +127,14 @@ public:
             group->tell = nodes_.front()->ep.options.on_lock_lost;
             const hold_terms terms{lease, watched ? renewal::watched : renewal::leased, start};
             const clock::time_point taken = nodes_.front()->events.stamp();  // its listener is told
+            // Nodes that did not accept count as lost from the start (before any part is
+            // registered: the watchdog may count a part lost at once).
+            group->lost_parts = static_cast<int>(n - got.size());
             for (std::size_t i : got) {
                 registry::hold_ptr h = nodes_[i]->add_hold(red_lock_info, name_, token, owner, terms, 0, group);
                 h->taken = taken;  // read by the owner's release only
                 if (!out.held) out.held = std::move(h);
             }
-            // Nodes that did not accept count as lost from the start.
-            group->lost_parts = static_cast<int>(n - got.size());
             return out;
         }
         release_all(token);  // a failed round: undo on every node, answered or not

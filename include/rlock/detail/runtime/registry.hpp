@@ -36,12 +36,18 @@ struct hold_group {
     std::string name;
     std::uint64_t id = next_hold_id();  // the hold id of the whole (red_lock::hold_id())
     int tolerance = 0;
-    std::atomic<int> lost_parts{0};
-    std::atomic<bool> told{false};  // its owner was told (registry::tell_group)
+    std::atomic<int> lost_parts{0};  // lost, or refused by their server in an episode not ended
+    std::atomic<bool> told{false};   // its owner was told it lost (registry::tell_group)
+    std::atomic<bool> told_refused{false};  // ...or told of refusals, in an episode not ended
     lock_lost_handler tell;  // the owner's on_lock_lost (may be empty)
 
-    /// Counts one member lost; true when the group is lost with it.
+    /// Counts one member lost (or refused); true when the group is lost with it.
     bool part_lost() noexcept { return lost_parts.fetch_add(1) + 1 > tolerance; }
+    /// A member whose renewal was refused is renewed again: it no longer counts, and a later
+    /// refusal may be told again.
+    void part_back() noexcept {
+        if (lost_parts.fetch_sub(1) - 1 <= tolerance) told_refused.store(false);
+    }
 };
 
 /// Whether a hold is renewed by the client's watchdog or ends with its lease.
@@ -187,7 +193,8 @@ public:
     /// A group's owner is told `why` (as `code`), once for the group, whoever tells first.
     static void tell_group(hold_group& group, const std::string& why, errc code = errc::lock_lost,
                            bool refused = false) noexcept {
-        if (group.told.exchange(true)) return;
+        // A refusal is told once per episode, and leaves a later loss to be told.
+        if (refused ? group.told.load() || group.told_refused.exchange(true) : group.told.exchange(true)) return;
         try {
             tell(group.tell, lost_hold{group.name, group.id, 0, refused}, error(code, group.name, "", why));
         } catch (...) {
@@ -377,6 +384,7 @@ public:
                 if (h.released) continue;
                 if (ok[i] && !h.lost && sent < h.expires) {
                     h.expires = sent + h.lease;
+                    if (h.refused && h.group) h.group->part_back();
                     h.refused = false;
                 } else if ((gone[i] || ok[i] || now >= h.expires) && mark_lost_locked(h)) {
                     tell.push_back(i);
