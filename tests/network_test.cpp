@@ -419,6 +419,50 @@ TEST_F(network, a_permit_lost_says_lost_then_released_before_its_late_renewal_re
     EXPECT_EQ(lost.calls.load(), 1) << last_message(lost);
 }
 
+// A hold whose key is deleted while its renewal is on its way, unlocked before the reply (which
+// says "gone") comes, with another thread of the client waiting for it: the unlock, which waits
+// for that reply, does not hand a hold known gone to the waiter: it releases (telling its owner)
+// and the waiter acquires at Redis, a hold that exists. Failed before: the reply was dropped for
+// the released hold, and the waiter was handed the gone hold (no key in Redis while it "held").
+TEST_F(network, an_unlock_does_not_hand_on_a_hold_its_late_renewal_found_gone) {
+    rlock::client_options o = through_proxy(3000ms, 4000ms);  // renewed every second
+    o.loss_tracking = false;
+    o.local_handoff_time = 60s;  // the hand-off is not ended by its time bound here
+    rlock::client c(o);
+    rlock::mutex mine(c, name()), theirs(c, name());
+    mine.lock();
+    mine.unlock();  // the release script is cached now: one round trip below
+    mine.lock();
+    std::promise<long long> key_while_held;
+    std::promise<void> done;
+    std::thread waiter([&] {
+        theirs.lock();
+        key_while_held.set_value(server.integer({"EXISTS", name()}));
+        done.get_future().wait();
+        theirs.unlock();
+    });
+    // Just after a renewal (the watchdog's connection open), the key goes, and replies come a
+    // second late: the next renewal, a second later, finds it gone and says so at 2 s, within
+    // the lease (3 s) by the client's clock.
+    std::this_thread::sleep_for(100ms);
+    ASSERT_TRUE(rlock_test::eventually([&] { return server.integer({"PTTL", name()}) > 2950; }, 2s))
+        << "no renewal seen";
+    proxy.slow_replies_on_open_connections(1000ms);
+    server.cmd({"DEL", name()});
+    std::this_thread::sleep_for(1500ms);  // that renewal is on its way
+    EXPECT_NO_THROW(mine.unlock());
+    auto got = key_while_held.get_future();
+    const bool acquired = got.wait_for(10s) == std::future_status::ready;
+    proxy.slow_replies_on_open_connections(0ms);
+    EXPECT_TRUE(acquired);
+    if (acquired) {
+        EXPECT_EQ(got.get(), 1) << "the waiter was handed a hold whose key was gone";
+    }
+    EXPECT_GE(lost.calls.load(), 1) << "the owner of the deleted hold was not told";
+    done.set_value();
+    waiter.join();
+}
+
 // multi_lock's one-script acquire (parts of one client) whose reply comes too late may have
 // run on the server: it is undone, every part, before the error reaches the caller, as
 // basic_lock's attempt undoes its own. Failed before: both parts stayed for the whole lease

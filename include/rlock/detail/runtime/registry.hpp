@@ -381,7 +381,18 @@ public:
             for (std::size_t i = 0; i < holds.size(); ++i) {
                 hold& h = *holds[i];
                 h.in_flight = false;
-                if (h.released) continue;
+                if (h.released) {
+                    // Its final unlock waits for this reply (remove()), then hands the hold on
+                    // or releases it: what the renewal found is the unlock's to act on — a hold
+                    // renewed is handed on with its new expiry, one found gone is not handed on
+                    // (its release finds it gone and tells its owner). Nobody is told here.
+                    if (ok[i] && !h.lost && sent < h.expires) {
+                        h.expires = sent + h.lease;
+                    } else if (gone[i]) {
+                        h.lost = true;
+                    }
+                    continue;
+                }
                 if (ok[i] && !h.lost && sent < h.expires) {
                     h.expires = sent + h.lease;
                     if (h.refused && h.group) h.group->part_back();
