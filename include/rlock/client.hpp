@@ -26,6 +26,7 @@
 #include <string_view>
 #include <utility>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/redis/uri.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/options.hpp"
@@ -73,7 +74,16 @@ private:
     std::shared_ptr<detail::client_core> core_;
 };
 
-inline client_options client_options::from_uri(std::string_view uri, client_options base) {
+
+}  // namespace rlock
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock {
+
+RLOCK_DECL client_options client_options::from_uri(std::string_view uri, client_options base) {
     detail::uri_parts parts = detail::parse_uri(uri);
     base.host = std::move(parts.host);
     base.port = parts.port;
@@ -87,9 +97,12 @@ inline client_options client_options::from_uri(std::string_view uri, client_opti
     base.cluster = parts.cluster;
     base.cluster_nodes.clear();
     if (parts.cluster) {
-        for (auto& [host, port] : parts.seeds) base.cluster_nodes.push_back({std::move(host), port});
+        for (auto& [host, port] : parts.seeds)
+            base.cluster_nodes.push_back({std::move(host), port});
     }
     return base;
 }
 
 }  // namespace rlock
+
+#endif  // RLOCK_DEFINE_RUNTIME

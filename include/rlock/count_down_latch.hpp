@@ -35,6 +35,7 @@
 #include <chrono>
 #include <string>
 
+#include "rlock/config.hpp"
 #include "rlock/client.hpp"
 #include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/detail/protocol/synchronizer_scripts.hpp"
@@ -56,28 +57,14 @@ public:
 
     /// Sets the count when the latch has none (its key is absent, i.e. it is at 0) and wakes
     /// the waiters; true when this call set it. `count` must be at least 1.
-    bool try_set_count(long long count) {
-        if (count < 1) bad_count(count, "try_set_count: count must be at least 1");
-        return set_count_if_absent(count, detail::latch_new_count_message);
-    }
+    bool try_set_count(long long count);
 
     /// Counts down by `n` (at least 1); the step that reaches 0 deletes the key and wakes every
     /// waiter. Returns the count left (0 once it reached 0; a latch already at 0 stays so).
-    long long count_down(long long n = 1) {
-        if (n < 1) bad_count(n, "count_down: n must be at least 1");
-        const std::string by = std::to_string(n);
-        return run(detail::on_break::fail, [&](const detail::connection& c) {
-            return detail::eval_count(c, detail::latch_scripts::count_down(), {name_},
-                                      {by, channel_}, name_, server());
-        });
-    }
+    long long count_down(long long n = 1);
 
     /// The count now (0 when the key is absent).
-    [[nodiscard]] long long count() const {
-        return run(detail::on_break::retry, [&](const detail::connection& c) {
-            return detail::read_count(c, name_, server());
-        });
-    }
+    [[nodiscard]] long long count() const;
 
     /// True when the count is 0 now (one round trip; std::latch's name).
     [[nodiscard]] bool try_wait() const { return count() <= 0; }
@@ -138,9 +125,40 @@ private:
                                                     std::forward<Token>(token));
     }
 
-    bool wait_until_steady(clock::time_point deadline) const {
-        return synchronizer::wait_until(deadline, detail::repeat::safe, [&] { return count() <= 0; });
-    }
+    bool wait_until_steady(clock::time_point deadline) const;
 };
 
 }  // namespace rlock
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock {
+
+RLOCK_DECL bool count_down_latch::try_set_count(long long count) {
+    if (count < 1) bad_count(count, "try_set_count: count must be at least 1");
+    return set_count_if_absent(count, detail::latch_new_count_message);
+}
+
+RLOCK_DECL long long count_down_latch::count_down(long long n) {
+    if (n < 1) bad_count(n, "count_down: n must be at least 1");
+    const std::string by = std::to_string(n);
+    return run(detail::on_break::fail, [&](const detail::connection& c) {
+        return detail::eval_count(c, detail::latch_scripts::count_down(), {name_}, {by, channel_},
+                                  name_, server());
+    });
+}
+
+RLOCK_DECL long long count_down_latch::count() const {
+    return run(detail::on_break::retry,
+               [&](const detail::connection& c) { return detail::read_count(c, name_, server()); });
+}
+
+RLOCK_DECL bool count_down_latch::wait_until_steady(clock::time_point deadline) const {
+    return synchronizer::wait_until(deadline, detail::repeat::safe, [&] { return count() <= 0; });
+}
+
+}  // namespace rlock
+
+#endif  // RLOCK_DEFINE_RUNTIME

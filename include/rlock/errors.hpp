@@ -17,6 +17,8 @@
 #include <system_error>
 #include <utility>
 
+#include "rlock/config.hpp"
+
 namespace rlock {
 
 /// What went wrong. The numeric values are stable.
@@ -41,36 +43,13 @@ namespace detail {
 class error_category_impl final : public std::error_category {
 public:
     const char* name() const noexcept override { return "rlock"; }
-    std::string message(int value) const override {
-        switch (static_cast<errc>(value)) {
-            case errc::invalid_argument: return "invalid argument";
-            case errc::connection_failed: return "connection failed";
-            case errc::timeout: return "timed out";
-            case errc::auth_failed: return "authentication failed";
-            case errc::wrong_type: return "key holds the wrong kind of value";
-            case errc::server_error: return "server error";
-            case errc::protocol_error: return "protocol error";
-            case errc::not_owner: return "not the owner of the lock";
-            case errc::would_deadlock: return "would deadlock";
-            case errc::lock_lost: return "lock lost";
-            case errc::quorum_not_reached: return "quorum not reached";
-            case errc::replica_sync_failed: return "replica sync failed";
-            case errc::operation_aborted: return "operation aborted";
-        }
-        return "unknown rlock error";
-    }
+    std::string message(int value) const override;
 };
 
 }  // namespace detail
 
 /// The category of all rlock error codes.
-inline const std::error_category& error_category() noexcept {
-    // Never destroyed: an error made on a thread that is still at work while the process exits
-    // (one opening a connection to a red_lock node that hangs) must still find it whole.
-    static const detail::error_category_impl* const category =
-        new detail::error_category_impl();  // NOLINT(cppcoreguidelines-owning-memory,bugprone-unhandled-exception-at-new)
-    return *category;
-}
+RLOCK_DECL const std::error_category& error_category() noexcept;
 
 inline std::error_code make_error_code(errc e) noexcept {
     return {static_cast<int>(e), error_category()};
@@ -144,17 +123,7 @@ private:
     error(errc code, std::shared_ptr<const parts> p)
         : std::system_error(make_error_code(code), compose(*p)), parts_(std::move(p)) {}
 
-    static std::string compose(const parts& p) {
-        std::string m = "rlock:";
-        if (!p.lock.empty()) {
-            m.append(" lock \"").append(p.lock).append("\"");
-        }
-        if (!p.server.empty()) {
-            m.append(" on ").append(p.server);
-        }
-        m.append(p.lock.empty() && p.server.empty() ? " " : ": ").append(p.cause);
-        return m;
-    }
+    static std::string compose(const parts& p);
 
     std::shared_ptr<const parts> parts_;
 };
@@ -165,37 +134,18 @@ namespace detail {
 /// re-addressed (naming the lock a connection was opened for, the cluster node that failed).
 struct error_access {
     static error with_origin(errc code, std::string_view lock, std::string_view server,
-                             std::string_view cause, error_origin origin) {
-        return error(code, std::make_shared<const error::parts>(error::parts{
-                               std::string(lock), std::string(server), std::string(cause),
-                               std::move(origin)}));
-    }
+                             std::string_view cause, error_origin origin);
     static const error_origin& origin(const error& e) noexcept { return e.parts_->origin; }
     /// `e`, naming `lock` when it named none.
-    static error about(const error& e, std::string_view lock) {
-        if (!e.lock().empty() || lock.empty()) return e;
-        return with_origin(e.value(), lock, e.server(), e.cause(), origin(e));
-    }
+    static error about(const error& e, std::string_view lock);
     /// `e`, naming `server` instead of the server it named.
-    static error on(const error& e, std::string_view server) {
-        return with_origin(e.value(), e.lock(), server, e.cause(), origin(e));
-    }
+    static error on(const error& e, std::string_view server);
     /// "<server>: <cause>" (or the cause alone): `e` told inside another error's cause.
-    static std::string brief(const error& e) {
-        return e.server().empty() ? e.cause() : e.server() + ": " + e.cause();
-    }
+    static std::string brief(const error& e);
     /// `e`, naming `lock` (when it named none), marked as met before anything was sent.
-    static error unsent(const error& e, std::string_view lock) {
-        error_origin o = origin(e);
-        o.unsent = true;
-        return with_origin(e.value(), e.lock().empty() ? lock : e.lock(), e.server(), e.cause(), std::move(o));
-    }
+    static error unsent(const error& e, std::string_view lock);
     /// `e` without its redirection: an error a redirection must not be followed for.
-    static error unredirected(const error& e) {
-        error_origin o = origin(e);
-        o.to = redirect{};
-        return with_origin(e.value(), e.lock(), e.server(), e.cause(), std::move(o));
-    }
+    static error unredirected(const error& e);
 };
 
 /// True for the errors after which a command may or may not have run: the connection broke
@@ -210,3 +160,107 @@ inline bool is_ambiguous(const error& e) noexcept {
 
 template <>
 struct std::is_error_code_enum<rlock::errc> : std::true_type {};
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL std::string error_category_impl::message(int value) const {
+    switch (static_cast<errc>(value)) {
+        case errc::invalid_argument:
+            return "invalid argument";
+        case errc::connection_failed:
+            return "connection failed";
+        case errc::timeout:
+            return "timed out";
+        case errc::auth_failed:
+            return "authentication failed";
+        case errc::wrong_type:
+            return "key holds the wrong kind of value";
+        case errc::server_error:
+            return "server error";
+        case errc::protocol_error:
+            return "protocol error";
+        case errc::not_owner:
+            return "not the owner of the lock";
+        case errc::would_deadlock:
+            return "would deadlock";
+        case errc::lock_lost:
+            return "lock lost";
+        case errc::quorum_not_reached:
+            return "quorum not reached";
+        case errc::replica_sync_failed:
+            return "replica sync failed";
+        case errc::operation_aborted:
+            return "operation aborted";
+    }
+    return "unknown rlock error";
+}
+
+}  // namespace rlock::detail
+
+namespace rlock {
+
+RLOCK_DECL const std::error_category& error_category() noexcept {
+    // Never destroyed: an error made on a thread that is still at work while the process exits
+    // (one opening a connection to a red_lock node that hangs) must still find it whole.
+    static const detail::error_category_impl* const category =
+        new detail::error_category_impl();  // NOLINT(cppcoreguidelines-owning-memory,bugprone-unhandled-exception-at-new)
+    return *category;
+}
+
+RLOCK_DECL std::string error::compose(const parts& p) {
+    std::string m = "rlock:";
+    if (!p.lock.empty()) {
+        m.append(" lock \"").append(p.lock).append("\"");
+    }
+    if (!p.server.empty()) {
+        m.append(" on ").append(p.server);
+    }
+    m.append(p.lock.empty() && p.server.empty() ? " " : ": ").append(p.cause);
+    return m;
+}
+
+}  // namespace rlock
+
+namespace rlock::detail {
+
+RLOCK_DECL error error_access::with_origin(errc code, std::string_view lock,
+                                           std::string_view server, std::string_view cause,
+                                           error_origin origin) {
+    return error(
+        code, std::make_shared<const error::parts>(error::parts{
+                  std::string(lock), std::string(server), std::string(cause), std::move(origin)}));
+}
+
+RLOCK_DECL error error_access::about(const error& e, std::string_view lock) {
+    if (!e.lock().empty() || lock.empty()) return e;
+    return with_origin(e.value(), lock, e.server(), e.cause(), origin(e));
+}
+
+RLOCK_DECL error error_access::on(const error& e, std::string_view server) {
+    return with_origin(e.value(), e.lock(), server, e.cause(), origin(e));
+}
+
+RLOCK_DECL std::string error_access::brief(const error& e) {
+    return e.server().empty() ? e.cause() : e.server() + ": " + e.cause();
+}
+
+RLOCK_DECL error error_access::unsent(const error& e, std::string_view lock) {
+    error_origin o = origin(e);
+    o.unsent = true;
+    return with_origin(e.value(), e.lock().empty() ? lock : e.lock(), e.server(), e.cause(),
+                       std::move(o));
+}
+
+RLOCK_DECL error error_access::unredirected(const error& e) {
+    error_origin o = origin(e);
+    o.to = redirect{};
+    return with_origin(e.value(), e.lock(), e.server(), e.cause(), std::move(o));
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

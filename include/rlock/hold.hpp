@@ -19,6 +19,7 @@
 #include <string>
 #include <utility>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/runtime/engine.hpp"
@@ -95,16 +96,7 @@ public:
         : site_(std::move(other.site_)), h_(std::move(other.h_)),
           unlocked_(std::exchange(other.unlocked_, false)),
           lost_at_unlock_(std::exchange(other.lost_at_unlock_, false)) {}
-    hold& operator=(hold&& other) noexcept {
-        if (this != &other) {
-            release_quietly();
-            site_ = std::move(other.site_);
-            h_ = std::move(other.h_);
-            unlocked_ = std::exchange(other.unlocked_, false);
-            lost_at_unlock_ = std::exchange(other.lost_at_unlock_, false);
-        }
-        return *this;
-    }
+    hold& operator=(hold&& other) noexcept;
     hold(const hold&) = delete;
     hold& operator=(const hold&) = delete;
     /// Unlocks if still held (one round trip, on the destroying thread); never throws.
@@ -118,14 +110,7 @@ public:
     /// unlock message); one round trip on the calling thread, after which no renewal of it
     /// reaches Redis. Throws `error` (not_owner) only for a handle that holds nothing; a lost
     /// hold or an unreachable Redis is told through on_lock_lost and lost(), never thrown.
-    void unlock() {
-        if (!owns_lock()) {
-            throw error(errc::not_owner, h_ ? h_->name : "", h_ ? site_->server_name() : "",
-                        "unlock of an rlock::hold that holds nothing");
-        }
-        unlocked_ = true;
-        site_->unlock_one(h_, lost_at_unlock_);
-    }
+    void unlock();
 
     /// Releases this level on the client's engine thread, without blocking the caller, and
     /// completes `token` with `void(std::exception_ptr)`: a callback (the call returns nothing),
@@ -151,22 +136,11 @@ public:
     /// True when the hold is lost: the watchdog found it gone, or its lease ran out by this
     /// client's clock; after unlock, whether unlock found it lost. False for an empty handle.
     /// Sends nothing.
-    [[nodiscard]] bool lost() const {
-        if (!h_) return false;
-        if (unlocked_) return lost_at_unlock_;
-        return site_->is_lost(*h_);
-    }
+    [[nodiscard]] bool lost() const;
 
     /// The fencing token of this hold (lock_options::fencing). Throws `error`:
     /// invalid_argument when fencing is off for the lock, not_owner for an empty handle.
-    [[nodiscard]] std::uint64_t fencing_token() const {
-        check("fencing_token");
-        if (!site_->fenced()) {
-            throw error(errc::invalid_argument, h_->name, site_->server_name(),
-                        "fencing is off for this lock (lock_options::fencing)");
-        }
-        return site_->holds().with([&] { return h_->fencing; });
-    }
+    [[nodiscard]] std::uint64_t fencing_token() const;
 
     /// The hold's id, as on_lock_lost is told it (lost_hold::hold_id); shared by the levels of
     /// one owner's hold. Throws `error` (not_owner) for an empty handle.
@@ -182,32 +156,10 @@ public:
     }
 
 private:
-    void post_unlock(detail::completion_t<detail::unlock_signature> done) {
-        if (!owns_lock()) return;
-        unlocked_ = true;  // the task's from here
-        const bool posted = site_->post([site = site_, h = h_, done = std::move(done)]() mutable {
-            bool lost = false;
-            site->unlock_one(h, lost);  // throws only for an empty handle
-            done(nullptr);
-        });
-        if (!posted) {
-            unlocked_ = false;
-            release_quietly();
-            throw error(errc::connection_failed, h_->name, site_->server_name(),
-                        "async_unlock after the client was destroyed (the level was released here)");
-        }
-    }
+    void post_unlock(detail::completion_t<detail::unlock_signature> done);
 
-    void check(const char* what) const {
-        if (!h_) throw error(errc::not_owner, "", "", std::string(what) + " of an empty rlock::hold");
-    }
-    void release_quietly() noexcept {
-        if (!owns_lock()) return;
-        try {
-            unlock();
-        } catch (...) {  // unlock throws only for an empty handle; a loss was told
-        }
-    }
+    void check(const char* what) const;
+    void release_quietly() noexcept;
 
     friend struct detail::hold_access;
     std::shared_ptr<const detail::held_site> site_;
@@ -234,9 +186,7 @@ public:
     /// (operation_aborted) and leaves nothing behind: no queue entry, no subscription, no key.
     /// An operation that has completed, or whose completion is under way, is not affected (its
     /// handler gets what it got). Never blocks, never throws.
-    void cancel() const noexcept {
-        if (std::shared_ptr<detail::cancellable> op = op_.lock()) op->cancel();
-    }
+    void cancel() const noexcept;
 
 private:
     std::weak_ptr<detail::cancellable> op_;
@@ -248,3 +198,80 @@ struct use_future_t {};
 inline constexpr use_future_t use_future{};
 
 }  // namespace rlock
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock {
+
+RLOCK_DECL hold& hold::operator=(hold&& other) noexcept {
+    if (this != &other) {
+        release_quietly();
+        site_ = std::move(other.site_);
+        h_ = std::move(other.h_);
+        unlocked_ = std::exchange(other.unlocked_, false);
+        lost_at_unlock_ = std::exchange(other.lost_at_unlock_, false);
+    }
+    return *this;
+}
+
+RLOCK_DECL void hold::unlock() {
+    if (!owns_lock()) {
+        throw error(errc::not_owner, h_ ? h_->name : "", h_ ? site_->server_name() : "",
+                    "unlock of an rlock::hold that holds nothing");
+    }
+    unlocked_ = true;
+    site_->unlock_one(h_, lost_at_unlock_);
+}
+
+RLOCK_DECL bool hold::lost() const {
+    if (!h_) return false;
+    if (unlocked_) return lost_at_unlock_;
+    return site_->is_lost(*h_);
+}
+
+RLOCK_DECL std::uint64_t hold::fencing_token() const {
+    check("fencing_token");
+    if (!site_->fenced()) {
+        throw error(errc::invalid_argument, h_->name, site_->server_name(),
+                    "fencing is off for this lock (lock_options::fencing)");
+    }
+    return site_->holds().with([&] { return h_->fencing; });
+}
+
+RLOCK_DECL void hold::post_unlock(detail::completion_t<detail::unlock_signature> done) {
+    if (!owns_lock()) return;
+    unlocked_ = true;  // the task's from here
+    const bool posted = site_->post([site = site_, h = h_, done = std::move(done)]() mutable {
+        bool lost = false;
+        site->unlock_one(h, lost);  // throws only for an empty handle
+        done(nullptr);
+    });
+    if (!posted) {
+        unlocked_ = false;
+        release_quietly();
+        throw error(errc::connection_failed, h_->name, site_->server_name(),
+                    "async_unlock after the client was destroyed (the level was released here)");
+    }
+}
+
+RLOCK_DECL void hold::check(const char* what) const {
+    if (!h_) throw error(errc::not_owner, "", "", std::string(what) + " of an empty rlock::hold");
+}
+
+RLOCK_DECL void hold::release_quietly() noexcept {
+    if (!owns_lock()) return;
+    try {
+        unlock();
+    } catch (...) {  // unlock throws only for an empty handle; a loss was told
+    }
+}
+
+RLOCK_DECL void pending::cancel() const noexcept {
+    if (std::shared_ptr<detail::cancellable> op = op_.lock()) op->cancel();
+}
+
+}  // namespace rlock
+
+#endif  // RLOCK_DEFINE_RUNTIME

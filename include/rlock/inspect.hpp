@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/client.hpp"
 #include "rlock/detail/runtime/inspect_scan.hpp"
 #include "rlock/errors.hpp"
@@ -54,18 +55,7 @@ namespace rlock {
 /// any string key reads as a token or a count, so a pattern narrows it to the locks on a server
 /// that also keeps other strings. O(keys on the server): an operator's call, not a hot path.
 /// Throws `error` as inspect() does, but never wrong_type.
-[[nodiscard]] inline std::vector<lock_info> list_locks(client& c, const std::string& pattern = {}) {
-    std::vector<lock_info> out;
-    for (const std::string& n : detail::scan_lock_names(detail::client_access::core(c), pattern)) {
-        try {
-            lock_info i = inspect(c, n);
-            if (i.found()) out.push_back(std::move(i));
-        } catch (const error& e) {
-            if (e.value() != errc::wrong_type) throw;
-        }
-    }
-    return out;
-}
+[[nodiscard]] RLOCK_DECL std::vector<lock_info> list_locks(client& c, const std::string& pattern = {});
 
 /// What force_unlock found and did.
 struct forced_unlock {
@@ -80,16 +70,48 @@ struct forced_unlock {
 /// their holds lost at their next renewal. A name not found deletes nothing (`deleted` false).
 /// Throws `error`: invalid_argument for a count or permit_expirable name (a semaphore's permits
 /// are not a lock; nothing is deleted), wrong_type as inspect(), and as a command.
-inline forced_unlock force_unlock(client& c, std::string_view name) {
+RLOCK_DECL forced_unlock force_unlock(client& c, std::string_view name);
+
+}  // namespace rlock
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock {
+
+RLOCK_DECL std::vector<lock_info> list_locks(client& c, const std::string& pattern) {
+    std::vector<lock_info> out;
+    for (const std::string& n : detail::scan_lock_names(detail::client_access::core(c), pattern)) {
+        try {
+            lock_info i = inspect(c, n);
+            if (i.found()) out.push_back(std::move(i));
+        } catch (const error& e) {
+            if (e.value() != errc::wrong_type) throw;
+        }
+    }
+    return out;
+}
+
+RLOCK_DECL forced_unlock force_unlock(client& c, std::string_view name) {
     forced_unlock out;
     out.before = inspect(c, name);
     const std::string n(name);
     switch (out.before.kind) {
-        case lock_kind::not_found: break;
-        case lock_kind::token: out.deleted = mutex(c, n).force_unlock(); break;
-        case lock_kind::reentrant: out.deleted = reentrant_lock(c, n).force_unlock(); break;
-        case lock_kind::fair: out.deleted = fair_lock(c, n).force_unlock(); break;
-        case lock_kind::read_write: out.deleted = read_write_lock(c, n).force_unlock(); break;
+        case lock_kind::not_found:
+            break;
+        case lock_kind::token:
+            out.deleted = mutex(c, n).force_unlock();
+            break;
+        case lock_kind::reentrant:
+            out.deleted = reentrant_lock(c, n).force_unlock();
+            break;
+        case lock_kind::fair:
+            out.deleted = fair_lock(c, n).force_unlock();
+            break;
+        case lock_kind::read_write:
+            out.deleted = read_write_lock(c, n).force_unlock();
+            break;
         case lock_kind::count:
         case lock_kind::permit_expirable:
             throw error(errc::invalid_argument, name, c.server(),
@@ -102,3 +124,5 @@ inline forced_unlock force_unlock(client& c, std::string_view name) {
 }
 
 }  // namespace rlock
+
+#endif  // RLOCK_DEFINE_RUNTIME

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "rlock/config.hpp"
+
 namespace rlock {
 
 /// The kind of a name, as its keys in Redis show it. Several classes share a layout (docs/design.md,
@@ -47,18 +49,7 @@ enum class lock_kind {
 
 /// The kind's name as `rlock inspect --json` writes it: "not_found", "token", "reentrant",
 /// "fair", "read_write", "count", "permit_expirable".
-inline const char* to_string(lock_kind k) noexcept {
-    switch (k) {
-        case lock_kind::not_found: return "not_found";
-        case lock_kind::token: return "token";
-        case lock_kind::reentrant: return "reentrant";
-        case lock_kind::fair: return "fair";
-        case lock_kind::read_write: return "read_write";
-        case lock_kind::count: return "count";
-        case lock_kind::permit_expirable: return "permit_expirable";
-    }
-    return "unknown";
-}
+RLOCK_DECL const char* to_string(lock_kind k) noexcept;
 
 /// A remaining time to live: a duration, or none when the key has no expiry.
 using remaining_ttl = std::optional<std::chrono::milliseconds>;
@@ -70,14 +61,7 @@ enum class holder_origin {
     this_client,  ///< a holder id that starts with the inspecting client's id (client::id())
 };
 
-inline const char* to_string(holder_origin o) noexcept {
-    switch (o) {
-        case holder_origin::unknown: return "unknown";
-        case holder_origin::rlock: return "rlock";
-        case holder_origin::this_client: return "this_client";
-    }
-    return "unknown";
-}
+RLOCK_DECL const char* to_string(holder_origin o) noexcept;
 
 /// How a holder holds.
 enum class holder_role {
@@ -86,14 +70,7 @@ enum class holder_role {
     reader,     ///< read_write_lock: a `<holder id>` field with its own hold keys
 };
 
-inline const char* to_string(holder_role r) noexcept {
-    switch (r) {
-        case holder_role::exclusive: return "exclusive";
-        case holder_role::writer: return "writer";
-        case holder_role::reader: return "reader";
-    }
-    return "exclusive";
-}
+RLOCK_DECL const char* to_string(holder_role r) noexcept;
 
 /// One holder of a lock.
 struct lock_holder {
@@ -159,3 +136,57 @@ struct lock_info {
 };
 
 }  // namespace rlock
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock {
+
+RLOCK_DECL const char* to_string(lock_kind k) noexcept {
+    switch (k) {
+        case lock_kind::not_found:
+            return "not_found";
+        case lock_kind::token:
+            return "token";
+        case lock_kind::reentrant:
+            return "reentrant";
+        case lock_kind::fair:
+            return "fair";
+        case lock_kind::read_write:
+            return "read_write";
+        case lock_kind::count:
+            return "count";
+        case lock_kind::permit_expirable:
+            return "permit_expirable";
+    }
+    return "unknown";
+}
+
+RLOCK_DECL const char* to_string(holder_origin o) noexcept {
+    switch (o) {
+        case holder_origin::unknown:
+            return "unknown";
+        case holder_origin::rlock:
+            return "rlock";
+        case holder_origin::this_client:
+            return "this_client";
+    }
+    return "unknown";
+}
+
+RLOCK_DECL const char* to_string(holder_role r) noexcept {
+    switch (r) {
+        case holder_role::exclusive:
+            return "exclusive";
+        case holder_role::writer:
+            return "writer";
+        case holder_role::reader:
+            return "reader";
+    }
+    return "exclusive";
+}
+
+}  // namespace rlock
+
+#endif  // RLOCK_DEFINE_RUNTIME

@@ -36,6 +36,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/client.hpp"
 #include "rlock/detail/front/async_lockable.hpp"
 #include "rlock/detail/front/timed_lockable.hpp"
@@ -107,27 +108,10 @@ public:
 
     /// Releases every part (on one node: one script). Throws not_owner only to a thread that
     /// holds no part; runtime failures go to on_lock_lost, as for the parts.
-    void unlock() {
-        if (one_node_ && release_in_one_script()) return;
-        bool any = false;
-        for (auto it = parts_.rbegin(); it != parts_.rend(); ++it) {
-            try {
-                it->release(it->lock);
-                any = true;
-            } catch (const error& e) {
-                if (e.value() != errc::not_owner) throw;
-            }
-        }
-        if (!any) {
-            throw error(errc::not_owner, parts_.front().name, parts_.front().view.server,
-                        "unlock by a thread that holds no part of the multi_lock");
-        }
-    }
+    void unlock();
 
     /// Some part of this thread's hold is lost (no round trip).
-    [[nodiscard]] bool lost() const {
-        return std::any_of(parts_.begin(), parts_.end(), [](const part& p) { return p.is_lost(p.lock); });
-    }
+    [[nodiscard]] bool lost() const;
 
     /// The part that refused the calling thread's last failed attempt, as "server/name";
     /// empty when its last attempt succeeded.
@@ -141,38 +125,14 @@ public:
     /// part is the exception: it is told as its own red_lock, under its own hold_id() (with only
     /// red_lock parts, this is the first one's). Throws `error` (not_owner) when this thread
     /// holds no part. No round trip.
-    [[nodiscard]] std::uint64_t hold_id() const {
-        const std::uint64_t thread = detail::current_thread_number();
-        for (const part& p : parts_) {
-            if (!p.view.core) continue;
-            if (auto h = p.view.core->reg.find(p.view.kind, p.name, thread)) {
-                if (auto group = p.view.core->reg.with([&] { return h->group; })) return group->id;
-            }
-        }
-        return parts_.front().hold_id(parts_.front().lock);
-    }
+    [[nodiscard]] std::uint64_t hold_id() const;
 
     /// Number of parts. Never blocks or throws.
     std::size_t size() const noexcept { return parts_.size(); }
 
 private:
     // Canonical order, no lock twice, and whether one script can take them all.
-    void name_parts() {
-        std::sort(parts_.begin(), parts_.end(), [](const part& a, const part& b) {
-            return std::tie(a.view.server, a.name) < std::tie(b.view.server, b.name);
-        });
-        for (std::size_t i = 1; i < parts_.size(); ++i) {
-            if (parts_[i].view.server == parts_[i - 1].view.server && parts_[i].name == parts_[i - 1].name) {
-                throw error(errc::invalid_argument, parts_[i].name, parts_[i].view.server,
-                            "the same lock is given twice to one multi_lock");
-            }
-        }
-        one_node_ = std::all_of(parts_.begin(), parts_.end(), [&](const part& p) {
-            // In a cluster one script reaches one slot only.
-            return p.view.code && !p.view.fencing && p.view.core == parts_.front().view.core &&
-                   (!p.view.core->ep.slots || detail::key_slot(p.name) == detail::key_slot(parts_.front().name));
-        });
-    }
+    void name_parts();
 
     // A part through the lock's public calls and its own view of itself (part_access): no
     // lock type is named here.
@@ -192,10 +152,7 @@ private:
         return p;
     }
 
-    void set_refused(std::string what) {
-        std::lock_guard<std::mutex> g(mu_);
-        refused_ = std::move(what);
-    }
+    void set_refused(std::string what);
 
     friend class detail::timed_lockable<multi_lock>;
     friend class detail::async_lockable<multi_lock>;
@@ -203,52 +160,7 @@ private:
     std::string_view server() const noexcept { return ""; }
 
     // timed_lockable's entry point (see there).
-    bool acquire(clock::time_point deadline, detail::lease_request lease) {
-        std::size_t first = 0;
-        if (one_node_) {
-            std::size_t refusing = 0;
-            if (acquire_in_one_script(lease, refusing)) {
-                set_refused("");
-                return true;
-            }
-            first = refusing;  // wait for that one first
-        }
-        for (;;) {
-            part& head = parts_[first];
-            if (!head.try_until(head.lock, deadline, lease)) {
-                set_refused(head.view.server + "/" + head.name);
-                return false;
-            }
-            std::size_t refusing = parts_.size();
-            std::vector<std::size_t> taken{first};
-            for (std::size_t i = 0; i < parts_.size(); ++i) {
-                if (i == first) continue;
-                bool ok = false;
-                try {
-                    ok = parts_[i].try_until(parts_[i].lock, clock::now(), lease);
-                } catch (...) {
-                    release(taken);
-                    throw;
-                }
-                if (!ok) {
-                    refusing = i;
-                    break;
-                }
-                taken.push_back(i);
-            }
-            if (refusing == parts_.size()) {
-                group_parts();
-                set_refused("");
-                return true;
-            }
-            release(taken);  // never wait while holding a part
-            first = refusing;
-            if (clock::now() >= deadline) {
-                set_refused(parts_[refusing].view.server + "/" + parts_[refusing].name);
-                return false;
-            }
-        }
-    }
+    bool acquire(clock::time_point deadline, detail::lease_request lease);
 
     // async_lockable's entry point (async_lockable.hpp).
     template <class Token>
@@ -258,196 +170,24 @@ private:
     }
 
     // What starts an asynchronous acquire of every part, sharing their sites.
-    detail::async_start async_starter() {
-        std::vector<detail::multi_acquire::part_ref> refs;
-        refs.reserve(parts_.size());
-        for (part& p : parts_) {
-            refs.push_back({p.view.starter(), p.name, p.view.core != nullptr,
-                            p.view.core ? p.view.core->ep.options.on_lock_lost : lock_lost_handler()});
-        }
-        return [refs = std::move(refs)](clock::time_point deadline, detail::lease_request lease,
-                                        std::uint64_t owner, detail::completion done) {
-            auto op = std::make_shared<detail::multi_acquire>(
-                refs, deadline, lease, owner != 0 ? owner : detail::next_owner_number(), std::move(done));
-            op->begin();
-            return rlock::pending(op);
-        };
-    }
+    detail::async_start async_starter();
 
-    void release(const std::vector<std::size_t>& taken) noexcept {
-        for (std::size_t i : taken) {
-            try {
-                parts_[i].release(parts_[i].lock);
-            } catch (...) {
-            }
-        }
-    }
+    void release(const std::vector<std::size_t>& taken) noexcept;
 
     // Links the parts' holds so that the loss of any one is the loss of all, told once.
-    void group_parts() {
-        auto group = std::make_shared<detail::hold_group>();
-        group->name = parts_.front().name;
-        group->tolerance = 0;
-        const std::uint64_t thread = detail::current_thread_number();
-        for (part& p : parts_) {
-            if (!p.view.core) continue;
-            if (!group->tell) group->tell = p.view.core->ep.options.on_lock_lost;
-            if (auto h = p.view.core->reg.find(p.view.kind, p.name, thread)) {
-                p.view.core->reg.with([&] { h->group = group; });
-            }
-        }
-    }
+    void group_parts();
 
-    bool acquire_in_one_script(detail::lease_request requested, std::size_t& refusing) {
-        detail::client_core& core = *parts_.front().view.core;
-        const std::uint64_t thread = detail::current_thread_number();
-        core.throw_if_destroyed(parts_.front().name,
-                                "the client this lock was made from has been destroyed");
-        for (part& p : parts_) {
-            if (core.reg.find(p.view.kind, p.name, thread)) {
-                refusing = 0;
-                return false;  // a re-entry or would_deadlock: the parts decide, one by one
-            }
-        }
-        detail::wait_story story = core.events.begin();
-        story.tries = 1;
-        const bool watched = requested.is_watched();
-        const std::chrono::milliseconds lease = requested.duration(core.ep.options.lock_watchdog_timeout);
-        const std::string lease_text = std::to_string(lease.count());
-        const std::string token = detail::random_token(), holder = core.holder_id(thread);
-        std::vector<std::string_view> values;
-        values.reserve(parts_.size());
-        for (part& p : parts_) values.push_back(p.view.code == 'm' ? std::string_view(token) : holder);
-        detail::script_call call;
-        call.start(detail::multi_acquire_script(), parts_.size());
-        for (part& p : parts_) call.push(p.view.keys->name);
-        call.push(lease_text);
-        for (std::size_t i = 0; i < parts_.size(); ++i) {
-            call.push(parts_[i].view.code == 'm' ? "m" : "r");
-            call.push(values[i]);
-        }
-        const std::string& name = parts_.front().name;
-        const auto sent = clock::now();
-        detail::reply_ptr r;
-        try {
-            r = core.pool.run(name, detail::on_break::fail, [&](const detail::connection& c) {
-                detail::reply_ptr got = detail::run_script(c, call, name, core.ep.name);
-                if (got && got->type == REDIS_REPLY_ARRAY && got->elements >= 1 &&
-                    got->element[0]->integer == 1) {
-                    sync_or_undo(core, c, values);
-                }
-                return got;
-            });
-        } catch (const error& e) {
-            // A connection that broke or timed out may have run the script: undo it, as
-            // basic_lock's attempt does, so nothing of ours outlives the failure.
-            if (detail::is_ambiguous(e)) {
-                try {
-                    detail::script_call undo = release_call(values);
-                    (void)core.pool.run(name, detail::on_break::retry, [&](const detail::connection& c) {
-                        return detail::run_script(c, undo, name, core.ep.name);
-                    });
-                } catch (const error&) {  // unreachable still: the parts expire with the lease
-                }
-            }
-            throw;
-        }
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-            throw error(errc::protocol_error, name, core.ep.name,
-                        "unexpected reply from the multi-lock script");
-        }
-        if (r->element[0]->integer != 1) {
-            refusing = r->elements > 1 ? static_cast<std::size_t>(r->element[1]->integer - 1) : 0;
-            return false;
-        }
-        auto group = std::make_shared<detail::hold_group>();
-        group->name = parts_.front().name;
-        group->tell = core.ep.options.on_lock_lost;
-        const detail::hold_terms terms{
-            lease, watched ? detail::renewal::watched : detail::renewal::leased, sent};
-        for (part& p : parts_) {
-            const detail::registry::hold_ptr h =
-                core.add_hold(*p.view.kind, p.name, p.view.code == 'm' ? token : holder, thread, terms, 0, group);
-            core.events.acquired(p.view.kind->name, p.name, h->id, story);  // each part, as the lock it is
-        }
-        return true;
-    }
+    bool acquire_in_one_script(detail::lease_request requested, std::size_t& refusing);
 
     // The one-script release of every part, each with its value (parts_ order).
-    detail::script_call release_call(const std::vector<std::string_view>& values) const {
-        detail::script_call call;
-        call.start(detail::multi_release_script(), 2 * parts_.size());
-        for (const part& p : parts_) {
-            call.push(p.view.keys->name);
-            call.push(p.view.keys->channel);
-        }
-        for (std::size_t i = 0; i < parts_.size(); ++i) {
-            call.push(parts_[i].view.code == 'm' ? "m" : "r");
-            call.push(values[i]);
-        }
-        return call;
-    }
+    detail::script_call release_call(const std::vector<std::string_view>& values) const;
 
     // Replica sync after the one-script acquire on `c`, as basic_lock's sync_or_undo for each
     // part: too few acknowledgements release every part and throw replica_sync_failed.
     void sync_or_undo(detail::client_core& core, const detail::connection& c,
-                      const std::vector<std::string_view>& values) const {
-        const int wanted = core.ep.options.sync_replicas;
-        if (wanted <= 0) return;
-        const std::string& name = parts_.front().name;
-        const long long acked = core.wait_for_replicas(c, name);
-        if (acked >= wanted) return;
-        try {
-            detail::script_call undo = release_call(values);
-            (void)detail::run_script(c, undo, name, core.ep.name);
-        } catch (const error& e) {
-            // Not a redirection for the pool to follow: that would run the acquire again.
-            throw detail::error_access::unredirected(e);
-        }
-        throw error(errc::replica_sync_failed, name, core.ep.name,
-                    std::to_string(acked) + " of the " + std::to_string(wanted) +
-                        " replicas asked for acknowledged the acquire of the multi_lock's " +
-                        std::to_string(parts_.size()) + " parts within " +
-                        std::to_string(core.ep.options.sync_timeout.count()) +
-                        " ms; it was undone");
-    }
+                      const std::vector<std::string_view>& values) const;
 
-    bool release_in_one_script() {
-        detail::client_core& core = *parts_.front().view.core;
-        const std::uint64_t thread = detail::current_thread_number();
-        std::vector<detail::registry::hold_ptr> holds;
-        for (part& p : parts_) {
-            auto h = core.reg.find(p.view.kind, p.name, thread);
-            if (!h || core.reg.with([&] { return h->count; }) != 1) return false;  // part by part
-            holds.push_back(std::move(h));
-        }
-        for (auto& h : holds) core.reg.remove(h);
-        std::vector<std::string_view> values;
-        values.reserve(holds.size());
-        for (const auto& h : holds) values.push_back(h->value);
-        detail::script_call call = release_call(values);
-        try {
-            detail::reply_ptr r = core.pool.run(parts_.front().name, detail::on_break::retry, [&](const detail::connection& c) {
-                return detail::run_script(c, call, parts_.front().name, core.ep.name);
-            });
-            for (std::size_t i = 0; i < holds.size() && r && i < r->elements; ++i) {
-                if (r->element[i]->integer >= 0 || core.reg.ended_by_lease(*holds[i])) continue;
-                parts_[i].view.lost_at_unlock(thread);  // first, as basic_lock
-                core.reg.report(*holds[i], error(errc::lock_lost, holds[i]->name, core.ep.name,
-                                                 "at unlock the part was no longer held"));
-            }
-        } catch (const error& e) {
-            for (part& p : parts_) p.view.lost_at_unlock(thread);
-            core.reg.report(*holds.front(), e);
-        }
-        // A part taken through its lock's gate (a mutex's local hand-off) frees it: another
-        // thread of this client may wait there.
-        for (auto& h : holds) {
-            h->gate.release();
-            core.events.released(h->kind->name, h->name, h->id, h->taken);
-        }
-        return true;
-    }
+    bool release_in_one_script();
 
     std::vector<part> parts_;
     bool one_node_ = false;
@@ -456,3 +196,310 @@ private:
 };
 
 }  // namespace rlock
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock {
+
+RLOCK_DECL void multi_lock::unlock() {
+    if (one_node_ && release_in_one_script()) return;
+    bool any = false;
+    for (auto it = parts_.rbegin(); it != parts_.rend(); ++it) {
+        try {
+            it->release(it->lock);
+            any = true;
+        } catch (const error& e) {
+            if (e.value() != errc::not_owner) throw;
+        }
+    }
+    if (!any) {
+        throw error(errc::not_owner, parts_.front().name, parts_.front().view.server,
+                    "unlock by a thread that holds no part of the multi_lock");
+    }
+}
+
+RLOCK_DECL bool multi_lock::lost() const {
+    return std::any_of(parts_.begin(), parts_.end(),
+                       [](const part& p) { return p.is_lost(p.lock); });
+}
+
+RLOCK_DECL std::uint64_t multi_lock::hold_id() const {
+    const std::uint64_t thread = detail::current_thread_number();
+    for (const part& p : parts_) {
+        if (!p.view.core) continue;
+        if (auto h = p.view.core->reg.find(p.view.kind, p.name, thread)) {
+            if (auto group = p.view.core->reg.with([&] { return h->group; })) return group->id;
+        }
+    }
+    return parts_.front().hold_id(parts_.front().lock);
+}
+
+RLOCK_DECL void multi_lock::name_parts() {
+    std::sort(parts_.begin(), parts_.end(), [](const part& a, const part& b) {
+        return std::tie(a.view.server, a.name) < std::tie(b.view.server, b.name);
+    });
+    for (std::size_t i = 1; i < parts_.size(); ++i) {
+        if (parts_[i].view.server == parts_[i - 1].view.server &&
+            parts_[i].name == parts_[i - 1].name) {
+            throw error(errc::invalid_argument, parts_[i].name, parts_[i].view.server,
+                        "the same lock is given twice to one multi_lock");
+        }
+    }
+    one_node_ = std::all_of(parts_.begin(), parts_.end(), [&](const part& p) {
+        // In a cluster one script reaches one slot only.
+        return p.view.code && !p.view.fencing && p.view.core == parts_.front().view.core &&
+               (!p.view.core->ep.slots ||
+                detail::key_slot(p.name) == detail::key_slot(parts_.front().name));
+    });
+}
+
+RLOCK_DECL void multi_lock::set_refused(std::string what) {
+    std::lock_guard<std::mutex> g(mu_);
+    refused_ = std::move(what);
+}
+
+RLOCK_DECL bool multi_lock::acquire(clock::time_point deadline, detail::lease_request lease) {
+    std::size_t first = 0;
+    if (one_node_) {
+        std::size_t refusing = 0;
+        if (acquire_in_one_script(lease, refusing)) {
+            set_refused("");
+            return true;
+        }
+        first = refusing;  // wait for that one first
+    }
+    for (;;) {
+        part& head = parts_[first];
+        if (!head.try_until(head.lock, deadline, lease)) {
+            set_refused(head.view.server + "/" + head.name);
+            return false;
+        }
+        std::size_t refusing = parts_.size();
+        std::vector<std::size_t> taken{first};
+        for (std::size_t i = 0; i < parts_.size(); ++i) {
+            if (i == first) continue;
+            bool ok = false;
+            try {
+                ok = parts_[i].try_until(parts_[i].lock, clock::now(), lease);
+            } catch (...) {
+                release(taken);
+                throw;
+            }
+            if (!ok) {
+                refusing = i;
+                break;
+            }
+            taken.push_back(i);
+        }
+        if (refusing == parts_.size()) {
+            group_parts();
+            set_refused("");
+            return true;
+        }
+        release(taken);  // never wait while holding a part
+        first = refusing;
+        if (clock::now() >= deadline) {
+            set_refused(parts_[refusing].view.server + "/" + parts_[refusing].name);
+            return false;
+        }
+    }
+}
+
+RLOCK_DECL detail::async_start multi_lock::async_starter() {
+    std::vector<detail::multi_acquire::part_ref> refs;
+    refs.reserve(parts_.size());
+    for (part& p : parts_) {
+        refs.push_back({p.view.starter(), p.name, p.view.core != nullptr,
+                        p.view.core ? p.view.core->ep.options.on_lock_lost : lock_lost_handler()});
+    }
+    return [refs = std::move(refs)](clock::time_point deadline, detail::lease_request lease,
+                                    std::uint64_t owner, detail::completion done) {
+        auto op = std::make_shared<detail::multi_acquire>(
+            refs, deadline, lease, owner != 0 ? owner : detail::next_owner_number(),
+            std::move(done));
+        op->begin();
+        return rlock::pending(op);
+    };
+}
+
+RLOCK_DECL void multi_lock::release(const std::vector<std::size_t>& taken) noexcept {
+    for (std::size_t i : taken) {
+        try {
+            parts_[i].release(parts_[i].lock);
+        } catch (...) {
+        }
+    }
+}
+
+RLOCK_DECL void multi_lock::group_parts() {
+    auto group = std::make_shared<detail::hold_group>();
+    group->name = parts_.front().name;
+    group->tolerance = 0;
+    const std::uint64_t thread = detail::current_thread_number();
+    for (part& p : parts_) {
+        if (!p.view.core) continue;
+        if (!group->tell) group->tell = p.view.core->ep.options.on_lock_lost;
+        if (auto h = p.view.core->reg.find(p.view.kind, p.name, thread)) {
+            p.view.core->reg.with([&] { h->group = group; });
+        }
+    }
+}
+
+RLOCK_DECL bool multi_lock::acquire_in_one_script(detail::lease_request requested,
+                                                  std::size_t& refusing) {
+    detail::client_core& core = *parts_.front().view.core;
+    const std::uint64_t thread = detail::current_thread_number();
+    core.throw_if_destroyed(parts_.front().name,
+                            "the client this lock was made from has been destroyed");
+    for (part& p : parts_) {
+        if (core.reg.find(p.view.kind, p.name, thread)) {
+            refusing = 0;
+            return false;  // a re-entry or would_deadlock: the parts decide, one by one
+        }
+    }
+    detail::wait_story story = core.events.begin();
+    story.tries = 1;
+    const bool watched = requested.is_watched();
+    const std::chrono::milliseconds lease =
+        requested.duration(core.ep.options.lock_watchdog_timeout);
+    const std::string lease_text = std::to_string(lease.count());
+    const std::string token = detail::random_token(), holder = core.holder_id(thread);
+    std::vector<std::string_view> values;
+    values.reserve(parts_.size());
+    for (part& p : parts_) values.push_back(p.view.code == 'm' ? std::string_view(token) : holder);
+    detail::script_call call;
+    call.start(detail::multi_acquire_script(), parts_.size());
+    for (part& p : parts_) call.push(p.view.keys->name);
+    call.push(lease_text);
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+        call.push(parts_[i].view.code == 'm' ? "m" : "r");
+        call.push(values[i]);
+    }
+    const std::string& name = parts_.front().name;
+    const auto sent = clock::now();
+    detail::reply_ptr r;
+    try {
+        r = core.pool.run(name, detail::on_break::fail, [&](const detail::connection& c) {
+            detail::reply_ptr got = detail::run_script(c, call, name, core.ep.name);
+            if (got && got->type == REDIS_REPLY_ARRAY && got->elements >= 1 &&
+                got->element[0]->integer == 1) {
+                sync_or_undo(core, c, values);
+            }
+            return got;
+        });
+    } catch (const error& e) {
+        // A connection that broke or timed out may have run the script: undo it, as
+        // basic_lock's attempt does, so nothing of ours outlives the failure.
+        if (detail::is_ambiguous(e)) {
+            try {
+                detail::script_call undo = release_call(values);
+                (void)core.pool.run(name, detail::on_break::retry,
+                                    [&](const detail::connection& c) {
+                                        return detail::run_script(c, undo, name, core.ep.name);
+                                    });
+            } catch (const error&) {  // unreachable still: the parts expire with the lease
+            }
+        }
+        throw;
+    }
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        throw error(errc::protocol_error, name, core.ep.name,
+                    "unexpected reply from the multi-lock script");
+    }
+    if (r->element[0]->integer != 1) {
+        refusing = r->elements > 1 ? static_cast<std::size_t>(r->element[1]->integer - 1) : 0;
+        return false;
+    }
+    auto group = std::make_shared<detail::hold_group>();
+    group->name = parts_.front().name;
+    group->tell = core.ep.options.on_lock_lost;
+    const detail::hold_terms terms{
+        lease, watched ? detail::renewal::watched : detail::renewal::leased, sent};
+    for (part& p : parts_) {
+        const detail::registry::hold_ptr h = core.add_hold(
+            *p.view.kind, p.name, p.view.code == 'm' ? token : holder, thread, terms, 0, group);
+        core.events.acquired(p.view.kind->name, p.name, h->id,
+                             story);  // each part, as the lock it is
+    }
+    return true;
+}
+
+RLOCK_DECL detail::script_call multi_lock::release_call(
+    const std::vector<std::string_view>& values) const {
+    detail::script_call call;
+    call.start(detail::multi_release_script(), 2 * parts_.size());
+    for (const part& p : parts_) {
+        call.push(p.view.keys->name);
+        call.push(p.view.keys->channel);
+    }
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+        call.push(parts_[i].view.code == 'm' ? "m" : "r");
+        call.push(values[i]);
+    }
+    return call;
+}
+
+RLOCK_DECL void multi_lock::sync_or_undo(detail::client_core& core, const detail::connection& c,
+                                         const std::vector<std::string_view>& values) const {
+    const int wanted = core.ep.options.sync_replicas;
+    if (wanted <= 0) return;
+    const std::string& name = parts_.front().name;
+    const long long acked = core.wait_for_replicas(c, name);
+    if (acked >= wanted) return;
+    try {
+        detail::script_call undo = release_call(values);
+        (void)detail::run_script(c, undo, name, core.ep.name);
+    } catch (const error& e) {
+        // Not a redirection for the pool to follow: that would run the acquire again.
+        throw detail::error_access::unredirected(e);
+    }
+    throw error(errc::replica_sync_failed, name, core.ep.name,
+                std::to_string(acked) + " of the " + std::to_string(wanted) +
+                    " replicas asked for acknowledged the acquire of the multi_lock's " +
+                    std::to_string(parts_.size()) + " parts within " +
+                    std::to_string(core.ep.options.sync_timeout.count()) + " ms; it was undone");
+}
+
+RLOCK_DECL bool multi_lock::release_in_one_script() {
+    detail::client_core& core = *parts_.front().view.core;
+    const std::uint64_t thread = detail::current_thread_number();
+    std::vector<detail::registry::hold_ptr> holds;
+    for (part& p : parts_) {
+        auto h = core.reg.find(p.view.kind, p.name, thread);
+        if (!h || core.reg.with([&] { return h->count; }) != 1) return false;  // part by part
+        holds.push_back(std::move(h));
+    }
+    for (auto& h : holds) core.reg.remove(h);
+    std::vector<std::string_view> values;
+    values.reserve(holds.size());
+    for (const auto& h : holds) values.push_back(h->value);
+    detail::script_call call = release_call(values);
+    try {
+        detail::reply_ptr r = core.pool.run(
+            parts_.front().name, detail::on_break::retry, [&](const detail::connection& c) {
+                return detail::run_script(c, call, parts_.front().name, core.ep.name);
+            });
+        for (std::size_t i = 0; i < holds.size() && r && i < r->elements; ++i) {
+            if (r->element[i]->integer >= 0 || core.reg.ended_by_lease(*holds[i])) continue;
+            parts_[i].view.lost_at_unlock(thread);  // first, as basic_lock
+            core.reg.report(*holds[i], error(errc::lock_lost, holds[i]->name, core.ep.name,
+                                             "at unlock the part was no longer held"));
+        }
+    } catch (const error& e) {
+        for (part& p : parts_) p.view.lost_at_unlock(thread);
+        core.reg.report(*holds.front(), e);
+    }
+    // A part taken through its lock's gate (a mutex's local hand-off) frees it: another
+    // thread of this client may wait there.
+    for (auto& h : holds) {
+        h->gate.release();
+        core.events.released(h->kind->name, h->name, h->id, h->taken);
+    }
+    return true;
+}
+
+}  // namespace rlock
+
+#endif  // RLOCK_DEFINE_RUNTIME

@@ -62,6 +62,7 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/client.hpp"
 #include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/detail/protocol/permit_kind.hpp"
@@ -82,17 +83,7 @@ class permit {
 public:
     permit() = default;
     permit(permit&& other) noexcept = default;
-    permit& operator=(permit&& other) noexcept {
-        if (this != &other) {
-            reset();
-            core_ = std::move(other.core_);
-            keys_ = std::move(other.keys_);
-            ids_ = std::move(other.ids_);
-            hold_ = std::move(other.hold_);
-            lost_at_release_ = other.lost_at_release_;
-        }
-        return *this;
-    }
+    permit& operator=(permit&& other) noexcept;
     permit(const permit&) = delete;
     permit& operator=(const permit&) = delete;
     ~permit() { reset(); }
@@ -105,10 +96,7 @@ public:
     /// permit_expirable_semaphore::release(id) and Redisson's release(permitId) take them.
     [[nodiscard]] const std::vector<std::string>& ids() const noexcept { return ids_; }
     /// The first id (the only one for a single permit). Throws not_owner when empty.
-    [[nodiscard]] const std::string& id() const {
-        if (ids_.empty()) throw error(errc::not_owner, "", "", "this permit handle holds no permits");
-        return ids_.front();
-    }
+    [[nodiscard]] const std::string& id() const;
     /// The semaphore's name.
     [[nodiscard]] const std::string& name() const noexcept { return keys_.name; }
     /// What on_lock_lost is told as lost_hold::hold_id when these permits are lost.
@@ -126,52 +114,12 @@ public:
     /// gone, or a Redis that cannot be reached, do not throw: the owner is told through
     /// on_lock_lost (once), lost() says so, and any left in Redis come back when their lease
     /// ends. Throws `error` (not_owner) only for an empty handle.
-    void release() {
-        if (!hold_) throw error(errc::not_owner, keys_.name, "", "this permit handle holds no permits");
-        const detail::registry::hold_ptr h = std::move(hold_);
-        detail::registry& reg = core_->reg;
-        reg.remove(h);  // no renewal of it reaches Redis after this
-        // Told when it returns, after any loss it finds.
-        struct tell_released {
-            const detail::client_core& core;
-            const detail::hold& h;
-            ~tell_released() { core.events.released(h.kind->name, h.name, h.id, h.taken); }
-        } told{*core_, *h};
-        lost_at_release_ = reg.is_lost(*h);  // a lease that ended before release stays lost
-        const auto packed = static_cast<long long>(ids_.size());
-        ids_.clear();
-        long long kept = 0;
-        try {
-            core_->throw_if_destroyed(keys_.name, "the client these permits came from has been destroyed");
-            kept = send_release(h->value);
-        } catch (const error& e) {
-            lost_at_release_ = true;
-            reg.report(*h, e);
-            return;
-        }
-        if (kept < packed && !reg.ended_by_lease(*h)) {
-            lost_at_release_ = true;  // before the owner is told: a handler that asks sees it
-            reg.report(*h, error(errc::lock_lost, keys_.name, core_->ep.name,
-                                 "at release " + std::to_string(packed - kept) + " of " +
-                                     std::to_string(packed) +
-                                     " permits were no longer held (lease ended, or released or "
-                                     "reclaimed by another client)"));
-        } else if (reg.claim_untold_loss(*h)) {
-            // All still there, but lost() has said lost (the lease ran out by this client's
-            // clock before a renewal came back): the verdict stands, told once.
-            reg.tell_hold(*h, error(errc::lock_lost, keys_.name, core_->ep.name,
-                                    "the lease ran out before the watchdog could renew it"));
-        }
-    }
+    void release();
 
     /// Stops managing the permits without releasing them and returns their ids: they are no
     /// longer renewed, and stay taken in Redis until released by id or until their lease ends
     /// (a watched permit's within lock_watchdog_timeout).
-    std::vector<std::string> detach() {
-        if (hold_) core_->reg.remove(hold_);
-        hold_.reset();
-        return std::exchange(ids_, {});
-    }
+    std::vector<std::string> detach();
 
 private:
     friend class permit_expirable_semaphore;
@@ -183,15 +131,7 @@ private:
     // connection gets one more try on a new one; if that finds none held while the first try
     // most likely ran (it reached the same server process, as basic_lock::release judges by
     // run_id), the first try released them: all count as held.
-    long long send_release(const std::string& packed) {
-        const auto [kept, first_did_it] = detail::run_release(core_->pool, keys_.name, detail::on_break::retry,
-                                                              [&](const detail::connection& c) {
-            return detail::eval_integer(c, detail::permit_scripts::release_packed(),
-                                        {keys_.name, keys_.timeouts}, {keys_.channel, packed},
-                                        keys_.name, core_->ep.name);
-        });
-        return kept == 0 && first_did_it ? static_cast<long long>(packed.size() / 16) : kept;
-    }
+    long long send_release(const std::string& packed);
 
     void reset() noexcept {
         if (!hold_) return;
@@ -217,22 +157,11 @@ public:
 
     /// Names a semaphore on `c`; sends nothing. Throws `error` (invalid_argument) for an empty
     /// name, or (Redis Cluster) a name whose keys and channel would land in different slots.
-    permit_expirable_semaphore(client& c, const std::string& name)
-        : synchronizer(detail::client_access::core(c), name, detail::prefixed_key("redisson_sc", name),
-                       "permit_expirable_semaphore"),
-          timeouts_(name.find('{') != std::string::npos ? name + ":timeout" : "{" + name + "}:timeout") {
-        if (core_->ep.slots && detail::key_slot(name_) != detail::key_slot(timeouts_)) {
-            throw error(errc::invalid_argument, name_, server(),
-                        "in a cluster this name puts its key and " + timeouts_ +
-                            " in different slots (a name with '{' needs a non-empty hash tag)");
-        }
-    }
+    permit_expirable_semaphore(client& c, const std::string& name);
 
     /// Blocks until `permits` are free and takes them, watched: renewed by the client's
     /// watchdog until released.
-    [[nodiscard]] permit acquire(long long permits = 1) {
-        return take_until(clock::time_point::max(), detail::lease_request::watched(), permits);
-    }
+    [[nodiscard]] permit acquire(long long permits = 1);
     /// As acquire(permits), with a lease: the permits come back by themselves after `lease`.
     template <class Rep, class Period>
     [[nodiscard]] permit acquire(const std::chrono::duration<Rep, Period>& lease, long long permits = 1) {
@@ -325,15 +254,7 @@ public:
     /// Releases every permit in `ids`, or none: when one is not taken with its lease running,
     /// throws `error` (not_owner, naming it) with nothing written. Throws invalid_argument for
     /// an empty list, a repeated id, more than max_permits_per_call, or a malformed id.
-    void release(const std::vector<std::string>& ids) {
-        const long long first_missing = release_ids(ids);
-        if (first_missing != 0) {
-            throw error(errc::not_owner, name_, server(),
-                        "permit " + ids[static_cast<std::size_t>(first_missing - 1)] +
-                            " is not taken (released already, never taken, or its lease ended); "
-                            "nothing was released");
-        }
-    }
+    void release(const std::vector<std::string>& ids);
 
     /// As release(id), but false instead of not_owner.
     bool try_release(const std::string& id) { return release_ids({id}) == 0; }
@@ -360,10 +281,7 @@ public:
 
     /// Sets the number of free permits when the semaphore has none set yet (its key is
     /// absent); true when this call set it. `permits` must not be negative.
-    bool try_set_permits(long long permits) {
-        if (permits < 0) bad_count(permits, "try_set_permits: permits must not be negative");
-        return set_count_if_absent(permits, {});
-    }
+    bool try_set_permits(long long permits);
 
     /// Adds `permits` to the free ones (negative: removes them; the count may go below 0, as
     /// in Redisson) and wakes the waiters; returns the new free count (as stored: permits
@@ -386,83 +304,23 @@ private:
         return detail::lease_request::fixed(detail::lease_ms(lease, name_, server()));
     }
 
-    void check_permits(long long permits, std::string_view op) const {
-        if (permits < 1 || permits > max_permits_per_call) {
-            bad_count(permits, std::string(op) + ": permits must be from 1 to " +
-                                   std::to_string(max_permits_per_call));
-        }
-    }
+    void check_permits(long long permits, std::string_view op) const;
 
-    std::string id_bytes(const std::string& id) const {
-        std::string raw;
-        if (!detail::permit_id_bytes(id, raw)) {
-            throw error(errc::invalid_argument, name_, server(),
-                        "\"" + id.substr(0, 40) + "\" is not a permit id (lowercase hex, even length)");
-        }
-        return raw;
-    }
+    std::string id_bytes(const std::string& id) const;
 
     // True when a permit handle of this client owns the permit whose bytes are `raw`.
-    bool owned_by_a_handle(const std::string& raw) const {
-        return core_->reg.any_hold([&](const detail::hold& h) {
-            if (h.kind != &detail::permit_kind::info || h.name != name_) return false;
-            for (std::size_t at = 0; at + raw.size() <= h.value.size(); at += 16) {
-                if (h.value.compare(at, raw.size(), raw) == 0) return true;
-            }
-            return false;
-        });
-    }
+    bool owned_by_a_handle(const std::string& raw) const;
 
     // The two integers a script answered ({taken, wait} or {free, taken}).
     static std::pair<long long, long long> two_integers(const redisReply* r, std::string_view name,
-                                                        std::string_view server) {
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-            r->element[1]->type != REDIS_REPLY_INTEGER) {
-            throw error(errc::server_error, name, server, "unexpected reply from a permit script");
-        }
-        return {r->element[0]->integer, r->element[1]->integer};
-    }
+                                                        std::string_view server);
 
     // {free, taken}: the count with the ended leases added (exactly; a sum beyond 64 bits is
     // the largest count), and the permits taken with their lease running.
-    std::pair<long long, long long> counts() const {
-        return run(detail::on_break::retry, [&](const detail::connection& c) {
-            detail::script_call call(detail::permit_scripts::counts(), {name_, timeouts_}, {});
-            const detail::reply_ptr r = detail::run_script(c, call, name_, server());
-            if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-                r->element[1]->type != REDIS_REPLY_INTEGER || r->element[2]->type != REDIS_REPLY_INTEGER) {
-                if (r->type == REDIS_REPLY_ERROR) (void)detail::count_from(r.get(), name_, server());
-                throw error(errc::server_error, name_, server(), "unexpected reply from a permit script");
-            }
-            const long long have = detail::count_from(r->element[0], name_, server());
-            const long long ended = r->element[1]->integer;  // >= 0
-            constexpr long long most = std::numeric_limits<long long>::max();
-            const long long free = have > most - ended ? most : have + ended;
-            return std::pair<long long, long long>{free, r->element[2]->integer};
-        });
-    }
+    std::pair<long long, long long> counts() const;
 
     // 0 when every id was released; else the index (from 1) of the first not taken.
-    long long release_ids(const std::vector<std::string>& ids) {
-        check_permits(static_cast<long long>(ids.size()), "release");
-        std::vector<std::string> raw;
-        raw.reserve(ids.size());
-        for (const std::string& id : ids) raw.push_back(id_bytes(id));
-        std::vector<std::string> sorted = raw;
-        std::sort(sorted.begin(), sorted.end());
-        if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-            throw error(errc::invalid_argument, name_, server(), "release: an id is repeated");
-        }
-        return run(detail::on_break::fail, [&](const detail::connection& c) {
-            detail::script_call call;
-            call.start(detail::permit_scripts::release_ids(), 2);
-            call.push(name_);
-            call.push(timeouts_);
-            call.push(channel_);
-            for (const std::string& r : raw) call.push(r);
-            return detail::reply_integer(detail::run_script(c, call, name_, server()).get(), name_, server());
-        });
-    }
+    long long release_ids(const std::vector<std::string>& ids);
 
     // One acquisition of `permits` under fresh ids: its attempts, the permit it makes, and its
     // undo. Owns what it uses, so an asynchronous acquire can outlive the semaphore object.
@@ -486,88 +344,20 @@ private:
         // One attempt; `again` is when the earliest lease ends when not taken. An attempt that
         // failed ambiguously (the connection broke or timed out) is sent once more with the same
         // ids: if the first ran, the second finds them taken and says so.
-        detail::attempt_result attempt() {
-            ++story.tries;
-            if (sent == clock::time_point{}) sent = clock::now();
-            clock::time_point again = clock::time_point::max();
-            const bool taken = core->pool.run(keys.name, detail::on_break::retry, [&](const detail::connection& c) {
-                detail::script_call call;
-                call.start(detail::permit_scripts::acquire(), 2);
-                call.push(keys.name);
-                call.push(keys.timeouts);
-                call.push(n);
-                call.push(ms);
-                call.push(keys.channel);
-                for (std::size_t at = 0; at < packed.size(); at += 16) {
-                    call.push(std::string_view(packed).substr(at, 16));
-                }
-                const auto [got, wait_ms] =
-                    two_integers(detail::run_script(c, call, keys.name, server()).get(), keys.name, server());
-                if (got == 1) return true;
-                again = wait_ms < 0 ? clock::time_point::max() : clock::now() + std::chrono::milliseconds(wait_ms + 1);
-                return false;
-            });
-            if (taken) return true;
-            sent = {};
-            return {false, again};
-        }
+        detail::attempt_result attempt();
 
         // The permit of an acquisition that is done: its hold recorded (renewed when watched).
-        permit finish() {
-            std::vector<std::string> ids;
-            for (std::size_t at = 0; at < packed.size(); at += 16) {
-                ids.push_back(detail::hex(std::string_view(packed).substr(at, 16)));
-            }
-            detail::registry::hold_ptr hold = core->add_handle_hold(
-                detail::permit_kind::info, keys.name, keys.timeouts, packed,
-                detail::hold_terms{term, watched ? detail::renewal::watched : detail::renewal::leased, sent});
-            core->events.acquired(event_kind(), keys.name, hold->id, story);
-            return permit(core, keys, std::move(ids), std::move(hold));
-        }
+        permit finish();
 
         // Giving up after an attempt that may have run: its permits would stay taken for their
         // whole lease with no handle to release them. Released here, best effort: the script
         // frees only these ids, so it is safe whatever happened.
-        void undo() noexcept {
-            if (sent == clock::time_point{}) return;
-            try {
-                (void)core->pool.run(keys.name, detail::on_break::retry, [&](const detail::connection& c) {
-                    return detail::eval_integer(c, detail::permit_scripts::release_packed(),
-                                                {keys.name, keys.timeouts}, {keys.channel, packed}, keys.name,
-                                                server());
-                });
-            } catch (...) {  // unreachable still: the lease ends them
-            }
-        }
+        void undo() noexcept;
     };
 
-    taking prepare(detail::lease_request lease, long long permits) const {
-        check_permits(permits, "acquire");
-        const bool watched = lease.is_watched();
-        const std::chrono::milliseconds term = lease.duration(core_->ep.options.lock_watchdog_timeout);
-        std::string packed(static_cast<std::size_t>(permits) * 16, '\0');
-        detail::random_bytes(reinterpret_cast<unsigned char*>(packed.data()), packed.size());
-        taking t{core_, detail::permit_keys{name_, timeouts_, channel_}, std::to_string(permits),
-                 std::to_string(term.count()), std::move(packed), term, watched};
-        t.story = core_->events.begin();
-        return t;
-    }
+    taking prepare(detail::lease_request lease, long long permits) const;
 
-    permit take_until(clock::time_point deadline, detail::lease_request lease, long long permits) {
-        taking t = prepare(lease, permits);
-        bool got = false;
-        try {
-            got = wait_until(deadline, detail::repeat::safe, [&] { return t.attempt(); });
-        } catch (const error& e) {
-            if (detail::is_ambiguous(e)) t.undo();
-            throw;
-        }
-        if (!got) {
-            core_->events.wait_ended(t.event_kind(), name_, t.story, /*cancelled=*/false);
-            return {};
-        }
-        return t.finish();
-    }
+    permit take_until(clock::time_point deadline, detail::lease_request lease, long long permits);
 
     template <class Token>
     auto async_take(clock::time_point deadline, detail::lease_request lease, long long permits,
@@ -580,3 +370,283 @@ private:
 };
 
 }  // namespace rlock
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock {
+
+RLOCK_DECL permit& permit::operator=(permit&& other) noexcept {
+    if (this != &other) {
+        reset();
+        core_ = std::move(other.core_);
+        keys_ = std::move(other.keys_);
+        ids_ = std::move(other.ids_);
+        hold_ = std::move(other.hold_);
+        lost_at_release_ = other.lost_at_release_;
+    }
+    return *this;
+}
+
+RLOCK_DECL const std::string& permit::id() const {
+    if (ids_.empty()) throw error(errc::not_owner, "", "", "this permit handle holds no permits");
+    return ids_.front();
+}
+
+RLOCK_DECL void permit::release() {
+    if (!hold_) throw error(errc::not_owner, keys_.name, "", "this permit handle holds no permits");
+    const detail::registry::hold_ptr h = std::move(hold_);
+    detail::registry& reg = core_->reg;
+    reg.remove(h);  // no renewal of it reaches Redis after this
+    // Told when it returns, after any loss it finds.
+    struct tell_released {
+        const detail::client_core& core;
+        const detail::hold& h;
+        ~tell_released() { core.events.released(h.kind->name, h.name, h.id, h.taken); }
+    } told{*core_, *h};
+    lost_at_release_ = reg.is_lost(*h);  // a lease that ended before release stays lost
+    const auto packed = static_cast<long long>(ids_.size());
+    ids_.clear();
+    long long kept = 0;
+    try {
+        core_->throw_if_destroyed(keys_.name,
+                                  "the client these permits came from has been destroyed");
+        kept = send_release(h->value);
+    } catch (const error& e) {
+        lost_at_release_ = true;
+        reg.report(*h, e);
+        return;
+    }
+    if (kept < packed && !reg.ended_by_lease(*h)) {
+        lost_at_release_ = true;  // before the owner is told: a handler that asks sees it
+        reg.report(*h, error(errc::lock_lost, keys_.name, core_->ep.name,
+                             "at release " + std::to_string(packed - kept) + " of " +
+                                 std::to_string(packed) +
+                                 " permits were no longer held (lease ended, or released or "
+                                 "reclaimed by another client)"));
+    } else if (reg.claim_untold_loss(*h)) {
+        // All still there, but lost() has said lost (the lease ran out by this client's
+        // clock before a renewal came back): the verdict stands, told once.
+        reg.tell_hold(*h, error(errc::lock_lost, keys_.name, core_->ep.name,
+                                "the lease ran out before the watchdog could renew it"));
+    }
+}
+
+RLOCK_DECL std::vector<std::string> permit::detach() {
+    if (hold_) core_->reg.remove(hold_);
+    hold_.reset();
+    return std::exchange(ids_, {});
+}
+
+RLOCK_DECL long long permit::send_release(const std::string& packed) {
+    const auto [kept, first_did_it] = detail::run_release(
+        core_->pool, keys_.name, detail::on_break::retry, [&](const detail::connection& c) {
+            return detail::eval_integer(c, detail::permit_scripts::release_packed(),
+                                        {keys_.name, keys_.timeouts}, {keys_.channel, packed},
+                                        keys_.name, core_->ep.name);
+        });
+    return kept == 0 && first_did_it ? static_cast<long long>(packed.size() / 16) : kept;
+}
+
+RLOCK_DECL permit_expirable_semaphore::permit_expirable_semaphore(client& c,
+                                                                  const std::string& name)
+    : synchronizer(detail::client_access::core(c), name, detail::prefixed_key("redisson_sc", name),
+                   "permit_expirable_semaphore"),
+      timeouts_(name.find('{') != std::string::npos ? name + ":timeout"
+                                                    : "{" + name + "}:timeout") {
+    if (core_->ep.slots && detail::key_slot(name_) != detail::key_slot(timeouts_)) {
+        throw error(errc::invalid_argument, name_, server(),
+                    "in a cluster this name puts its key and " + timeouts_ +
+                        " in different slots (a name with '{' needs a non-empty hash tag)");
+    }
+}
+
+RLOCK_DECL permit permit_expirable_semaphore::acquire(long long permits) {
+    return take_until(clock::time_point::max(), detail::lease_request::watched(), permits);
+}
+
+RLOCK_DECL void permit_expirable_semaphore::release(const std::vector<std::string>& ids) {
+    const long long first_missing = release_ids(ids);
+    if (first_missing != 0) {
+        throw error(errc::not_owner, name_, server(),
+                    "permit " + ids[static_cast<std::size_t>(first_missing - 1)] +
+                        " is not taken (released already, never taken, or its lease ended); "
+                        "nothing was released");
+    }
+}
+
+RLOCK_DECL bool permit_expirable_semaphore::try_set_permits(long long permits) {
+    if (permits < 0) bad_count(permits, "try_set_permits: permits must not be negative");
+    return set_count_if_absent(permits, {});
+}
+
+RLOCK_DECL void permit_expirable_semaphore::check_permits(long long permits,
+                                                          std::string_view op) const {
+    if (permits < 1 || permits > max_permits_per_call) {
+        bad_count(permits, std::string(op) + ": permits must be from 1 to " +
+                               std::to_string(max_permits_per_call));
+    }
+}
+
+RLOCK_DECL std::string permit_expirable_semaphore::id_bytes(const std::string& id) const {
+    std::string raw;
+    if (!detail::permit_id_bytes(id, raw)) {
+        throw error(errc::invalid_argument, name_, server(),
+                    "\"" + id.substr(0, 40) + "\" is not a permit id (lowercase hex, even length)");
+    }
+    return raw;
+}
+
+RLOCK_DECL bool permit_expirable_semaphore::owned_by_a_handle(const std::string& raw) const {
+    return core_->reg.any_hold([&](const detail::hold& h) {
+        if (h.kind != &detail::permit_kind::info || h.name != name_) return false;
+        for (std::size_t at = 0; at + raw.size() <= h.value.size(); at += 16) {
+            if (h.value.compare(at, raw.size(), raw) == 0) return true;
+        }
+        return false;
+    });
+}
+
+RLOCK_DECL std::pair<long long, long long> permit_expirable_semaphore::two_integers(
+    const redisReply* r, std::string_view name, std::string_view server) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
+        throw error(errc::server_error, name, server, "unexpected reply from a permit script");
+    }
+    return {r->element[0]->integer, r->element[1]->integer};
+}
+
+RLOCK_DECL std::pair<long long, long long> permit_expirable_semaphore::counts() const {
+    return run(detail::on_break::retry, [&](const detail::connection& c) {
+        detail::script_call call(detail::permit_scripts::counts(), {name_, timeouts_}, {});
+        const detail::reply_ptr r = detail::run_script(c, call, name_, server());
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+            r->element[1]->type != REDIS_REPLY_INTEGER ||
+            r->element[2]->type != REDIS_REPLY_INTEGER) {
+            if (r->type == REDIS_REPLY_ERROR) (void)detail::count_from(r.get(), name_, server());
+            throw error(errc::server_error, name_, server(),
+                        "unexpected reply from a permit script");
+        }
+        const long long have = detail::count_from(r->element[0], name_, server());
+        const long long ended = r->element[1]->integer;  // >= 0
+        constexpr long long most = std::numeric_limits<long long>::max();
+        const long long free = have > most - ended ? most : have + ended;
+        return std::pair<long long, long long>{free, r->element[2]->integer};
+    });
+}
+
+RLOCK_DECL long long permit_expirable_semaphore::release_ids(const std::vector<std::string>& ids) {
+    check_permits(static_cast<long long>(ids.size()), "release");
+    std::vector<std::string> raw;
+    raw.reserve(ids.size());
+    for (const std::string& id : ids) raw.push_back(id_bytes(id));
+    std::vector<std::string> sorted = raw;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+        throw error(errc::invalid_argument, name_, server(), "release: an id is repeated");
+    }
+    return run(detail::on_break::fail, [&](const detail::connection& c) {
+        detail::script_call call;
+        call.start(detail::permit_scripts::release_ids(), 2);
+        call.push(name_);
+        call.push(timeouts_);
+        call.push(channel_);
+        for (const std::string& r : raw) call.push(r);
+        return detail::reply_integer(detail::run_script(c, call, name_, server()).get(), name_,
+                                     server());
+    });
+}
+
+RLOCK_DECL detail::attempt_result permit_expirable_semaphore::taking::attempt() {
+    ++story.tries;
+    if (sent == clock::time_point{}) sent = clock::now();
+    clock::time_point again = clock::time_point::max();
+    const bool taken =
+        core->pool.run(keys.name, detail::on_break::retry, [&](const detail::connection& c) {
+            detail::script_call call;
+            call.start(detail::permit_scripts::acquire(), 2);
+            call.push(keys.name);
+            call.push(keys.timeouts);
+            call.push(n);
+            call.push(ms);
+            call.push(keys.channel);
+            for (std::size_t at = 0; at < packed.size(); at += 16) {
+                call.push(std::string_view(packed).substr(at, 16));
+            }
+            const auto [got, wait_ms] = two_integers(
+                detail::run_script(c, call, keys.name, server()).get(), keys.name, server());
+            if (got == 1) return true;
+            again = wait_ms < 0 ? clock::time_point::max()
+                                : clock::now() + std::chrono::milliseconds(wait_ms + 1);
+            return false;
+        });
+    if (taken) return true;
+    sent = {};
+    return {false, again};
+}
+
+RLOCK_DECL permit permit_expirable_semaphore::taking::finish() {
+    std::vector<std::string> ids;
+    for (std::size_t at = 0; at < packed.size(); at += 16) {
+        ids.push_back(detail::hex(std::string_view(packed).substr(at, 16)));
+    }
+    detail::registry::hold_ptr hold = core->add_handle_hold(
+        detail::permit_kind::info, keys.name, keys.timeouts, packed,
+        detail::hold_terms{term, watched ? detail::renewal::watched : detail::renewal::leased,
+                           sent});
+    core->events.acquired(event_kind(), keys.name, hold->id, story);
+    return permit(core, keys, std::move(ids), std::move(hold));
+}
+
+RLOCK_DECL void permit_expirable_semaphore::taking::undo() noexcept {
+    if (sent == clock::time_point{}) return;
+    try {
+        (void)core->pool.run(keys.name, detail::on_break::retry, [&](const detail::connection& c) {
+            return detail::eval_integer(c, detail::permit_scripts::release_packed(),
+                                        {keys.name, keys.timeouts}, {keys.channel, packed},
+                                        keys.name, server());
+        });
+    } catch (...) {  // unreachable still: the lease ends them
+    }
+}
+
+RLOCK_DECL auto permit_expirable_semaphore::prepare(detail::lease_request lease,
+                                                    long long permits) const -> taking {
+    check_permits(permits, "acquire");
+    const bool watched = lease.is_watched();
+    const std::chrono::milliseconds term = lease.duration(core_->ep.options.lock_watchdog_timeout);
+    std::string packed(static_cast<std::size_t>(permits) * 16, '\0');
+    detail::random_bytes(reinterpret_cast<unsigned char*>(packed.data()), packed.size());
+    taking t{core_,
+             detail::permit_keys{name_, timeouts_, channel_},
+             std::to_string(permits),
+             std::to_string(term.count()),
+             std::move(packed),
+             term,
+             watched};
+    t.story = core_->events.begin();
+    return t;
+}
+
+RLOCK_DECL permit permit_expirable_semaphore::take_until(clock::time_point deadline,
+                                                         detail::lease_request lease,
+                                                         long long permits) {
+    taking t = prepare(lease, permits);
+    bool got = false;
+    try {
+        got = wait_until(deadline, detail::repeat::safe, [&] { return t.attempt(); });
+    } catch (const error& e) {
+        if (detail::is_ambiguous(e)) t.undo();
+        throw;
+    }
+    if (!got) {
+        core_->events.wait_ended(t.event_kind(), name_, t.story, /*cancelled=*/false);
+        return {};
+    }
+    return t.finish();
+}
+
+}  // namespace rlock
+
+#endif  // RLOCK_DEFINE_RUNTIME

@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/client.hpp"
 #include "rlock/detail/acquisition/red_site.hpp"
 #include "rlock/detail/front/async_lockable.hpp"
@@ -105,12 +106,7 @@ public:
     [[nodiscard]] bool lost() const { return site_->lost(detail::current_thread_number()); }
 
     /// The validity this thread's hold has left (zero when lost or not held).
-    [[nodiscard]] std::chrono::milliseconds remaining_lease() const {
-        const auto valid = site_->validity_end(detail::current_thread_number());
-        if (!valid) return std::chrono::milliseconds(0);
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*valid - clock::now());
-        return std::max(left, std::chrono::milliseconds(0));
-    }
+    [[nodiscard]] std::chrono::milliseconds remaining_lease() const;
 
     /// The calling thread's hold's id: unique in the process, kept across re-entries, and the
     /// `hold_id` on_lock_lost is told when this hold is lost (lost_hold; once for the whole
@@ -119,10 +115,7 @@ public:
     [[nodiscard]] std::uint64_t hold_id() const { return site_->hold_id(detail::current_thread_number()); }
 
     /// The calling thread holds it and its validity has not run out (no round trip).
-    [[nodiscard]] bool is_held_by_current_thread() const {
-        const auto valid = site_->validity_end(detail::current_thread_number());
-        return valid && clock::now() < *valid;
-    }
+    [[nodiscard]] bool is_held_by_current_thread() const;
 
 private:
     friend class detail::timed_lockable<red_lock>;
@@ -130,34 +123,12 @@ private:
     friend struct detail::part_access;  // a multi_lock part (as_part)
     std::string_view server() const noexcept { return ""; }  // one per node: named in messages
 
-    static std::vector<detail::client_core*> cores_of(const std::vector<client*>& nodes) {
-        std::vector<detail::client_core*> cores;
-        cores.reserve(nodes.size());
-        for (client* c : nodes) cores.push_back(c ? &detail::client_access::core(*c) : nullptr);
-        return cores;
-    }
+    static std::vector<detail::client_core*> cores_of(const std::vector<client*>& nodes);
 
     // timed_lockable's entry point (see there). lock() (deadline max) gives up at once when
     // too few nodes can be asked; a bounded wait keeps trying until its deadline, and then
     // throws quorum_not_reached if its last round could not ask a majority.
-    bool acquire(clock::time_point deadline, detail::lease_request lease) {
-        const std::uint64_t thread = detail::current_thread_number();
-        site_->check_acquire(thread);
-        // Rounds until one holds, each after Redlock's random delay or an unlock message from
-        // the first node, whichever comes first (wait_blocking).
-        detail::client_core& first = *site_->nodes().front();  // its listener is told
-        detail::wait_story story = first.events.begin();
-        detail::red_acquisition op(*site_, thread, lease, deadline);
-        const bool won = detail::wait_blocking(first, op, deadline, detail::repeat::safe);
-        story.tries = op.tries();
-        if (won) {
-            first.events.acquired(detail::red_lock_info.name, name(), op.held()->group->id, story);
-            return true;
-        }
-        (void)site_->gives_up(op.last(), deadline);  // throws when the quorum was out of reach
-        first.events.wait_ended(detail::red_lock_info.name, name(), story, /*cancelled=*/false);
-        return false;
-    }
+    bool acquire(clock::time_point deadline, detail::lease_request lease);
 
     // async_lockable's entry point (async_lockable.hpp).
     template <class Token>
@@ -168,31 +139,84 @@ private:
 
     // This red_lock as a multi_lock part: ordered by name; its node holds are a group of their
     // own (it is told as its own red_lock).
-    detail::part_view as_part() const {
-        detail::part_view v;
-        v.starter = [this] { return async_starter(); };
-        return v;
-    }
+    detail::part_view as_part() const;
 
     // What starts an asynchronous acquire of this red_lock, sharing its site (multi_lock keeps
     // one per part).
-    detail::async_start async_starter() const {
-        return [s = site_](clock::time_point deadline, detail::lease_request lease, std::uint64_t owner,
-                           detail::completion done) {
-            detail::client_core& first = *s->nodes().front();
-            first.throw_if_destroyed(s->name(), "the client of the red_lock's first node has been destroyed");
-            auto op = std::make_shared<detail::red_acquire>(
-                s, detail::waits_of(first), deadline, lease, owner != 0 ? owner : detail::next_owner_number(),
-                std::move(done));
-            if (!first.eng.post([op] { op->start(); })) {
-                throw error(errc::connection_failed, s->name(), first.ep.name,
-                            "the client of the red_lock's first node has been destroyed");
-            }
-            return rlock::pending(op);
-        };
-    }
+    detail::async_start async_starter() const;
 
     std::shared_ptr<const detail::red_site> site_;
 };
 
 }  // namespace rlock
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock {
+
+RLOCK_DECL std::chrono::milliseconds red_lock::remaining_lease() const {
+    const auto valid = site_->validity_end(detail::current_thread_number());
+    if (!valid) return std::chrono::milliseconds(0);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*valid - clock::now());
+    return std::max(left, std::chrono::milliseconds(0));
+}
+
+RLOCK_DECL bool red_lock::is_held_by_current_thread() const {
+    const auto valid = site_->validity_end(detail::current_thread_number());
+    return valid && clock::now() < *valid;
+}
+
+RLOCK_DECL std::vector<detail::client_core*> red_lock::cores_of(const std::vector<client*>& nodes) {
+    std::vector<detail::client_core*> cores;
+    cores.reserve(nodes.size());
+    for (client* c : nodes) cores.push_back(c ? &detail::client_access::core(*c) : nullptr);
+    return cores;
+}
+
+RLOCK_DECL bool red_lock::acquire(clock::time_point deadline, detail::lease_request lease) {
+    const std::uint64_t thread = detail::current_thread_number();
+    site_->check_acquire(thread);
+    // Rounds until one holds, each after Redlock's random delay or an unlock message from
+    // the first node, whichever comes first (wait_blocking).
+    detail::client_core& first = *site_->nodes().front();  // its listener is told
+    detail::wait_story story = first.events.begin();
+    detail::red_acquisition op(*site_, thread, lease, deadline);
+    const bool won = detail::wait_blocking(first, op, deadline, detail::repeat::safe);
+    story.tries = op.tries();
+    if (won) {
+        first.events.acquired(detail::red_lock_info.name, name(), op.held()->group->id, story);
+        return true;
+    }
+    (void)site_->gives_up(op.last(), deadline);  // throws when the quorum was out of reach
+    first.events.wait_ended(detail::red_lock_info.name, name(), story, /*cancelled=*/false);
+    return false;
+}
+
+RLOCK_DECL detail::part_view red_lock::as_part() const {
+    detail::part_view v;
+    v.starter = [this] { return async_starter(); };
+    return v;
+}
+
+RLOCK_DECL detail::async_start red_lock::async_starter() const {
+    return [s = site_](clock::time_point deadline, detail::lease_request lease, std::uint64_t owner,
+                       detail::completion done) {
+        detail::client_core& first = *s->nodes().front();
+        first.throw_if_destroyed(s->name(),
+                                 "the client of the red_lock's first node has been destroyed");
+        auto op = std::make_shared<detail::red_acquire>(
+            s, detail::waits_of(first), deadline, lease,
+            owner != 0 ? owner : detail::next_owner_number(), std::move(done));
+        if (!first.eng.post([op] { op->start(); })) {
+            throw error(errc::connection_failed, s->name(), first.ep.name,
+                        "the client of the red_lock's first node has been destroyed");
+        }
+        return rlock::pending(op);
+    };
+}
+
+}  // namespace rlock
+
+#endif  // RLOCK_DEFINE_RUNTIME

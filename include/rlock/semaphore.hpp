@@ -49,6 +49,7 @@
 #include <string>
 #include <string_view>
 
+#include "rlock/config.hpp"
 #include "rlock/client.hpp"
 #include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/detail/protocol/synchronizer_scripts.hpp"
@@ -102,38 +103,11 @@ public:
     /// With a capacity (semaphore_options), the count never goes above it: permits that do not
     /// fit were taken before the server lost the count and it was set back, or are released
     /// twice; on_lock_lost hears of them, unless their holders were told already.
-    void release(long long permits = 1) {
-        check_positive(permits, "release");
-        // Local hand-off: threads of this client waiting for permits take them first.
-        const std::shared_ptr<detail::permit_gate> gate = core_->permit_gates.find(detail::semaphore_gate_kind, name_);
-        const long long left = gate ? gate->hand_over(permits) : permits;
-        if (left == 0) {
-            core_->events.released(kind_name, name_, 0, {}, /*handed_on=*/true);
-            return;
-        }
-        const count_change c = add_to_count(left, capacity_);
-        core_->events.released(kind_name, name_, 0, {});
-        const long long untold = core_->counts.released(name_, left, c.over);
-        if (untold > 0) {
-            detail::registry::tell(
-                core_->ep.options.on_lock_lost, lost_hold{name_, 0, 0},
-                error(errc::lock_lost, name_, server(),
-                      std::to_string(untold) + " of the " + std::to_string(permits) +
-                          " permits released did not fit under the semaphore's capacity " +
-                          std::to_string(capacity_) +
-                          ": taken before the server lost its count (set back to the capacity since), "
-                          "or released twice"));
-        }
-    }
+    void release(long long permits = 1);
 
     /// Sets the number of permits when the semaphore has none set yet (its key is absent);
     /// true when this call set it. `permits` must not be negative.
-    bool try_set_permits(long long permits) {
-        if (permits < 0) bad_count(permits, "try_set_permits: permits must not be negative");
-        const bool set = set_count_if_absent(permits, {});
-        core_->counts.saw(name_);
-        return set;
-    }
+    bool try_set_permits(long long permits);
 
     /// Adds `permits` (negative: removes them; the count may go below 0, as in Redisson) and
     /// wakes the waiters. Returns the new count. 0 changes nothing and publishes nothing: it
@@ -145,20 +119,10 @@ public:
 
     /// The number of free permits now (0 when none were ever set; negative after
     /// add_permits took more than there were).
-    [[nodiscard]] long long available_permits() const {
-        return run(detail::on_break::retry, [&](const detail::connection& c) {
-            return detail::read_count(c, name_, server());
-        });
-    }
+    [[nodiscard]] long long available_permits() const;
 
     /// Takes every free permit (the count becomes 0) and returns how many there were.
-    long long drain_permits() {
-        return run(detail::on_break::fail, [&](const detail::connection& c) {
-            detail::script_call call(detail::semaphore_scripts::drain(), {name_}, {});
-            return detail::count_from(detail::run_script(c, call, name_, server()).get(), name_,
-                                      server());
-        });
-    }
+    long long drain_permits();
 
     // --- asynchronous forms (docs/api.md, "Asynchronous acquisition") ---------------------
     // Each completes `void(std::exception_ptr, bool)` — true when the permits were taken, false
@@ -214,85 +178,15 @@ private:
                                                     std::forward<Token>(token));
     }
 
-    void check_positive(long long permits, std::string_view op) const {
-        if (permits < 1) bad_count(permits, std::string(op) + ": permits must be at least 1");
-        if (capacity_ > 0 && permits > capacity_ && op == "acquire") {
-            bad_count(permits, "acquire: more permits than the semaphore's capacity " + std::to_string(capacity_));
-        }
-    }
+    void check_positive(long long permits, std::string_view op) const;
 
     // One attempt. One that failed ambiguously (the connection broke or timed out, so the
     // script may have run) is made once more on a new connection, as a lock's attempt is: a
     // waiter outlives a restart or a killed connection. If the first had run on a server that
     // kept its data, its permits stay taken: fewer holders than permits, never more.
-    bool take(long long permits) {
-        return run(detail::on_break::retry, [&](const detail::connection& c) {
-            return detail::take_permits(*core_, c, name_, channel_, permits, capacity_);
-        });
-    }
+    bool take(long long permits);
 
-    bool acquire_until(clock::time_point deadline, long long permits) {
-        check_positive(permits, "acquire");
-        // Not repeated past take()'s own one repeat: each ambiguous attempt may take permits that
-        // never come back (a plain semaphore has no leases).
-        // This client's waiters are woken by a release message only as far as the count it
-        // announces goes (first fit, in arrival order), not all of them.
-        detail::wait_story story = core_->events.begin();
-        const auto acquired_here = [&](bool handed_locally) {
-            core_->events.acquired(kind_name, name_, 0, story, handed_locally);
-            return true;
-        };
-        const auto ended = [&] {
-            core_->events.wait_ended(kind_name, name_, story, /*cancelled=*/false);
-            return false;
-        };
-        // Local hand-off (permit_gate): behind another thread of this client that waits for
-        // permits of this semaphore, this one waits in the process, to be handed permits by a
-        // release of the client or to wait at Redis for it when its turn comes.
-        std::shared_ptr<detail::permit_gate> gate;
-        bool leading = false;
-        bool refused = false;  // its own try was refused just now: it subscribes before the next
-        const auto last_try = [&] {
-            // A wait that ran out in the process: one try at Redis, so that it ends with the
-            // permits if they are free now, false, or the outage's error.
-            ++story.tries;
-            return take(permits) ? acquired_here(false) : ended();
-        };
-        if (clock::now() < deadline && core_->permit_gates.enabled()) {
-            gate = core_->permit_gates.get(detail::semaphore_gate_kind, name_);
-            detail::permit_gate::entry e = gate->arrive(deadline, permits);
-            if (e == detail::permit_gate::entry::free) {
-                ++story.tries;
-                if (take(permits)) return acquired_here(false);
-                refused = true;
-                e = gate->refused(deadline, permits);
-            }
-            switch (e) {
-                case detail::permit_gate::entry::lead: leading = true; break;
-                case detail::permit_gate::entry::free: break;  // waits at Redis on its own
-                case detail::permit_gate::entry::granted: return acquired_here(true);
-                case detail::permit_gate::entry::timed_out: return last_try();
-                case detail::permit_gate::entry::stopped:
-                    throw error(errc::connection_failed, name_, server(),
-                                "the client was destroyed while this thread waited");
-            }
-        }
-        // The leader's wait ends, with permits or without: the next thread of the client leads.
-        struct leader {
-            detail::permit_gate* gate;
-            ~leader() {
-                if (gate) gate->led();
-            }
-        } lead{leading ? gate.get() : nullptr};
-        const bool got = synchronizer::wait_until(deadline, detail::repeat::unsafe,
-                                                  [&] {
-                                                      if (leading) gate->courtesy();
-                                                      ++story.tries;
-                                                      return take(permits);
-                                                  },
-                                                  &detail::semaphore_turns, permits, /*subscribe_first=*/leading || refused);
-        return got ? acquired_here(false) : ended();
-    }
+    bool acquire_until(clock::time_point deadline, long long permits);
 
     // What the client's listener is told (events.hpp).
     static constexpr const char* kind_name = "semaphore";
@@ -301,3 +195,141 @@ private:
 };
 
 }  // namespace rlock
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock {
+
+RLOCK_DECL void semaphore::release(long long permits) {
+    check_positive(permits, "release");
+    // Local hand-off: threads of this client waiting for permits take them first.
+    const std::shared_ptr<detail::permit_gate> gate =
+        core_->permit_gates.find(detail::semaphore_gate_kind, name_);
+    const long long left = gate ? gate->hand_over(permits) : permits;
+    if (left == 0) {
+        core_->events.released(kind_name, name_, 0, {}, /*handed_on=*/true);
+        return;
+    }
+    const count_change c = add_to_count(left, capacity_);
+    core_->events.released(kind_name, name_, 0, {});
+    const long long untold = core_->counts.released(name_, left, c.over);
+    if (untold > 0) {
+        detail::registry::tell(
+            core_->ep.options.on_lock_lost, lost_hold{name_, 0, 0},
+            error(errc::lock_lost, name_, server(),
+                  std::to_string(untold) + " of the " + std::to_string(permits) +
+                      " permits released did not fit under the semaphore's capacity " +
+                      std::to_string(capacity_) +
+                      ": taken before the server lost its count (set back to the capacity since), "
+                      "or released twice"));
+    }
+}
+
+RLOCK_DECL bool semaphore::try_set_permits(long long permits) {
+    if (permits < 0) bad_count(permits, "try_set_permits: permits must not be negative");
+    const bool set = set_count_if_absent(permits, {});
+    core_->counts.saw(name_);
+    return set;
+}
+
+RLOCK_DECL long long semaphore::available_permits() const {
+    return run(detail::on_break::retry,
+               [&](const detail::connection& c) { return detail::read_count(c, name_, server()); });
+}
+
+RLOCK_DECL long long semaphore::drain_permits() {
+    return run(detail::on_break::fail, [&](const detail::connection& c) {
+        detail::script_call call(detail::semaphore_scripts::drain(), {name_}, {});
+        return detail::count_from(detail::run_script(c, call, name_, server()).get(), name_,
+                                  server());
+    });
+}
+
+RLOCK_DECL void semaphore::check_positive(long long permits, std::string_view op) const {
+    if (permits < 1) bad_count(permits, std::string(op) + ": permits must be at least 1");
+    if (capacity_ > 0 && permits > capacity_ && op == "acquire") {
+        bad_count(permits, "acquire: more permits than the semaphore's capacity " +
+                               std::to_string(capacity_));
+    }
+}
+
+RLOCK_DECL bool semaphore::take(long long permits) {
+    return run(detail::on_break::retry, [&](const detail::connection& c) {
+        return detail::take_permits(*core_, c, name_, channel_, permits, capacity_);
+    });
+}
+
+RLOCK_DECL bool semaphore::acquire_until(clock::time_point deadline, long long permits) {
+    check_positive(permits, "acquire");
+    // Not repeated past take()'s own one repeat: each ambiguous attempt may take permits that
+    // never come back (a plain semaphore has no leases).
+    // This client's waiters are woken by a release message only as far as the count it
+    // announces goes (first fit, in arrival order), not all of them.
+    detail::wait_story story = core_->events.begin();
+    const auto acquired_here = [&](bool handed_locally) {
+        core_->events.acquired(kind_name, name_, 0, story, handed_locally);
+        return true;
+    };
+    const auto ended = [&] {
+        core_->events.wait_ended(kind_name, name_, story, /*cancelled=*/false);
+        return false;
+    };
+    // Local hand-off (permit_gate): behind another thread of this client that waits for
+    // permits of this semaphore, this one waits in the process, to be handed permits by a
+    // release of the client or to wait at Redis for it when its turn comes.
+    std::shared_ptr<detail::permit_gate> gate;
+    bool leading = false;
+    bool refused = false;  // its own try was refused just now: it subscribes before the next
+    const auto last_try = [&] {
+        // A wait that ran out in the process: one try at Redis, so that it ends with the
+        // permits if they are free now, false, or the outage's error.
+        ++story.tries;
+        return take(permits) ? acquired_here(false) : ended();
+    };
+    if (clock::now() < deadline && core_->permit_gates.enabled()) {
+        gate = core_->permit_gates.get(detail::semaphore_gate_kind, name_);
+        detail::permit_gate::entry e = gate->arrive(deadline, permits);
+        if (e == detail::permit_gate::entry::free) {
+            ++story.tries;
+            if (take(permits)) return acquired_here(false);
+            refused = true;
+            e = gate->refused(deadline, permits);
+        }
+        switch (e) {
+            case detail::permit_gate::entry::lead:
+                leading = true;
+                break;
+            case detail::permit_gate::entry::free:
+                break;  // waits at Redis on its own
+            case detail::permit_gate::entry::granted:
+                return acquired_here(true);
+            case detail::permit_gate::entry::timed_out:
+                return last_try();
+            case detail::permit_gate::entry::stopped:
+                throw error(errc::connection_failed, name_, server(),
+                            "the client was destroyed while this thread waited");
+        }
+    }
+    // The leader's wait ends, with permits or without: the next thread of the client leads.
+    struct leader {
+        detail::permit_gate* gate;
+        ~leader() {
+            if (gate) gate->led();
+        }
+    } lead{leading ? gate.get() : nullptr};
+    const bool got = synchronizer::wait_until(
+        deadline, detail::repeat::unsafe,
+        [&] {
+            if (leading) gate->courtesy();
+            ++story.tries;
+            return take(permits);
+        },
+        &detail::semaphore_turns, permits, /*subscribe_first=*/leading || refused);
+    return got ? acquired_here(false) : ended();
+}
+
+}  // namespace rlock
+
+#endif  // RLOCK_DEFINE_RUNTIME

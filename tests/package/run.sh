@@ -150,6 +150,7 @@ find_package)
     rm -rf "$work/find_package"
     cmake_build "$here/consumer" "$work/find_package" -DCMAKE_PREFIX_PATH="$work/prefix"
     run_consumer "$work/find_package/consumer"
+    run_consumer "$work/find_package/consumer_separate"
     ;;
 add_subdirectory)
     src=$1 work=$2
@@ -157,6 +158,7 @@ add_subdirectory)
     cmake_build "$here/consumer" "$work/add_subdirectory" -DRLOCK_SOURCE_DIR="$src"
     [ ! -e "$work/add_subdirectory/rlock/tests" ] || fail "the subproject generated its tests"
     run_consumer "$work/add_subdirectory/consumer"
+    run_consumer "$work/add_subdirectory/consumer_separate"
     ;;
 pkg_config)
     src=$1 work=$2

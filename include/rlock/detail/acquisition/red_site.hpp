@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/acquisition/lease_request.hpp"
 #include "rlock/detail/acquisition/try_result.hpp"
 #include "rlock/detail/protocol/mutex_kind.hpp"
@@ -39,22 +40,7 @@ public:
     using clock = std::chrono::steady_clock;
 
     /// `nodes`: the cores of the clients given (null for a null client).
-    red_site(const std::vector<client_core*>& nodes, std::string name, red_lock_options options)
-        : name_(std::move(name)), options_(options) {
-        auto bad = [&](const std::string& why) { throw error(errc::invalid_argument, name_, "", why); };
-        if (name_.empty()) bad("lock name is empty");
-        if (nodes.empty()) bad("a red_lock needs at least one node");
-        if (!(options_.clock_drift_factor >= 0 && options_.clock_drift_factor < 1)) bad("clock_drift_factor must be in [0, 1)");
-        if (!(options_.node_timeout_fraction > 0 && options_.node_timeout_fraction < 1)) bad("node_timeout_fraction must be in (0, 1)");
-        for (client_core* core : nodes) {
-            if (!core) bad("a node is null");
-            if (std::find(nodes_.begin(), nodes_.end(), core) != nodes_.end()) bad("the same client is given twice");
-            nodes_.push_back(core);
-            owners_.push_back(core->shared_from_this());
-        }
-        keys_.name = name_;
-        keys_.channel = prefixed_key(mutex_kind::channel_prefix, name_);
-    }
+    red_site(const std::vector<client_core*>& nodes, std::string name, red_lock_options options);
 
     std::size_t quorum() const noexcept { return nodes_.size() / 2 + 1; }
     std::size_t size() const noexcept { return nodes_.size(); }
@@ -72,95 +58,21 @@ public:
 
     /// Throws what an acquire by `owner` must: connection_failed for a destroyed client,
     /// would_deadlock when `owner` holds the red_lock already.
-    void check_acquire(std::uint64_t owner) const {
-        for (client_core* n : nodes_) {
-            n->throw_if_destroyed(name_, "the client of this node has been destroyed");
-        }
-        for (client_core* n : nodes_) {
-            if (n->reg.find(&red_lock_info, name_, owner)) {
-                throw error(errc::would_deadlock, name_, n->ep.name,
-                            owner_name(owner) + " already holds the red_lock, which is not reentrant");
-            }
-        }
-    }
+    void check_acquire(std::uint64_t owner) const;
 
     /// One Redlock round for `owner`: a new token SET NX PX on every node in parallel. Held
     /// when a majority accepted and validity is left: the node holds are registered (one group,
     /// told once). Otherwise every node is released (a reply may have been lost).
-    round try_once(std::uint64_t owner, std::chrono::milliseconds lease, bool watched) const {
-        const std::string lease_text = std::to_string(lease.count());
-        const std::size_t need = quorum(), n = nodes_.size();
-        const std::string token = random_token();
-        const auto start = clock::now();
-        auto accepted = [](const node_result& r) { return r.reply && r.reply->type == REDIS_REPLY_STATUS; };
-        auto results = fan_out(
-            nodes_, name_,
-            [&](std::size_t, script_call& call) { call = mutex_kind::set_command(name_, token, lease_text); },
-            node_timeout(lease), [&](const std::vector<node_result>& so_far) {
-                std::size_t yes = 0, no = 0;
-                for (const auto& r : so_far) {
-                    if (accepted(r)) {
-                        ++yes;
-                    } else if (r.reply || r.failure) {
-                        ++no;
-                    }
-                }
-                return yes >= need || no > n - need;
-            });
-        std::vector<std::size_t> got;
-        std::size_t failed = 0;
-        for (std::size_t i = 0; i < n; ++i) {
-            if (accepted(results[i])) got.push_back(i);
-            // A node not waited for once the round was decided (a majority refused) was
-            // reachable as far as anyone knows: the lock is busy, not the quorum out of reach.
-            if ((results[i].failure && !results[i].abandoned) ||
-                (results[i].reply && results[i].reply->type == REDIS_REPLY_ERROR)) {
-                ++failed;
-            }
-        }
-        round out;
-        const auto validity = lease - std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start) - drift(lease);
-        if (got.size() >= need && validity.count() > 0) {
-            auto group = std::make_shared<hold_group>();
-            group->name = name_;
-            group->tolerance = static_cast<int>(n - need);
-            group->tell = nodes_.front()->ep.options.on_lock_lost;
-            const hold_terms terms{lease, watched ? renewal::watched : renewal::leased, start};
-            const clock::time_point taken = nodes_.front()->events.stamp();  // its listener is told
-            // Nodes that did not accept count as lost from the start (before any part is
-            // registered: the watchdog may count a part lost at once).
-            group->lost_parts = static_cast<int>(n - got.size());
-            for (std::size_t i : got) {
-                registry::hold_ptr h = nodes_[i]->add_hold(red_lock_info, name_, token, owner, terms, 0, group);
-                h->taken = taken;  // read by the owner's release only
-                if (!out.held) out.held = std::move(h);
-            }
-            return out;
-        }
-        release_all(token);  // a failed round: undo on every node, answered or not
-        out.unreachable = n - failed < need;
-        if (out.unreachable) {
-            out.detail = "fewer than " + std::to_string(need) + " of " + std::to_string(n) +
-                         " nodes could be asked: " + describe(results);
-        }
-        return out;
-    }
+    round try_once(std::uint64_t owner, std::chrono::milliseconds lease, bool watched) const;
 
     /// Redlock's random delay before the next round (so competing clients do not retry in
     /// lockstep).
-    std::chrono::milliseconds retry_pause() const {
-        return std::chrono::milliseconds(random_between(1, std::max<long long>(1, options_.retry_delay.count())));
-    }
+    std::chrono::milliseconds retry_pause() const;
 
     /// After a round that did not hold: whether the acquire ends now, empty (its deadline has
     /// passed; `deadline` max: no deadline). Throws quorum_not_reached when too few nodes could
     /// be asked: at once without a deadline, at the deadline with one.
-    bool gives_up(const round& r, clock::time_point deadline) const {
-        const bool bounded = deadline != clock::time_point::max();
-        const bool over = bounded && clock::now() >= deadline;
-        if (r.unreachable && (!bounded || over)) throw error(errc::quorum_not_reached, name_, "", r.detail);
-        return over;
-    }
+    bool gives_up(const round& r, clock::time_point deadline) const;
 
     /// What releasing `owner`'s hold came to.
     struct released {
@@ -174,130 +86,18 @@ public:
     /// lost: on_lock_lost hears of it, once. A node that does not answer in time, or refuses,
     /// may keep our key until its lease ends: when so many may keep it that the others cannot
     /// make a majority (the lock stays closed to everyone), the owner is told.
-    released release(std::uint64_t owner) const {
-        const bool was_lost = lost(owner);  // read before the holds leave the registries
-        std::string token;
-        std::shared_ptr<hold_group> group;
-        bool watched = false;
-        clock::time_point taken;
-        for (client_core* n : nodes_) {
-            if (auto h = n->reg.find(&red_lock_info, name_, owner)) {
-                token = h->value;
-                group = h->group;
-                watched = h->watched;
-                taken = h->taken;
-                n->reg.remove(h);
-            }
-        }
-        if (token.empty()) {
-            throw error(errc::not_owner, name_, "", "unlock by a thread that does not hold the red_lock");
-        }
-        // Told when it returns, after any loss it finds (the listener is the first node's client's).
-        struct tell_released {
-            const red_site& site;
-            std::uint64_t id = 0;
-            clock::time_point taken{};
-            ~tell_released() { site.nodes_.front()->events.released(red_lock_info.name, site.name_, id, taken); }
-        } told{*this, group ? group->id : 0, taken};
-        released out;
-        std::size_t may_hold = 0;  // unanswered, or refused: may still hold our key
-        std::optional<error> refused;  // the first node that answered with an error
-        std::optional<error> unanswered;  // the first node that could not be asked or answer
-        const std::vector<node_result> results = release_all(token);
-        for (std::size_t i = 0; i < results.size(); ++i) {
-            const node_result& r = results[i];
-            long long left = -1, woken = 0;
-            if (read_release(r.reply.get(), left, woken) && left == 0) {
-                ++out.nodes;
-            } else if (r.reply && r.reply->type == REDIS_REPLY_ERROR) {
-                // Refused (an ACL, OOM, a script error): not "not held", and our key is still
-                // there as far as we know; the owner hears the error itself.
-                ++may_hold;
-                if (!refused) refused = make_error(nullptr, r.reply.get(), name_, nodes_[i]->ep.name);
-            }
-            if (r.failure) {  // paused, slow or unreachable: may still hold our key
-                ++may_hold;
-                if (!unanswered) unanswered = r.failure;
-            }
-        }
-        // Reported here, once, as basic_lock's unlock reports a lost hold: a watched hold whose
-        // validity ran out before any watchdog tick said so (the process was paused, say), and
-        // any hold still in its validity that fewer than a majority of nodes still had at
-        // unlock: its key was deleted or a node lost its data (a holder with a bare majority
-        // loses it to one FLUSHALL or restart), and another client may have held the lock
-        // meanwhile. A node that did not answer in time is not evidence of that (it may be
-        // paused with our key, which then expires with its lease): only nodes that answered
-        // "not held" count against the hold. Only a leased hold past its validity is expected
-        // to be gone.
-        const bool expected = was_lost && !watched;
-        const bool short_of_quorum = out.nodes + may_hold < quorum() && !expected;
-        // Nodes that released our key or answered "not held" are free for the next holder; the
-        // lock stays closed to everyone (until our lease ends) only when too few are for a
-        // majority. A hold on a bare majority one of whose nodes hangs at unlock leaves its key
-        // there, and that blocks nobody: the other nodes make a majority.
-        const bool kept_closed = may_hold + quorum() > nodes_.size();
-        if (refused && kept_closed && !short_of_quorum && !expected && group) {
-            // Kept closed because nodes refused: told as their error (the keys they kept end
-            // with their lease), as a refused mutex unlock is.
-            out.lost = true;
-            registry::tell_group(*group, "its unlock was refused: " + error_access::brief(*refused),
-                                 refused->value());
-        } else if (((was_lost && watched) || short_of_quorum) && group) {
-            out.lost = true;
-            registry::tell_group(
-                *group, short_of_quorum ? "at unlock only " + std::to_string(out.nodes) + " of " +
-                                              std::to_string(nodes_.size()) +
-                                              " nodes still held it (a majority is " +
-                                              std::to_string(quorum()) + ")"
-                                        : std::string("its validity ran out before it was unlocked"));
-        } else if (unanswered && kept_closed && !expected && group) {
-            // Not released because nodes did not answer (paused, partitioned): our key may stay
-            // there until its lease ends, keeping everyone out. The owner is
-            // told, with the cause, as a mutex unlock that cannot reach Redis is; unlock()
-            // itself does not throw (it runs in guards' destructors).
-            out.lost = true;
-            registry::tell_group(*group,
-                                 "its unlock released it on only " + std::to_string(out.nodes) + " of " +
-                                     std::to_string(nodes_.size()) + " nodes (a majority is " +
-                                     std::to_string(quorum()) +
-                                     "); the others may keep it until its lease ends: " + unanswered_nodes(results),
-                                 unanswered->value());
-        }
-        return out;
-    }
+    released release(std::uint64_t owner) const;
 
     /// The end of `owner`'s validity: the quorum-th latest node expiry minus drift, over the
     /// node holds not lost. Empty when it holds nothing; the epoch when too few remain.
-    std::optional<clock::time_point> validity_end(std::uint64_t owner) const {
-        std::vector<clock::time_point> alive;
-        bool any = false;
-        std::chrono::milliseconds lease{0};
-        for (client_core* n : nodes_) {
-            auto h = n->reg.find(&red_lock_info, name_, owner);
-            if (!h) continue;
-            any = true;
-            lease = h->lease;
-            if (!n->reg.is_lost(*h)) alive.push_back(n->reg.with([&] { return h->expires; }));
-        }
-        if (!any) return std::nullopt;
-        if (alive.size() < quorum()) return clock::time_point{};
-        std::sort(alive.begin(), alive.end(), std::greater<>());
-        return alive[quorum() - 1] - drift(lease);
-    }
+    std::optional<clock::time_point> validity_end(std::uint64_t owner) const;
     bool lost(std::uint64_t owner) const {
         const auto valid = validity_end(owner);
         return valid && clock::now() >= *valid;
     }
 
     /// The id of `owner`'s hold (its group's); not_owner when it holds none.
-    std::uint64_t hold_id(std::uint64_t owner) const {
-        for (client_core* n : nodes_) {
-            if (auto h = n->reg.find(&red_lock_info, name_, owner)) {
-                if (auto group = n->reg.with([&] { return h->group; })) return group->id;
-            }
-        }
-        throw error(errc::not_owner, name_, "", "this thread holds no such red_lock");
-    }
+    std::uint64_t hold_id(std::uint64_t owner) const;
 
     // held_site: an rlock::hold of a red_lock (its record is the first node hold; its owner
     // is the record's `thread`).
@@ -312,61 +112,16 @@ public:
     bool post(unique_callback<> task) const override { return nodes_.front()->eng.post(std::move(task)); }
 
 private:
-    std::chrono::milliseconds drift(std::chrono::milliseconds lease) const {
-        return std::chrono::milliseconds(static_cast<long long>(
-                   static_cast<double>(lease.count()) * options_.clock_drift_factor)) +
-               std::chrono::milliseconds(2);
-    }
+    std::chrono::milliseconds drift(std::chrono::milliseconds lease) const;
 
-    std::chrono::milliseconds node_timeout(std::chrono::milliseconds lease) const {
-        return std::max(std::chrono::milliseconds(10),
-                        std::chrono::milliseconds(static_cast<long long>(
-                            static_cast<double>(lease.count()) * options_.node_timeout_fraction)));
-    }
+    std::chrono::milliseconds node_timeout(std::chrono::milliseconds lease) const;
 
-    std::vector<node_result> release_all(const std::string& token) const {
-        return fan_out(
-            nodes_, name_,
-            [&](std::size_t, script_call& call) {
-                call = script_call(mutex_kind::release_script(), {keys_.name}, {token, keys_.channel});
-            },
-            node_timeout(std::chrono::milliseconds(
-                std::max<long long>(1000, nodes_.front()->ep.options.command_timeout.count()))));
-    }
+    std::vector<node_result> release_all(const std::string& token) const;
 
     /// The nodes of a release that could not be asked or did not answer, with why.
-    std::string unanswered_nodes(const std::vector<node_result>& results) const {
-        std::string m;
-        for (std::size_t i = 0; i < results.size(); ++i) {
-            if (!results[i].failure) continue;
-            if (!m.empty()) m += "; ";
-            m += nodes_[i]->ep.name + " " + results[i].failure->cause();
-        }
-        return m;
-    }
+    std::string unanswered_nodes(const std::vector<node_result>& results) const;
 
-    std::string describe(const std::vector<node_result>& results) const {
-        std::string m;
-        for (std::size_t i = 0; i < results.size(); ++i) {
-            if (!m.empty()) m += "; ";
-            m += nodes_[i]->ep.name + " ";
-            const auto& r = results[i];
-            if (r.abandoned) {
-                m += "not waited for (the round was decided without it)";
-            } else if (r.failure) {
-                m += "failed: ";
-                m += r.failure->cause();
-            } else if (r.reply && r.reply->type == REDIS_REPLY_STATUS) {
-                m += "accepted";
-            } else if (r.reply && r.reply->type == REDIS_REPLY_ERROR) {
-                m += "failed: ";
-                m += reply_text(r.reply.get());
-            } else {
-                m += "refused (held by another)";
-            }
-        }
-        return m;
-    }
+    std::string describe(const std::vector<node_result>& results) const;
 
     std::vector<client_core*> nodes_;
     // Keep each node's core alive as basic_lock does: a client destroyed before this red_lock
@@ -403,20 +158,7 @@ public:
     bool subscribes_first() const noexcept { return false; }
     long long subscribers(const std::string& /*channel*/) const noexcept { return -1; }
 
-    try_result attempt(try_phase /*phase*/) {
-        ++tries_;
-        red_site::round r = site_.try_once(owner_, lease_, watched_);
-        if (r.held) {
-            held_ = std::move(r.held);
-            return {true, {}};
-        }
-        (void)site_.gives_up(r, deadline_);
-        last_ = std::move(r);
-        try_result t;
-        t.hint.ttl = -3;  // no holder to wait out: the unlock message, or the next round
-        t.hint.again = clock::now() + site_.retry_pause();
-        return t;
-    }
+    try_result attempt(try_phase /*phase*/);
     void undo() noexcept {}     // a round undoes itself
     void give_up() noexcept {}  // nothing queued
 
@@ -441,3 +183,320 @@ private:
 };
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL red_site::red_site(const std::vector<client_core*>& nodes, std::string name,
+                              red_lock_options options)
+    : name_(std::move(name)), options_(options) {
+    auto bad = [&](const std::string& why) { throw error(errc::invalid_argument, name_, "", why); };
+    if (name_.empty()) bad("lock name is empty");
+    if (nodes.empty()) bad("a red_lock needs at least one node");
+    if (!(options_.clock_drift_factor >= 0 && options_.clock_drift_factor < 1))
+        bad("clock_drift_factor must be in [0, 1)");
+    if (!(options_.node_timeout_fraction > 0 && options_.node_timeout_fraction < 1))
+        bad("node_timeout_fraction must be in (0, 1)");
+    for (client_core* core : nodes) {
+        if (!core) bad("a node is null");
+        if (std::find(nodes_.begin(), nodes_.end(), core) != nodes_.end())
+            bad("the same client is given twice");
+        nodes_.push_back(core);
+        owners_.push_back(core->shared_from_this());
+    }
+    keys_.name = name_;
+    keys_.channel = prefixed_key(mutex_kind::channel_prefix, name_);
+}
+
+RLOCK_DECL void red_site::check_acquire(std::uint64_t owner) const {
+    for (client_core* n : nodes_) {
+        n->throw_if_destroyed(name_, "the client of this node has been destroyed");
+    }
+    for (client_core* n : nodes_) {
+        if (n->reg.find(&red_lock_info, name_, owner)) {
+            throw error(errc::would_deadlock, name_, n->ep.name,
+                        owner_name(owner) + " already holds the red_lock, which is not reentrant");
+        }
+    }
+}
+
+RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::milliseconds lease,
+                                   bool watched) const -> round {
+    const std::string lease_text = std::to_string(lease.count());
+    const std::size_t need = quorum(), n = nodes_.size();
+    const std::string token = random_token();
+    const auto start = clock::now();
+    auto accepted = [](const node_result& r) {
+        return r.reply && r.reply->type == REDIS_REPLY_STATUS;
+    };
+    auto results = fan_out(
+        nodes_, name_,
+        [&](std::size_t, script_call& call) {
+            call = mutex_kind::set_command(name_, token, lease_text);
+        },
+        node_timeout(lease),
+        [&](const std::vector<node_result>& so_far) {
+            std::size_t yes = 0, no = 0;
+            for (const auto& r : so_far) {
+                if (accepted(r)) {
+                    ++yes;
+                } else if (r.reply || r.failure) {
+                    ++no;
+                }
+            }
+            return yes >= need || no > n - need;
+        });
+    std::vector<std::size_t> got;
+    std::size_t failed = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (accepted(results[i])) got.push_back(i);
+        // A node not waited for once the round was decided (a majority refused) was
+        // reachable as far as anyone knows: the lock is busy, not the quorum out of reach.
+        if ((results[i].failure && !results[i].abandoned) ||
+            (results[i].reply && results[i].reply->type == REDIS_REPLY_ERROR)) {
+            ++failed;
+        }
+    }
+    round out;
+    const auto validity =
+        lease - std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start) -
+        drift(lease);
+    if (got.size() >= need && validity.count() > 0) {
+        auto group = std::make_shared<hold_group>();
+        group->name = name_;
+        group->tolerance = static_cast<int>(n - need);
+        group->tell = nodes_.front()->ep.options.on_lock_lost;
+        const hold_terms terms{lease, watched ? renewal::watched : renewal::leased, start};
+        const clock::time_point taken = nodes_.front()->events.stamp();  // its listener is told
+        // Nodes that did not accept count as lost from the start (before any part is
+        // registered: the watchdog may count a part lost at once).
+        group->lost_parts = static_cast<int>(n - got.size());
+        for (std::size_t i : got) {
+            registry::hold_ptr h =
+                nodes_[i]->add_hold(red_lock_info, name_, token, owner, terms, 0, group);
+            h->taken = taken;  // read by the owner's release only
+            if (!out.held) out.held = std::move(h);
+        }
+        return out;
+    }
+    release_all(token);  // a failed round: undo on every node, answered or not
+    out.unreachable = n - failed < need;
+    if (out.unreachable) {
+        out.detail = "fewer than " + std::to_string(need) + " of " + std::to_string(n) +
+                     " nodes could be asked: " + describe(results);
+    }
+    return out;
+}
+
+RLOCK_DECL std::chrono::milliseconds red_site::retry_pause() const {
+    return std::chrono::milliseconds(
+        random_between(1, std::max<long long>(1, options_.retry_delay.count())));
+}
+
+RLOCK_DECL bool red_site::gives_up(const round& r, clock::time_point deadline) const {
+    const bool bounded = deadline != clock::time_point::max();
+    const bool over = bounded && clock::now() >= deadline;
+    if (r.unreachable && (!bounded || over))
+        throw error(errc::quorum_not_reached, name_, "", r.detail);
+    return over;
+}
+
+RLOCK_DECL auto red_site::release(std::uint64_t owner) const -> released {
+    const bool was_lost = lost(owner);  // read before the holds leave the registries
+    std::string token;
+    std::shared_ptr<hold_group> group;
+    bool watched = false;
+    clock::time_point taken;
+    for (client_core* n : nodes_) {
+        if (auto h = n->reg.find(&red_lock_info, name_, owner)) {
+            token = h->value;
+            group = h->group;
+            watched = h->watched;
+            taken = h->taken;
+            n->reg.remove(h);
+        }
+    }
+    if (token.empty()) {
+        throw error(errc::not_owner, name_, "",
+                    "unlock by a thread that does not hold the red_lock");
+    }
+    // Told when it returns, after any loss it finds (the listener is the first node's client's).
+    struct tell_released {
+        const red_site& site;
+        std::uint64_t id = 0;
+        clock::time_point taken{};
+        ~tell_released() {
+            site.nodes_.front()->events.released(red_lock_info.name, site.name_, id, taken);
+        }
+    } told{*this, group ? group->id : 0, taken};
+    released out;
+    std::size_t may_hold = 0;         // unanswered, or refused: may still hold our key
+    std::optional<error> refused;     // the first node that answered with an error
+    std::optional<error> unanswered;  // the first node that could not be asked or answer
+    const std::vector<node_result> results = release_all(token);
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        const node_result& r = results[i];
+        long long left = -1, woken = 0;
+        if (read_release(r.reply.get(), left, woken) && left == 0) {
+            ++out.nodes;
+        } else if (r.reply && r.reply->type == REDIS_REPLY_ERROR) {
+            // Refused (an ACL, OOM, a script error): not "not held", and our key is still
+            // there as far as we know; the owner hears the error itself.
+            ++may_hold;
+            if (!refused) refused = make_error(nullptr, r.reply.get(), name_, nodes_[i]->ep.name);
+        }
+        if (r.failure) {  // paused, slow or unreachable: may still hold our key
+            ++may_hold;
+            if (!unanswered) unanswered = r.failure;
+        }
+    }
+    // Reported here, once, as basic_lock's unlock reports a lost hold: a watched hold whose
+    // validity ran out before any watchdog tick said so (the process was paused, say), and
+    // any hold still in its validity that fewer than a majority of nodes still had at
+    // unlock: its key was deleted or a node lost its data (a holder with a bare majority
+    // loses it to one FLUSHALL or restart), and another client may have held the lock
+    // meanwhile. A node that did not answer in time is not evidence of that (it may be
+    // paused with our key, which then expires with its lease): only nodes that answered
+    // "not held" count against the hold. Only a leased hold past its validity is expected
+    // to be gone.
+    const bool expected = was_lost && !watched;
+    const bool short_of_quorum = out.nodes + may_hold < quorum() && !expected;
+    // Nodes that released our key or answered "not held" are free for the next holder; the
+    // lock stays closed to everyone (until our lease ends) only when too few are for a
+    // majority. A hold on a bare majority one of whose nodes hangs at unlock leaves its key
+    // there, and that blocks nobody: the other nodes make a majority.
+    const bool kept_closed = may_hold + quorum() > nodes_.size();
+    if (refused && kept_closed && !short_of_quorum && !expected && group) {
+        // Kept closed because nodes refused: told as their error (the keys they kept end
+        // with their lease), as a refused mutex unlock is.
+        out.lost = true;
+        registry::tell_group(*group, "its unlock was refused: " + error_access::brief(*refused),
+                             refused->value());
+    } else if (((was_lost && watched) || short_of_quorum) && group) {
+        out.lost = true;
+        registry::tell_group(
+            *group, short_of_quorum ? "at unlock only " + std::to_string(out.nodes) + " of " +
+                                          std::to_string(nodes_.size()) +
+                                          " nodes still held it (a majority is " +
+                                          std::to_string(quorum()) + ")"
+                                    : std::string("its validity ran out before it was unlocked"));
+    } else if (unanswered && kept_closed && !expected && group) {
+        // Not released because nodes did not answer (paused, partitioned): our key may stay
+        // there until its lease ends, keeping everyone out. The owner is
+        // told, with the cause, as a mutex unlock that cannot reach Redis is; unlock()
+        // itself does not throw (it runs in guards' destructors).
+        out.lost = true;
+        registry::tell_group(
+            *group,
+            "its unlock released it on only " + std::to_string(out.nodes) + " of " +
+                std::to_string(nodes_.size()) + " nodes (a majority is " +
+                std::to_string(quorum()) +
+                "); the others may keep it until its lease ends: " + unanswered_nodes(results),
+            unanswered->value());
+    }
+    return out;
+}
+
+RLOCK_DECL auto red_site::validity_end(std::uint64_t owner) const
+    -> std::optional<clock::time_point> {
+    std::vector<clock::time_point> alive;
+    bool any = false;
+    std::chrono::milliseconds lease{0};
+    for (client_core* n : nodes_) {
+        auto h = n->reg.find(&red_lock_info, name_, owner);
+        if (!h) continue;
+        any = true;
+        lease = h->lease;
+        if (!n->reg.is_lost(*h)) alive.push_back(n->reg.with([&] { return h->expires; }));
+    }
+    if (!any) return std::nullopt;
+    if (alive.size() < quorum()) return clock::time_point{};
+    std::sort(alive.begin(), alive.end(), std::greater<>());
+    return alive[quorum() - 1] - drift(lease);
+}
+
+RLOCK_DECL std::uint64_t red_site::hold_id(std::uint64_t owner) const {
+    for (client_core* n : nodes_) {
+        if (auto h = n->reg.find(&red_lock_info, name_, owner)) {
+            if (auto group = n->reg.with([&] { return h->group; })) return group->id;
+        }
+    }
+    throw error(errc::not_owner, name_, "", "this thread holds no such red_lock");
+}
+
+RLOCK_DECL std::chrono::milliseconds red_site::drift(std::chrono::milliseconds lease) const {
+    return std::chrono::milliseconds(static_cast<long long>(static_cast<double>(lease.count()) *
+                                                            options_.clock_drift_factor)) +
+           std::chrono::milliseconds(2);
+}
+
+RLOCK_DECL std::chrono::milliseconds red_site::node_timeout(std::chrono::milliseconds lease) const {
+    return std::max(std::chrono::milliseconds(10),
+                    std::chrono::milliseconds(static_cast<long long>(
+                        static_cast<double>(lease.count()) * options_.node_timeout_fraction)));
+}
+
+RLOCK_DECL std::vector<node_result> red_site::release_all(const std::string& token) const {
+    return fan_out(
+        nodes_, name_,
+        [&](std::size_t, script_call& call) {
+            call = script_call(mutex_kind::release_script(), {keys_.name}, {token, keys_.channel});
+        },
+        node_timeout(std::chrono::milliseconds(
+            std::max<long long>(1000, nodes_.front()->ep.options.command_timeout.count()))));
+}
+
+RLOCK_DECL std::string red_site::unanswered_nodes(const std::vector<node_result>& results) const {
+    std::string m;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        if (!results[i].failure) continue;
+        if (!m.empty()) m += "; ";
+        m += nodes_[i]->ep.name + " " + results[i].failure->cause();
+    }
+    return m;
+}
+
+RLOCK_DECL std::string red_site::describe(const std::vector<node_result>& results) const {
+    std::string m;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        if (!m.empty()) m += "; ";
+        m += nodes_[i]->ep.name + " ";
+        const auto& r = results[i];
+        if (r.abandoned) {
+            m += "not waited for (the round was decided without it)";
+        } else if (r.failure) {
+            m += "failed: ";
+            m += r.failure->cause();
+        } else if (r.reply && r.reply->type == REDIS_REPLY_STATUS) {
+            m += "accepted";
+        } else if (r.reply && r.reply->type == REDIS_REPLY_ERROR) {
+            m += "failed: ";
+            m += reply_text(r.reply.get());
+        } else {
+            m += "refused (held by another)";
+        }
+    }
+    return m;
+}
+
+RLOCK_DECL try_result red_acquisition::attempt(try_phase) {
+    ++tries_;
+    red_site::round r = site_.try_once(owner_, lease_, watched_);
+    if (r.held) {
+        held_ = std::move(r.held);
+        return {true, {}};
+    }
+    (void)site_.gives_up(r, deadline_);
+    last_ = std::move(r);
+    try_result t;
+    t.hint.ttl = -3;  // no holder to wait out: the unlock message, or the next round
+    t.hint.again = clock::now() + site_.retry_pause();
+    return t;
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

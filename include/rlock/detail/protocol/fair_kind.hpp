@@ -38,6 +38,7 @@
 #include <string>
 #include <string_view>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
 #include "rlock/detail/protocol/lua_checks.hpp"
@@ -264,34 +265,59 @@ return held
     }
 
     static acquire_result acquire(const connection& c, const lock_keys& k, const attempt_spec& a,
-                                  std::string_view server) {
-        script_call call(acquire_script(), {k.name, k.queue, k.timeouts, k.fencing, k.channel},
-                         {a.lease, a.value, a.wait_timeout, a.fencing ? "1" : "0",
-                          a.reentry ? "1" : "0", a.may_queue ? "1" : "0"});
-        return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
-    }
+                                  std::string_view server);
 
     /// A fair lock's release wakes its queue's head alone, and a newcomer queues behind it:
     /// nothing for the releaser to hold back for (no `woken`).
     static long long release(const connection& c, const lock_keys& k, std::string_view holder,
-                             std::string_view server, long long* /*woken*/ = nullptr) {
-        return eval_integer(c, release_script(), {k.name, k.queue, k.timeouts, k.channel}, {holder}, k.name, server);
-    }
+                             std::string_view server, long long* /*woken*/ = nullptr);
 
     static void abandon(const connection& c, const lock_keys& k, std::string_view holder,
-                        std::string_view server) {
-        script_call call(leave_script(), {k.name, k.queue, k.timeouts, k.channel}, {holder});
-        run_script(c, call, k.name, server);
-    }
+                        std::string_view server);
 
     static bool held(const connection& c, const lock_keys& k, std::string_view holder,
                      std::string_view server) {
         return reentrant_kind::held(c, k, holder, server);
     }
 
-    static bool force_unlock(const connection& c, const lock_keys& k, std::string_view server) {
-        return eval_integer(c, force_unlock_script(), {k.name, k.queue, k.timeouts, k.channel}, {}, k.name, server) == 1;
-    }
+    static bool force_unlock(const connection& c, const lock_keys& k, std::string_view server);
 };
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL acquire_result fair_kind::acquire(const connection& c, const lock_keys& k,
+                                             const attempt_spec& a, std::string_view server) {
+    script_call call(acquire_script(), {k.name, k.queue, k.timeouts, k.fencing, k.channel},
+                     {a.lease, a.value, a.wait_timeout, a.fencing ? "1" : "0",
+                      a.reentry ? "1" : "0", a.may_queue ? "1" : "0"});
+    return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
+}
+
+RLOCK_DECL long long fair_kind::release(const connection& c, const lock_keys& k,
+                                        std::string_view holder, std::string_view server,
+                                        long long* /*woken*/) {
+    return eval_integer(c, release_script(), {k.name, k.queue, k.timeouts, k.channel}, {holder},
+                        k.name, server);
+}
+
+RLOCK_DECL void fair_kind::abandon(const connection& c, const lock_keys& k, std::string_view holder,
+                                   std::string_view server) {
+    script_call call(leave_script(), {k.name, k.queue, k.timeouts, k.channel}, {holder});
+    run_script(c, call, k.name, server);
+}
+
+RLOCK_DECL bool fair_kind::force_unlock(const connection& c, const lock_keys& k,
+                                        std::string_view server) {
+    return eval_integer(c, force_unlock_script(), {k.name, k.queue, k.timeouts, k.channel}, {},
+                        k.name, server) == 1;
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

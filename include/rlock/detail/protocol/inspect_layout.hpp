@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/read_write_kind.hpp"
 #include "rlock/detail/protocol/synchronizer_scripts.hpp"
 #include "rlock/detail/redis/cluster.hpp"
@@ -129,93 +130,19 @@ public:
     inspect_reader(const inspect_keys& keys, std::string_view server, std::string_view client_id)
         : keys_(keys), server_(server), client_id_(client_id) {}
 
-    lock_info read(const redisReply* r) const {
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 14) malformed();
-        const redisReply* const* e = r->element;
-        const long long now = integer(e[0]);
-        lock_info info;
-        info.name = keys_.name;
-        info.server = std::string(server_);
-        const std::string_view main = text(e[1]);
-        info.ttl = ttl_of(integer(e[2]));
-        const std::string_view queue_type = text(e[6]), deadlines_type = text(e[8]),
-                               permits_type = text(e[10]), counter_type = text(e[12]);
-        expect_type(keys_.name, main, {"string", "hash"});
-        expect_type(keys_.queue, queue_type, {"list"});
-        expect_type(keys_.deadlines, deadlines_type, {"zset"});
-        expect_type(keys_.permits, permits_type, {"zset"});
-        if (counter_type == "string") {
-            long long c = 0;
-            if (parse_count(text(e[13]), c)) info.fencing_counter = c;
-        }
-
-        if (permits_type == "zset") {
-            info.kind = lock_kind::permit_expirable;
-            info.count = 0;
-            if (main == "hash") wrong(keys_.name, "is a hash beside the permit set " + keys_.permits);
-            if (main == "string") info.count = count_at(text(e[3]));
-            read_permits(e[11], now, info);
-            return info;
-        }
-        if (queue_type == "list" || deadlines_type == "zset") {
-            info.kind = lock_kind::fair;
-            if (main == "string") wrong(keys_.name, "is a string beside the fair queue " + keys_.queue);
-            if (main == "hash") read_hash(e[4], e[5], info);
-            if (info.kind != lock_kind::fair) {
-                wrong(keys_.name, "is a read/write lock beside the fair queue " + keys_.queue);
-            }
-            read_queue(e[7], e[9], now, info);
-            return info;
-        }
-        if (main == "hash") {
-            info.kind = lock_kind::reentrant;
-            read_hash(e[4], e[5], info);
-            return info;
-        }
-        if (main == "string") {
-            const std::string_view value = text(e[3]);
-            long long n = 0;
-            if (!info.ttl && parse_count(value, n)) {
-                info.kind = lock_kind::count;
-                info.count = n;
-                return info;
-            }
-            info.kind = lock_kind::token;
-            lock_holder h;
-            h.id = std::string(value);
-            h.lease = info.ttl;
-            h.origin = value.substr(0, 6) == "rlock:" ? holder_origin::rlock : holder_origin::unknown;
-            info.holders.push_back(std::move(h));
-        }
-        return info;
-    }
+    lock_info read(const redisReply* r) const;
 
 private:
     [[noreturn]] void malformed() const {
         throw error(errc::protocol_error, keys_.name, server_, "inspect: a reply rlock cannot read");
     }
-    [[noreturn]] void wrong(std::string_view key, const std::string& what) const {
-        std::string m = "key ";
-        m.append(key).append(" ").append(what).append(": not a layout of any rlock or Redisson lock");
-        throw error(errc::wrong_type, keys_.name, server_, m);
-    }
-    void expect_type(std::string_view key, std::string_view type, std::initializer_list<std::string_view> ok) const {
-        if (type == "none") return;
-        for (std::string_view t : ok) {
-            if (type == t) return;
-        }
-        wrong(key, "is a " + std::string(type));
-    }
+    [[noreturn]] void wrong(std::string_view key, const std::string& what) const;
+    void expect_type(std::string_view key, std::string_view type, std::initializer_list<std::string_view> ok) const;
     long long integer(const redisReply* r) const {
         if (!r || r->type != REDIS_REPLY_INTEGER) malformed();
         return r->integer;
     }
-    std::string_view text(const redisReply* r) const {
-        if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS && r->type != REDIS_REPLY_NIL)) {
-            malformed();
-        }
-        return reply_text(r);
-    }
+    std::string_view text(const redisReply* r) const;
     const redisReply* array(const redisReply* r) const {
         if (!r || r->type != REDIS_REPLY_ARRAY) malformed();
         return r;
@@ -225,129 +152,23 @@ private:
         if (pttl < 0) return std::nullopt;
         return std::chrono::milliseconds(pttl);
     }
-    long long count_at(std::string_view v) const {
-        long long n = 0;
-        if (!parse_count(v, n)) wrong(keys_.name, "holds \"" + std::string(v.substr(0, 40)) + "\", not a count");
-        return n;
-    }
-    holder_origin origin_of(std::string_view id) const {
-        if (!client_id_.empty() && id.size() > client_id_.size() && id.substr(0, client_id_.size()) == client_id_ &&
-            id[client_id_.size()] == ':') {
-            return holder_origin::this_client;
-        }
-        return holder_origin::unknown;
-    }
+    long long count_at(std::string_view v) const;
+    holder_origin origin_of(std::string_view id) const;
 
     /// A lock hash: holder id -> count, and for a read/write lock `mode`, `<id>:write` and the
     /// readers' hold key TTLs (`reads`). Sets the kind to read_write when `mode` is there.
-    void read_hash(const redisReply* all, const redisReply* reads, lock_info& info) const {
-        array(all);
-        array(reads);
-        std::map<std::string_view, const redisReply*> hold_ttls;
-        for (std::size_t i = 0; i + 1 < reads->elements; i += 2) {
-            hold_ttls[text(reads->element[i])] = array(reads->element[i + 1]);
-        }
-        for (std::size_t i = 0; i + 1 < all->elements; i += 2) {
-            if (text(all->element[i]) == "mode") {
-                info.kind = lock_kind::read_write;
-                info.mode = std::string(text(all->element[i + 1]));
-                if (info.mode != "read" && info.mode != "write") {
-                    wrong(keys_.name, "has mode \"" + info.mode.substr(0, 40) + "\"");
-                }
-            }
-        }
-        for (std::size_t i = 0; i + 1 < all->elements; i += 2) {
-            const std::string_view field = text(all->element[i]);
-            if (field == "mode") continue;
-            lock_holder h;
-            const std::string_view value = text(all->element[i + 1]);
-            long long n = 0;
-            if (!parse_count(value, n)) {
-                wrong(keys_.name, "is a hash whose field " + std::string(field.substr(0, 80)) + " is not a count");
-            }
-            h.count = n;
-            h.id = std::string(field);
-            h.lease = info.ttl;
-            constexpr std::string_view write_suffix = ":write";
-            if (info.kind == lock_kind::read_write) {
-                if (field.size() > write_suffix.size() &&
-                    field.substr(field.size() - write_suffix.size()) == write_suffix) {
-                    h.role = holder_role::writer;
-                    h.id.resize(h.id.size() - write_suffix.size());
-                } else {
-                    h.role = holder_role::reader;
-                    read_holds(hold_ttls, field, h);
-                }
-            }
-            h.origin = origin_of(h.id);
-            info.holders.push_back(std::move(h));
-        }
-    }
+    void read_hash(const redisReply* all, const redisReply* reads, lock_info& info) const;
 
     /// A reader's lease: the longest of its live hold keys (none: zero), no value when one of
     /// them has no expiry.
     void read_holds(const std::map<std::string_view, const redisReply*>& hold_ttls, std::string_view field,
-                    lock_holder& h) const {
-        h.lease = std::chrono::milliseconds(0);
-        h.live_holds = 0;
-        const auto it = hold_ttls.find(field);
-        if (it == hold_ttls.end()) return;
-        bool forever = false;
-        for (std::size_t k = 0; k < it->second->elements; ++k) {
-            const long long t = integer(it->second->element[k]);
-            if (t == -2) continue;
-            ++h.live_holds;
-            if (t == -1) forever = true;
-            if (t > h.lease->count()) h.lease = std::chrono::milliseconds(t);
-        }
-        if (forever) h.lease.reset();
-    }
+                    lock_holder& h) const;
 
-    static std::optional<double> score(std::string_view s) {
-        const std::string copy(s);
-        char* end = nullptr;
-        const double d = std::strtod(copy.c_str(), &end);
-        if (end == copy.c_str() || *end != '\0' || !std::isfinite(d)) return std::nullopt;
-        return d;
-    }
+    static std::optional<double> score(std::string_view s);
 
-    void read_queue(const redisReply* queue, const redisReply* deadlines, long long now, lock_info& info) const {
-        array(queue);
-        array(deadlines);
-        std::map<std::string_view, double> due;
-        for (std::size_t i = 0; i + 1 < deadlines->elements; i += 2) {
-            if (auto d = score(text(deadlines->element[i + 1]))) due[text(deadlines->element[i])] = *d;
-        }
-        for (std::size_t i = 0; i < queue->elements; ++i) {
-            lock_waiter w;
-            w.id = std::string(text(queue->element[i]));
-            w.origin = origin_of(w.id);
-            const auto it = due.find(w.id);
-            if (it != due.end()) {
-                w.deadline_in = std::chrono::milliseconds(std::llround(it->second) - now);
-            }
-            info.waiters.push_back(std::move(w));
-        }
-    }
+    void read_queue(const redisReply* queue, const redisReply* deadlines, long long now, lock_info& info) const;
 
-    void read_permits(const redisReply* permits, long long now, lock_info& info) const {
-        array(permits);
-        static constexpr char hex[] = "0123456789abcdef";
-        for (std::size_t i = 0; i + 1 < permits->elements; i += 2) {
-            permit_info p;
-            for (const char c : text(permits->element[i])) {
-                const auto b = static_cast<unsigned char>(c);
-                p.id += hex[b >> 4];
-                p.id += hex[b & 15];
-            }
-            const std::optional<double> s = score(text(permits->element[i + 1]));
-            if (!s) malformed();
-            if (*s < static_cast<double>(permanent_permit_score)) {
-                p.lease = std::chrono::milliseconds(std::llround(*s) - now);
-            }
-            info.permits.push_back(std::move(p));
-        }
-    }
+    void read_permits(const redisReply* permits, long long now, lock_info& info) const;
 
     const inspect_keys& keys_;
     std::string_view server_;
@@ -358,12 +179,234 @@ private:
 /// deadlines or permit set it is (prefixed_key and the `{name}:timeout` rule read backwards).
 /// None for a read hold key and a fencing counter: the name they belong to has keys of its own
 /// whenever it is held or waited for.
-inline std::vector<std::string> names_of_key(std::string_view key) {
+RLOCK_DECL std::vector<std::string> names_of_key(std::string_view key);
+
+}  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL lock_info inspect_reader::read(const redisReply* r) const {
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 14) malformed();
+    const redisReply* const* e = r->element;
+    const long long now = integer(e[0]);
+    lock_info info;
+    info.name = keys_.name;
+    info.server = std::string(server_);
+    const std::string_view main = text(e[1]);
+    info.ttl = ttl_of(integer(e[2]));
+    const std::string_view queue_type = text(e[6]), deadlines_type = text(e[8]),
+                           permits_type = text(e[10]), counter_type = text(e[12]);
+    expect_type(keys_.name, main, {"string", "hash"});
+    expect_type(keys_.queue, queue_type, {"list"});
+    expect_type(keys_.deadlines, deadlines_type, {"zset"});
+    expect_type(keys_.permits, permits_type, {"zset"});
+    if (counter_type == "string") {
+        long long c = 0;
+        if (parse_count(text(e[13]), c)) info.fencing_counter = c;
+    }
+
+    if (permits_type == "zset") {
+        info.kind = lock_kind::permit_expirable;
+        info.count = 0;
+        if (main == "hash") wrong(keys_.name, "is a hash beside the permit set " + keys_.permits);
+        if (main == "string") info.count = count_at(text(e[3]));
+        read_permits(e[11], now, info);
+        return info;
+    }
+    if (queue_type == "list" || deadlines_type == "zset") {
+        info.kind = lock_kind::fair;
+        if (main == "string") wrong(keys_.name, "is a string beside the fair queue " + keys_.queue);
+        if (main == "hash") read_hash(e[4], e[5], info);
+        if (info.kind != lock_kind::fair) {
+            wrong(keys_.name, "is a read/write lock beside the fair queue " + keys_.queue);
+        }
+        read_queue(e[7], e[9], now, info);
+        return info;
+    }
+    if (main == "hash") {
+        info.kind = lock_kind::reentrant;
+        read_hash(e[4], e[5], info);
+        return info;
+    }
+    if (main == "string") {
+        const std::string_view value = text(e[3]);
+        long long n = 0;
+        if (!info.ttl && parse_count(value, n)) {
+            info.kind = lock_kind::count;
+            info.count = n;
+            return info;
+        }
+        info.kind = lock_kind::token;
+        lock_holder h;
+        h.id = std::string(value);
+        h.lease = info.ttl;
+        h.origin = value.substr(0, 6) == "rlock:" ? holder_origin::rlock : holder_origin::unknown;
+        info.holders.push_back(std::move(h));
+    }
+    return info;
+}
+
+RLOCK_DECL void inspect_reader::wrong(std::string_view key, const std::string& what) const {
+    std::string m = "key ";
+    m.append(key).append(" ").append(what).append(": not a layout of any rlock or Redisson lock");
+    throw error(errc::wrong_type, keys_.name, server_, m);
+}
+
+RLOCK_DECL void inspect_reader::expect_type(std::string_view key, std::string_view type,
+                                            std::initializer_list<std::string_view> ok) const {
+    if (type == "none") return;
+    for (std::string_view t : ok) {
+        if (type == t) return;
+    }
+    wrong(key, "is a " + std::string(type));
+}
+
+RLOCK_DECL std::string_view inspect_reader::text(const redisReply* r) const {
+    if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS &&
+               r->type != REDIS_REPLY_NIL)) {
+        malformed();
+    }
+    return reply_text(r);
+}
+
+RLOCK_DECL long long inspect_reader::count_at(std::string_view v) const {
+    long long n = 0;
+    if (!parse_count(v, n))
+        wrong(keys_.name, "holds \"" + std::string(v.substr(0, 40)) + "\", not a count");
+    return n;
+}
+
+RLOCK_DECL holder_origin inspect_reader::origin_of(std::string_view id) const {
+    if (!client_id_.empty() && id.size() > client_id_.size() &&
+        id.substr(0, client_id_.size()) == client_id_ && id[client_id_.size()] == ':') {
+        return holder_origin::this_client;
+    }
+    return holder_origin::unknown;
+}
+
+RLOCK_DECL void inspect_reader::read_hash(const redisReply* all, const redisReply* reads,
+                                          lock_info& info) const {
+    array(all);
+    array(reads);
+    std::map<std::string_view, const redisReply*> hold_ttls;
+    for (std::size_t i = 0; i + 1 < reads->elements; i += 2) {
+        hold_ttls[text(reads->element[i])] = array(reads->element[i + 1]);
+    }
+    for (std::size_t i = 0; i + 1 < all->elements; i += 2) {
+        if (text(all->element[i]) == "mode") {
+            info.kind = lock_kind::read_write;
+            info.mode = std::string(text(all->element[i + 1]));
+            if (info.mode != "read" && info.mode != "write") {
+                wrong(keys_.name, "has mode \"" + info.mode.substr(0, 40) + "\"");
+            }
+        }
+    }
+    for (std::size_t i = 0; i + 1 < all->elements; i += 2) {
+        const std::string_view field = text(all->element[i]);
+        if (field == "mode") continue;
+        lock_holder h;
+        const std::string_view value = text(all->element[i + 1]);
+        long long n = 0;
+        if (!parse_count(value, n)) {
+            wrong(keys_.name,
+                  "is a hash whose field " + std::string(field.substr(0, 80)) + " is not a count");
+        }
+        h.count = n;
+        h.id = std::string(field);
+        h.lease = info.ttl;
+        constexpr std::string_view write_suffix = ":write";
+        if (info.kind == lock_kind::read_write) {
+            if (field.size() > write_suffix.size() &&
+                field.substr(field.size() - write_suffix.size()) == write_suffix) {
+                h.role = holder_role::writer;
+                h.id.resize(h.id.size() - write_suffix.size());
+            } else {
+                h.role = holder_role::reader;
+                read_holds(hold_ttls, field, h);
+            }
+        }
+        h.origin = origin_of(h.id);
+        info.holders.push_back(std::move(h));
+    }
+}
+
+RLOCK_DECL void inspect_reader::read_holds(
+    const std::map<std::string_view, const redisReply*>& hold_ttls, std::string_view field,
+    lock_holder& h) const {
+    h.lease = std::chrono::milliseconds(0);
+    h.live_holds = 0;
+    const auto it = hold_ttls.find(field);
+    if (it == hold_ttls.end()) return;
+    bool forever = false;
+    for (std::size_t k = 0; k < it->second->elements; ++k) {
+        const long long t = integer(it->second->element[k]);
+        if (t == -2) continue;
+        ++h.live_holds;
+        if (t == -1) forever = true;
+        if (t > h.lease->count()) h.lease = std::chrono::milliseconds(t);
+    }
+    if (forever) h.lease.reset();
+}
+
+RLOCK_DECL std::optional<double> inspect_reader::score(std::string_view s) {
+    const std::string copy(s);
+    char* end = nullptr;
+    const double d = std::strtod(copy.c_str(), &end);
+    if (end == copy.c_str() || *end != '\0' || !std::isfinite(d)) return std::nullopt;
+    return d;
+}
+
+RLOCK_DECL void inspect_reader::read_queue(const redisReply* queue, const redisReply* deadlines,
+                                           long long now, lock_info& info) const {
+    array(queue);
+    array(deadlines);
+    std::map<std::string_view, double> due;
+    for (std::size_t i = 0; i + 1 < deadlines->elements; i += 2) {
+        if (auto d = score(text(deadlines->element[i + 1]))) due[text(deadlines->element[i])] = *d;
+    }
+    for (std::size_t i = 0; i < queue->elements; ++i) {
+        lock_waiter w;
+        w.id = std::string(text(queue->element[i]));
+        w.origin = origin_of(w.id);
+        const auto it = due.find(w.id);
+        if (it != due.end()) {
+            w.deadline_in = std::chrono::milliseconds(std::llround(it->second) - now);
+        }
+        info.waiters.push_back(std::move(w));
+    }
+}
+
+RLOCK_DECL void inspect_reader::read_permits(const redisReply* permits, long long now,
+                                             lock_info& info) const {
+    array(permits);
+    static constexpr char hex[] = "0123456789abcdef";
+    for (std::size_t i = 0; i + 1 < permits->elements; i += 2) {
+        permit_info p;
+        for (const char c : text(permits->element[i])) {
+            const auto b = static_cast<unsigned char>(c);
+            p.id += hex[b >> 4];
+            p.id += hex[b & 15];
+        }
+        const std::optional<double> s = score(text(permits->element[i + 1]));
+        if (!s) malformed();
+        if (*s < static_cast<double>(permanent_permit_score)) {
+            p.lease = std::chrono::milliseconds(std::llround(*s) - now);
+        }
+        info.permits.push_back(std::move(p));
+    }
+}
+
+RLOCK_DECL std::vector<std::string> names_of_key(std::string_view key) {
     std::vector<std::string> out;
     if (key.find(":rwlock_timeout:") != std::string_view::npos) return out;
     // `prefix:{name}` (a name without '{') or `prefix:name` (a name with one).
     auto unprefixed = [&](std::string_view prefix) -> std::optional<std::string> {
-        if (key.size() <= prefix.size() || key.substr(0, prefix.size()) != prefix) return std::nullopt;
+        if (key.size() <= prefix.size() || key.substr(0, prefix.size()) != prefix)
+            return std::nullopt;
         const std::string_view rest = key.substr(prefix.size());
         if (rest.size() > 2 && rest.front() == '{' && rest.back() == '}' &&
             rest.substr(1, rest.size() - 2).find_first_of("{}") == std::string_view::npos) {
@@ -395,3 +438,5 @@ inline std::vector<std::string> names_of_key(std::string_view key) {
 }
 
 }  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

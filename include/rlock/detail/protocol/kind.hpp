@@ -12,6 +12,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
 #include "rlock/detail/protocol/lua_checks.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
@@ -23,12 +24,7 @@ namespace rlock::detail {
 
 /// A holder id as Redisson writes one: "<client id>:<thread number>", the field of a
 /// reentrant_lock's hash and the start of a read/write hold's.
-inline std::string holder_id(std::string_view client_id, std::uint64_t thread) {
-    std::string h(client_id);
-    h += ':';
-    h += std::to_string(thread);
-    return h;
-}
+RLOCK_DECL std::string holder_id(std::string_view client_id, std::uint64_t thread);
 
 /// The keys and channel of one lock.
 struct lock_keys {
@@ -94,45 +90,18 @@ return 0
 /// error, not that the lock is lost, and the other keys of the batch are renewed all the same.
 /// A lease of "0" only checks (the verification of leased holds, loss_watch.hpp): the same
 /// replies, nothing written. Every kind's renewal script follows this contract.
-inline std::string batch_renew_lua(std::string_view read, std::string_view held, std::string_view extend) {
-    std::string body = "local out = {}\nfor i = 1, #KEYS do\n    local got = ";
-    body.append(read).append("\n    if read_failed(got) then\n        out[i] = got\n    elseif ");
-    body.append(held).append(" then\n        if ARGV[1] ~= '0' then\n            ").append(extend);
-    body.append("\n        end\n        out[i] = 1\n    else\n        out[i] = 0\n    end\nend\nreturn out\n");
-    return with_read_failed(body);
-}
+RLOCK_DECL std::string batch_renew_lua(std::string_view read, std::string_view held, std::string_view extend);
 
 /// An acquire script call: KEYS[1] the lock key, KEYS[2] the fencing counter only when fencing
 /// is on (in a cluster a declared key that does not exist makes a migrating slot refuse the
 /// script with TRYAGAIN), then `args`.
-inline script_call acquire_call(const script& s, const lock_keys& k, bool fencing,
-                                std::initializer_list<std::string_view> args) {
-    script_call call;
-    call.reserve(4 + args.size());
-    call.start(s, fencing ? 2 : 1);
-    call.push(k.name);
-    if (fencing) call.push(k.fencing);
-    for (std::string_view a : args) call.push(a);
-    return call;
-}
+RLOCK_DECL script_call acquire_call(const script& s, const lock_keys& k, bool fencing,
+                                std::initializer_list<std::string_view> args);
 
 /// Reads a release script's answer: an integer (-1 not held, or the levels left), or, from a
 /// release that deleted the lock and published, {0, subscribers reached}. False for any other
 /// shape; `woken` is 0 unless the answer carried a count.
-inline bool read_release(const redisReply* r, long long& left, long long& woken) noexcept {
-    woken = 0;
-    if (r && r->type == REDIS_REPLY_INTEGER) {
-        left = r->integer;
-        return true;
-    }
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-        r->element[1]->type != REDIS_REPLY_INTEGER) {
-        return false;
-    }
-    left = r->element[0]->integer;
-    woken = r->element[1]->integer;
-    return true;
-}
+RLOCK_DECL bool read_release(const redisReply* r, long long& left, long long& woken) noexcept;
 
 /// Kind hooks with their usual meaning; a Kind derives from this and hides what it changes.
 /// One run of `release_script`, for the kinds whose release takes KEYS[1] the lock, ARGV[1] the
@@ -140,17 +109,8 @@ inline bool read_release(const redisReply* r, long long& left, long long& woken)
 /// read_write_lock). Returns what the script does: -1 not held, else the levels left. A
 /// release that published answers {0, subscribers reached}: that count goes to `woken` (0 when
 /// it did not publish), so that a releaser knows it woke someone (client_core::note_woken).
-inline long long release_by(const script& release_script, const connection& c, const lock_keys& k,
-                            std::string_view value, std::string_view server, long long* woken = nullptr) {
-    script_call call(release_script, {k.name}, {value, k.channel});
-    reply_ptr r = run_script(c, call, k.name, server);
-    long long left = 0, reached = 0;
-    if (!read_release(r.get(), left, reached)) {
-        throw error(errc::protocol_error, k.name, server, "unexpected reply from the release script");
-    }
-    if (woken) *woken = reached;
-    return left;
-}
+RLOCK_DECL long long release_by(const script& release_script, const connection& c, const lock_keys& k,
+                            std::string_view value, std::string_view server, long long* woken = nullptr);
 
 struct kind_defaults {
     /// multi_lock's one-script path (multi_scripts.hpp) takes and releases a part of this kind
@@ -191,9 +151,7 @@ struct kind_defaults {
     }
     /// Deletes the lock whoever holds it and wakes its waiters; true when it was held. The
     /// lock is a hash here (reentrant_lock's layout); mutex_kind hides this for its string.
-    static bool force_unlock(const connection& c, const lock_keys& k, std::string_view server) {
-        return eval_integer(c, force_unlock_script(), {k.name}, {k.channel, "hash"}, k.name, server) == 1;
-    }
+    static bool force_unlock(const connection& c, const lock_keys& k, std::string_view server);
     /// The value stored for this thread's hold, on the client whose id is `client_id`.
     static std::string value_for(std::string_view client_id, std::uint64_t thread, bool reentrant) {
         return reentrant ? holder_id(client_id, thread) : random_token();
@@ -256,3 +214,77 @@ constexpr bool check_kind() {
 }
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL std::string holder_id(std::string_view client_id, std::uint64_t thread) {
+    std::string h(client_id);
+    h += ':';
+    h += std::to_string(thread);
+    return h;
+}
+
+RLOCK_DECL std::string batch_renew_lua(std::string_view read, std::string_view held,
+                                       std::string_view extend) {
+    std::string body = "local out = {}\nfor i = 1, #KEYS do\n    local got = ";
+    body.append(read).append("\n    if read_failed(got) then\n        out[i] = got\n    elseif ");
+    body.append(held).append(" then\n        if ARGV[1] ~= '0' then\n            ").append(extend);
+    body.append(
+        "\n        end\n        out[i] = 1\n    else\n        out[i] = 0\n    end\nend\nreturn "
+        "out\n");
+    return with_read_failed(body);
+}
+
+RLOCK_DECL script_call acquire_call(const script& s, const lock_keys& k, bool fencing,
+                                    std::initializer_list<std::string_view> args) {
+    script_call call;
+    call.reserve(4 + args.size());
+    call.start(s, fencing ? 2 : 1);
+    call.push(k.name);
+    if (fencing) call.push(k.fencing);
+    for (std::string_view a : args) call.push(a);
+    return call;
+}
+
+RLOCK_DECL bool read_release(const redisReply* r, long long& left, long long& woken) noexcept {
+    woken = 0;
+    if (r && r->type == REDIS_REPLY_INTEGER) {
+        left = r->integer;
+        return true;
+    }
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
+        return false;
+    }
+    left = r->element[0]->integer;
+    woken = r->element[1]->integer;
+    return true;
+}
+
+RLOCK_DECL long long release_by(const script& release_script, const connection& c,
+                                const lock_keys& k, std::string_view value, std::string_view server,
+                                long long* woken) {
+    script_call call(release_script, {k.name}, {value, k.channel});
+    reply_ptr r = run_script(c, call, k.name, server);
+    long long left = 0, reached = 0;
+    if (!read_release(r.get(), left, reached)) {
+        throw error(errc::protocol_error, k.name, server,
+                    "unexpected reply from the release script");
+    }
+    if (woken) *woken = reached;
+    return left;
+}
+
+RLOCK_DECL bool kind_defaults::force_unlock(const connection& c, const lock_keys& k,
+                                            std::string_view server) {
+    return eval_integer(c, force_unlock_script(), {k.name}, {k.channel, "hash"}, k.name, server) ==
+           1;
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

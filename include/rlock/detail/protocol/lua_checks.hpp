@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 
+#include "rlock/config.hpp"
+
 namespace rlock::detail {
 
 /// read_failed(v): true when `v`, what redis.pcall answered for a read, is an error the script
@@ -143,9 +145,7 @@ inline std::string with_read_failed(std::string_view body) {
 }
 
 /// `body` with read_failed and the checks before it.
-inline std::string with_lua_checks(std::string_view body) {
-    return std::string(lua_read_failed) + std::string(lua_checks) + std::string(body);
-}
+RLOCK_DECL std::string with_lua_checks(std::string_view body);
 
 /// `body` with channel_refused before it: for the scripts that publish, and only those (a
 /// script's text naming 'publish' gets a sharded form, script.hpp).
@@ -154,3 +154,17 @@ inline std::string with_channel_check(std::string_view body) {
 }
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL std::string with_lua_checks(std::string_view body) {
+    return std::string(lua_read_failed) + std::string(lua_checks) + std::string(body);
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

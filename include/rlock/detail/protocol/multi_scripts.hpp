@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/lua_checks.hpp"
 #include "rlock/detail/protocol/mutex_kind.hpp"
 #include "rlock/detail/protocol/reentrant_kind.hpp"
@@ -15,8 +16,26 @@ namespace rlock::detail {
 /// ARGV[2i] kind ('m' mutex, 'r' reentrant_lock) and ARGV[2i+1] its value (token or holder id).
 /// Returns {1} when all were taken, {0, i, PTTL} when part i is held (nothing is changed).
 /// Each part is taken by its kind's own step (mutex_kind / reentrant_kind::lua_take).
-inline const script& multi_acquire_script() {
-    static const script s(std::string(mutex_kind::lua_take) + std::string(reentrant_kind::lua_take) + R"lua(
+RLOCK_DECL const script& multi_acquire_script();
+
+/// Release every part. KEYS[2i-1] lock key and KEYS[2i] its channel; ARGV[2i-1] kind ('m' or
+/// 'r'), ARGV[2i] value. Per part: 0 released (its kind's release step), -1 not held by that
+/// value. Every part is read before any is released: an error reading one (an ACL's refusal),
+/// a count HINCRBY would refuse, or a channel this user may not publish on, is the script's
+/// error with no part released.
+RLOCK_DECL const script& multi_release_script();
+
+}  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL const script& multi_acquire_script() {
+    static const script s(std::string(mutex_kind::lua_take) +
+                          std::string(reentrant_kind::lua_take) + R"lua(
 for i = 1, #KEYS do
     if redis.call('exists', KEYS[i]) == 1 then
         return {0, i, redis.call('pttl', KEYS[i])}
@@ -34,14 +53,9 @@ return {1}
     return s;
 }
 
-/// Release every part. KEYS[2i-1] lock key and KEYS[2i] its channel; ARGV[2i-1] kind ('m' or
-/// 'r'), ARGV[2i] value. Per part: 0 released (its kind's release step), -1 not held by that
-/// value. Every part is read before any is released: an error reading one (an ACL's refusal),
-/// a count HINCRBY would refuse, or a channel this user may not publish on, is the script's
-/// error with no part released.
-inline const script& multi_release_script() {
+RLOCK_DECL const script& multi_release_script() {
     static const script s(with_lua_checks(with_channel_check(mutex_kind::lua_release_steps) +
-                        std::string(reentrant_kind::lua_release_steps) + R"lua(
+                                          std::string(reentrant_kind::lua_release_steps) + R"lua(
 local held = {}
 for i = 1, #KEYS / 2 do
     local key, value = KEYS[2 * i - 1], ARGV[2 * i]
@@ -79,3 +93,5 @@ return out
 }
 
 }  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
 #include "rlock/detail/protocol/lua_checks.hpp"
@@ -107,77 +108,13 @@ return {0, mutex_leave(KEYS[1], ARGV[2])}
 
     /// The unscripted acquire, `SET key token NX PX lease`, as a call of its own (red_lock
     /// sends it to every node; acquire() below pipelines it with PTTL and GET).
-    static script_call set_command(std::string_view key, std::string_view token, std::string_view lease) {
-        script_call call;
-        for (std::string_view part : {std::string_view("SET"), key, token, std::string_view("NX"),
-                                      std::string_view("PX"), lease}) {
-            call.push(part);
-        }
-        return call;
-    }
+    static script_call set_command(std::string_view key, std::string_view token, std::string_view lease);
 
     static acquire_result acquire(const connection& c, const lock_keys& k, const attempt_spec& a,
-                                  std::string_view server) {
-        const std::string_view token = a.value, lease = a.lease;
-        acquire_result out;
-        // By script too while a Redis Cluster slot migrates (c.asking): ASKING applies to one
-        // command, and the SET + PTTL + GET pipeline is three.
-        if (a.fencing || !a.scripts_allowed || c.asking) {
-            script_call call = acquire_call(acquire_fenced_script(), k, a.fencing,
-                                            {token, lease, a.fencing ? "1" : "0"});
-            reply_ptr r = run_script(c, call, k.name, server);
-            parse_pair(r.get(), out, k.name, server);
-            return out;
-        }
-        // SET NX PX, and when the caller will wait, PTTL and GET in the same round trip: how
-        // long the holder may keep the key, and who it is (does its release publish?).
-        const char* set[6] = {"SET", k.name.data(), token.data(), "NX", "PX", lease.data()};
-        const std::size_t set_len[6] = {3, k.name.size(), token.size(), 2, 2, lease.size()};
-        if (!a.want_ttl) {
-            reply_ptr r = command_argv(c, 6, set, set_len);
-            if (!r || r->type == REDIS_REPLY_ERROR) throw make_error(c, r.get(), k.name, server);
-            out.acquired = r->type == REDIS_REPLY_STATUS;
-            return out;
-        }
-        const char* pttl[2] = {"PTTL", k.name.data()};
-        const std::size_t pttl_len[2] = {4, k.name.size()};
-        const char* get[2] = {"GET", k.name.data()};
-        const std::size_t get_len[2] = {3, k.name.size()};
-        append_command(c.ctx, 6, set, set_len);
-        append_command(c.ctx, 2, pttl, pttl_len);
-        append_command(c.ctx, 2, get, get_len);
-        reply_ptr replies[3];  // SET, PTTL, GET
-        for (reply_ptr& reply : replies) {
-            void* raw = nullptr;
-            const int status = redisGetReply(c.ctx, &raw);
-            reply.reset(static_cast<redisReply*>(raw));
-            if (status != REDIS_OK) throw make_error(c, nullptr, k.name, server);
-        }
-        const redisReply* set_reply = replies[0].get();
-        if (set_reply->type == REDIS_REPLY_ERROR) throw make_error(c, set_reply, k.name, server);
-        out.acquired = set_reply->type == REDIS_REPLY_STATUS;
-        if (out.acquired) return out;
-        out.ttl = reply_integer(replies[1].get(), k.name, server);
-        const redisReply* holder = replies[2].get();
-        if (holder->type == REDIS_REPLY_NIL) {
-            out.ttl = -2;  // gone since the SET: free, try again now
-        } else if (reply_is_error(holder, "WRONGTYPE")) {
-            // Not a lock a mutex can wait for (a list; a hash: a lock of another kind). A wait
-            // behind it would end only with its TTL, or never.
-            throw error(errc::wrong_type, k.name, server,
-                        "WRONGTYPE the key holds another type than a mutex's string; nothing was changed");
-        } else if (holder->type == REDIS_REPLY_ERROR) {
-            throw make_error(c, holder, k.name, server);
-        } else {
-            note_holder(holder, out);
-        }
-        return out;
-    }
+                                  std::string_view server);
 
     /// force_unlock_script on a string key: a key of another type is not a mutex's lock.
-    static bool force_unlock(const connection& c, const lock_keys& k, std::string_view server) {
-        return eval_integer(c, force_unlock_script(), {k.name}, {k.channel, "string"}, k.name, server) == 1;
-    }
+    static bool force_unlock(const connection& c, const lock_keys& k, std::string_view server);
 
     static long long release(const connection& c, const lock_keys& k, std::string_view token,
                              std::string_view server, long long* woken = nullptr) {
@@ -185,37 +122,130 @@ return {0, mutex_leave(KEYS[1], ARGV[2])}
     }
 
     static bool held(const connection& c, const lock_keys& k, std::string_view token,
-                     std::string_view server) {
-        reply_ptr r = run_command(c, {"GET", k.name}, k.name, server);
-        return reply_text(r.get()) == token && r->type == REDIS_REPLY_STRING;
-    }
+                     std::string_view server);
 
     static void parse_pair(const redisReply* r, acquire_result& out, std::string_view lock,
-                           std::string_view server) {
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
-            r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
-            throw error(errc::protocol_error, lock, server, "unexpected reply from the acquire script");
-        }
-        out.acquired = r->element[0]->integer == 1;
-        if (out.acquired) {
-            out.fencing = static_cast<std::uint64_t>(r->element[1]->integer);
-        } else {
-            out.ttl = r->element[1]->integer;
-            note_holder(r->elements > 2 ? r->element[2] : nullptr, out);
-        }
-    }
+                           std::string_view server);
 
     /// What a refused attempt learnt of the holder from its value (`value` not a string: the
     /// key holds another type). Only a token with rlock's mark (token_prefix) belongs to a
     /// holder whose release publishes on this lock's channel; behind any other a waiter has to
     /// look again by itself.
-    static void note_holder(const redisReply* value, acquire_result& out) {
-        out.holder_publishes = false;
-        if (value && value->type == REDIS_REPLY_STRING) {
-            out.holder.assign(value->str, value->len);
-            out.holder_publishes = is_rlock_token(out.holder);
-        }
-    }
+    static void note_holder(const redisReply* value, acquire_result& out);
 };
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL script_call mutex_kind::set_command(std::string_view key, std::string_view token,
+                                               std::string_view lease) {
+    script_call call;
+    for (std::string_view part : {std::string_view("SET"), key, token, std::string_view("NX"),
+                                  std::string_view("PX"), lease}) {
+        call.push(part);
+    }
+    return call;
+}
+
+RLOCK_DECL acquire_result mutex_kind::acquire(const connection& c, const lock_keys& k,
+                                              const attempt_spec& a, std::string_view server) {
+    const std::string_view token = a.value, lease = a.lease;
+    acquire_result out;
+    // By script too while a Redis Cluster slot migrates (c.asking): ASKING applies to one
+    // command, and the SET + PTTL + GET pipeline is three.
+    if (a.fencing || !a.scripts_allowed || c.asking) {
+        script_call call = acquire_call(acquire_fenced_script(), k, a.fencing,
+                                        {token, lease, a.fencing ? "1" : "0"});
+        reply_ptr r = run_script(c, call, k.name, server);
+        parse_pair(r.get(), out, k.name, server);
+        return out;
+    }
+    // SET NX PX, and when the caller will wait, PTTL and GET in the same round trip: how
+    // long the holder may keep the key, and who it is (does its release publish?).
+    const char* set[6] = {"SET", k.name.data(), token.data(), "NX", "PX", lease.data()};
+    const std::size_t set_len[6] = {3, k.name.size(), token.size(), 2, 2, lease.size()};
+    if (!a.want_ttl) {
+        reply_ptr r = command_argv(c, 6, set, set_len);
+        if (!r || r->type == REDIS_REPLY_ERROR) throw make_error(c, r.get(), k.name, server);
+        out.acquired = r->type == REDIS_REPLY_STATUS;
+        return out;
+    }
+    const char* pttl[2] = {"PTTL", k.name.data()};
+    const std::size_t pttl_len[2] = {4, k.name.size()};
+    const char* get[2] = {"GET", k.name.data()};
+    const std::size_t get_len[2] = {3, k.name.size()};
+    append_command(c.ctx, 6, set, set_len);
+    append_command(c.ctx, 2, pttl, pttl_len);
+    append_command(c.ctx, 2, get, get_len);
+    reply_ptr replies[3];  // SET, PTTL, GET
+    for (reply_ptr& reply : replies) {
+        void* raw = nullptr;
+        const int status = redisGetReply(c.ctx, &raw);
+        reply.reset(static_cast<redisReply*>(raw));
+        if (status != REDIS_OK) throw make_error(c, nullptr, k.name, server);
+    }
+    const redisReply* set_reply = replies[0].get();
+    if (set_reply->type == REDIS_REPLY_ERROR) throw make_error(c, set_reply, k.name, server);
+    out.acquired = set_reply->type == REDIS_REPLY_STATUS;
+    if (out.acquired) return out;
+    out.ttl = reply_integer(replies[1].get(), k.name, server);
+    const redisReply* holder = replies[2].get();
+    if (holder->type == REDIS_REPLY_NIL) {
+        out.ttl = -2;  // gone since the SET: free, try again now
+    } else if (reply_is_error(holder, "WRONGTYPE")) {
+        // Not a lock a mutex can wait for (a list; a hash: a lock of another kind). A wait
+        // behind it would end only with its TTL, or never.
+        throw error(
+            errc::wrong_type, k.name, server,
+            "WRONGTYPE the key holds another type than a mutex's string; nothing was changed");
+    } else if (holder->type == REDIS_REPLY_ERROR) {
+        throw make_error(c, holder, k.name, server);
+    } else {
+        note_holder(holder, out);
+    }
+    return out;
+}
+
+RLOCK_DECL bool mutex_kind::force_unlock(const connection& c, const lock_keys& k,
+                                         std::string_view server) {
+    return eval_integer(c, force_unlock_script(), {k.name}, {k.channel, "string"}, k.name,
+                        server) == 1;
+}
+
+RLOCK_DECL bool mutex_kind::held(const connection& c, const lock_keys& k, std::string_view token,
+                                 std::string_view server) {
+    reply_ptr r = run_command(c, {"GET", k.name}, k.name, server);
+    return reply_text(r.get()) == token && r->type == REDIS_REPLY_STRING;
+}
+
+RLOCK_DECL void mutex_kind::parse_pair(const redisReply* r, acquire_result& out,
+                                       std::string_view lock, std::string_view server) {
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
+        throw error(errc::protocol_error, lock, server, "unexpected reply from the acquire script");
+    }
+    out.acquired = r->element[0]->integer == 1;
+    if (out.acquired) {
+        out.fencing = static_cast<std::uint64_t>(r->element[1]->integer);
+    } else {
+        out.ttl = r->element[1]->integer;
+        note_holder(r->elements > 2 ? r->element[2] : nullptr, out);
+    }
+}
+
+RLOCK_DECL void mutex_kind::note_holder(const redisReply* value, acquire_result& out) {
+    out.holder_publishes = false;
+    if (value && value->type == REDIS_REPLY_STRING) {
+        out.holder.assign(value->str, value->len);
+        out.holder_publishes = is_rlock_token(out.holder);
+    }
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
 #include "rlock/detail/protocol/synchronizer_scripts.hpp"
 
@@ -21,7 +22,22 @@ struct permit_kind {
 
 /// A permit id as Redisson writes one (lowercase hex, even length) to its bytes; false for
 /// anything else.
-inline bool permit_id_bytes(std::string_view hex, std::string& out) {
+RLOCK_DECL bool permit_id_bytes(std::string_view hex, std::string& out);
+
+/// The names a permit-expirable semaphore and its permits use.
+struct permit_keys {
+    std::string name, timeouts, channel;
+};
+
+}  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL bool permit_id_bytes(std::string_view hex, std::string& out) {
     auto digit = [](char c) {
         return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
     };
@@ -35,9 +51,6 @@ inline bool permit_id_bytes(std::string_view hex, std::string& out) {
     return true;
 }
 
-/// The names a permit-expirable semaphore and its permits use.
-struct permit_keys {
-    std::string name, timeouts, channel;
-};
-
 }  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

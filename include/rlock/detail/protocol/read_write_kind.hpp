@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
 #include "rlock/detail/protocol/lua_checks.hpp"
@@ -139,10 +140,7 @@ end
 
 /// The helpers above in one text: is_reader, hold_key (lua_reader_hold_key), touch_holds,
 /// live_readers, fencing_token.
-inline std::string rw_lua_helpers() {
-    return std::string(rw_lua_helpers_before) + std::string(lua_reader_hold_key) +
-           std::string(rw_lua_helpers_after);
-}
+RLOCK_DECL std::string rw_lua_helpers();
 
 inline std::string with_rw_helpers(std::string_view body) {
     return with_lua_checks(rw_lua_helpers()) + std::string(body);
@@ -318,13 +316,7 @@ return out
     static inline const kind_info info{"read_write_lock.read", &renew_script, follows_ask};
 
     static acquire_result acquire(const connection& c, const lock_keys& k, const attempt_spec& a,
-                                  std::string_view server) {
-        const std::string write_field = std::string(a.value) + ":write";
-        script_call call = acquire_call(acquire_script(), k, a.fencing,
-                                        {a.lease, a.value, write_field, a.fencing ? "1" : "0",
-                                         a.reentry ? "1" : "0"});
-        return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
-    }
+                                  std::string_view server);
 
 };
 
@@ -422,12 +414,40 @@ return {0, redis.call('publish', ARGV[2], '1')}
         "holds the read side; it cannot wait for the write side (release the read hold first)";
 
     static acquire_result acquire(const connection& c, const lock_keys& k, const attempt_spec& a,
-                                  std::string_view server) {
-        script_call call = acquire_call(acquire_script(), k, a.fencing,
-                                        {a.lease, a.value, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
-        return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
-    }
+                                  std::string_view server);
 
 };
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL std::string rw_lua_helpers() {
+    return std::string(rw_lua_helpers_before) + std::string(lua_reader_hold_key) +
+           std::string(rw_lua_helpers_after);
+}
+
+RLOCK_DECL acquire_result rw_read_kind::acquire(const connection& c, const lock_keys& k,
+                                                const attempt_spec& a, std::string_view server) {
+    const std::string write_field = std::string(a.value) + ":write";
+    script_call call =
+        acquire_call(acquire_script(), k, a.fencing,
+                     {a.lease, a.value, write_field, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
+    return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
+}
+
+RLOCK_DECL acquire_result rw_write_kind::acquire(const connection& c, const lock_keys& k,
+                                                 const attempt_spec& a, std::string_view server) {
+    script_call call =
+        acquire_call(acquire_script(), k, a.fencing,
+                     {a.lease, a.value, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
+    return reentrant_kind::parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
 #include "rlock/detail/protocol/lua_checks.hpp"
@@ -121,31 +122,11 @@ return left
     static constexpr char multi_code = 'r';  // multi_scripts.hpp
 
     static acquire_result acquire(const connection& c, const lock_keys& k, const attempt_spec& a,
-                                  std::string_view server) {
-        script_call call = acquire_call(acquire_script(), k, a.fencing,
-                                        {a.lease, a.value, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
-        return parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
-    }
+                                  std::string_view server);
 
     /// Reads {1, count, token} / {0, ttl}, the reply of every hash-lock acquire script.
     static acquire_result parse_acquire(const redisReply* r, std::string_view lock,
-                                        std::string_view server) {
-        acquire_result out;
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
-            r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
-            throw error(errc::protocol_error, lock, server, "unexpected reply from the acquire script");
-        }
-        out.acquired = r->element[0]->integer == 1;
-        if (!out.acquired) {
-            out.ttl = r->element[1]->integer;
-            return out;
-        }
-        out.count = static_cast<std::uint64_t>(r->element[1]->integer);
-        if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER) {
-            out.fencing = static_cast<std::uint64_t>(r->element[2]->integer);
-        }
-        return out;
-    }
+                                        std::string_view server);
 
     static long long release(const connection& c, const lock_keys& k, std::string_view holder,
                              std::string_view server, long long* woken = nullptr) {
@@ -153,10 +134,50 @@ return left
     }
 
     static bool held(const connection& c, const lock_keys& k, std::string_view holder,
-                     std::string_view server) {
-        reply_ptr r = run_command(c, {"HEXISTS", k.name, holder}, k.name, server);
-        return r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-    }
+                     std::string_view server);
 };
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL acquire_result reentrant_kind::acquire(const connection& c, const lock_keys& k,
+                                                  const attempt_spec& a, std::string_view server) {
+    script_call call =
+        acquire_call(acquire_script(), k, a.fencing,
+                     {a.lease, a.value, a.fencing ? "1" : "0", a.reentry ? "1" : "0"});
+    return parse_acquire(run_script(c, call, k.name, server).get(), k.name, server);
+}
+
+RLOCK_DECL acquire_result reentrant_kind::parse_acquire(const redisReply* r, std::string_view lock,
+                                                        std::string_view server) {
+    acquire_result out;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
+        throw error(errc::protocol_error, lock, server, "unexpected reply from the acquire script");
+    }
+    out.acquired = r->element[0]->integer == 1;
+    if (!out.acquired) {
+        out.ttl = r->element[1]->integer;
+        return out;
+    }
+    out.count = static_cast<std::uint64_t>(r->element[1]->integer);
+    if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER) {
+        out.fencing = static_cast<std::uint64_t>(r->element[2]->integer);
+    }
+    return out;
+}
+
+RLOCK_DECL bool reentrant_kind::held(const connection& c, const lock_keys& k,
+                                     std::string_view holder, std::string_view server) {
+    reply_ptr r = run_command(c, {"HEXISTS", k.name, holder}, k.name, server);
+    return r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

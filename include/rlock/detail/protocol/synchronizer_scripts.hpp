@@ -14,6 +14,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/lua_checks.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/script.hpp"
@@ -64,43 +65,19 @@ inline std::string with_count_of(std::string_view body) {
 }
 
 /// A count as count_of accepts it: a 64-bit integer as Redis writes one. False otherwise.
-inline bool parse_count(std::string_view v, long long& out) {
-    long long n = 0;
-    const char* end = v.data() + v.size();
-    const auto [stop, failed] = std::from_chars(v.data(), end, n);
-    // Back to text and compare: refuses what from_chars takes and Redis does not ("007", "-0").
-    if (failed != std::errc() || stop != end || std::to_string(n) != v) return false;
-    out = n;
-    return true;
-}
+RLOCK_DECL bool parse_count(std::string_view v, long long& out);
 
 /// A count from a reply: nil 0, an integer as it is, a string by parse_count. Throws `error`
 /// (wrong_type, naming `key`) for a string that is not a count, and an error reply as itself.
-inline long long count_from(const redisReply* r, std::string_view key, std::string_view server) {
-    if (r->type == REDIS_REPLY_ERROR) throw make_error(static_cast<const redisContext*>(nullptr), r, key, server);
-    if (r->type == REDIS_REPLY_NIL) return 0;
-    if (r->type == REDIS_REPLY_INTEGER) return r->integer;
-    const std::string_view v = reply_text(r);
-    long long n = 0;
-    if (r->type != REDIS_REPLY_STRING || !parse_count(v, n)) {
-        throw error(errc::wrong_type, key, server,
-                    "the key holds \"" + std::string(v.substr(0, 40)) + "\", not a count");
-    }
-    return n;
-}
+RLOCK_DECL long long count_from(const redisReply* r, std::string_view key, std::string_view server);
 
 /// Runs `s` and reads its answer as a count (count_from): the scripts answer counts as texts.
-inline long long eval_count(const connection& c, const script& s, std::initializer_list<std::string_view> keys,
+RLOCK_DECL long long eval_count(const connection& c, const script& s, std::initializer_list<std::string_view> keys,
                             std::initializer_list<std::string_view> args, std::string_view key,
-                            std::string_view server) {
-    script_call call(s, keys, args);
-    return count_from(run_script(c, call, key, server).get(), key, server);
-}
+                            std::string_view server);
 
 /// GET of a count key (0 when absent), checked by count_from.
-inline long long read_count(const connection& c, std::string_view key, std::string_view server) {
-    return count_from(run_command(c, {"GET", key}, key, server).get(), key, server);
-}
+RLOCK_DECL long long read_count(const connection& c, std::string_view key, std::string_view server);
 
 struct count_scripts {
     /// Sets the count to ARGV[1] when the object has none (no key) and publishes ARGV[3] on
@@ -456,3 +433,51 @@ return out
 };
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL bool parse_count(std::string_view v, long long& out) {
+    long long n = 0;
+    const char* end = v.data() + v.size();
+    const auto [stop, failed] = std::from_chars(v.data(), end, n);
+    // Back to text and compare: refuses what from_chars takes and Redis does not ("007", "-0").
+    if (failed != std::errc() || stop != end || std::to_string(n) != v) return false;
+    out = n;
+    return true;
+}
+
+RLOCK_DECL long long count_from(const redisReply* r, std::string_view key,
+                                std::string_view server) {
+    if (r->type == REDIS_REPLY_ERROR)
+        throw make_error(static_cast<const redisContext*>(nullptr), r, key, server);
+    if (r->type == REDIS_REPLY_NIL) return 0;
+    if (r->type == REDIS_REPLY_INTEGER) return r->integer;
+    const std::string_view v = reply_text(r);
+    long long n = 0;
+    if (r->type != REDIS_REPLY_STRING || !parse_count(v, n)) {
+        throw error(errc::wrong_type, key, server,
+                    "the key holds \"" + std::string(v.substr(0, 40)) + "\", not a count");
+    }
+    return n;
+}
+
+RLOCK_DECL long long eval_count(const connection& c, const script& s,
+                                std::initializer_list<std::string_view> keys,
+                                std::initializer_list<std::string_view> args, std::string_view key,
+                                std::string_view server) {
+    script_call call(s, keys, args);
+    return count_from(run_script(c, call, key, server).get(), key, server);
+}
+
+RLOCK_DECL long long read_count(const connection& c, std::string_view key,
+                                std::string_view server) {
+    return count_from(run_command(c, {"GET", key}, key, server).get(), key, server);
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

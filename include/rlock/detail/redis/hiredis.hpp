@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/redis/cluster.hpp"
 #include "rlock/errors.hpp"
 
@@ -34,13 +35,9 @@ struct context_deleter {
 };
 using context_ptr = std::unique_ptr<redisContext, context_deleter>;
 
-inline std::string_view reply_text(const redisReply* r) noexcept {
-    return r && r->str ? std::string_view(r->str, r->len) : std::string_view{};
-}
+RLOCK_DECL std::string_view reply_text(const redisReply* r) noexcept;
 
-inline bool reply_is_error(const redisReply* r, std::string_view prefix = {}) noexcept {
-    return r && r->type == REDIS_REPLY_ERROR && reply_text(r).substr(0, prefix.size()) == prefix;
-}
+RLOCK_DECL bool reply_is_error(const redisReply* r, std::string_view prefix = {}) noexcept;
 
 /// A refusal to write by a replica (a master demoted by a failover): the command did not run.
 /// The whole phrase, so that a lock name cannot pass for it ("slave" before Redis 5).
@@ -67,8 +64,89 @@ struct connection {
 /// The one place hiredis and Redis failures become rlock errors. `ctx` is consulted when it
 /// carries an I/O or protocol error (then `reply` is usually null); otherwise `reply` is an
 /// error reply. `lock` and `server` name where it happened.
-inline error make_error(const redisContext* ctx, const redisReply* reply, std::string_view lock,
+RLOCK_DECL error make_error(const redisContext* ctx, const redisReply* reply, std::string_view lock,
+                        std::string_view server);
+
+inline error make_error(const connection& c, const redisReply* reply, std::string_view lock,
                         std::string_view server) {
+    return make_error(c.ctx, reply, lock, server);
+}
+
+RLOCK_DECL timeval to_timeval(std::chrono::milliseconds ms);
+
+/// Appends one command to `c`'s output buffer, in the protocol's form (`*argc`, then `$len` and
+/// the bytes of each part), formatted here into a buffer of the calling thread and handed to
+/// hiredis whole. hiredis's own redisAppendCommandArgv formats each part with sdscatfmt: that
+/// was half the client's instructions in a lock + unlock cycle (docs/benchmarks.md). Returns
+/// REDIS_OK or REDIS_ERR, as hiredis's append functions do. `lens` null: the parts are C strings.
+RLOCK_DECL int append_command(redisContext* c, int argc, const char* const* argv, const std::size_t* lens);
+
+/// Sends one command and reads its reply. Returns null only with ctx->err set.
+RLOCK_DECL reply_ptr command_argv(const connection& conn, int argc, const char** argv,
+                              const std::size_t* lens);
+
+inline reply_ptr command_argv(redisContext* c, int argc, const char** argv, const std::size_t* lens) {
+    return command_argv(connection{c}, argc, argv, lens);
+}
+
+/// A command from string views: up to 16 parts on the stack, more on the heap.
+RLOCK_DECL reply_ptr command(const connection& c, std::initializer_list<std::string_view> parts);
+
+inline reply_ptr command(redisContext* c, std::initializer_list<std::string_view> parts) {
+    return command(connection{c}, parts);
+}
+
+/// Sends a plain command; throws on I/O errors and on error replies.
+RLOCK_DECL reply_ptr run_command(const connection& c, std::initializer_list<std::string_view> parts,
+                             std::string_view lock, std::string_view server);
+
+RLOCK_DECL long long reply_integer(const redisReply* r, std::string_view lock, std::string_view server);
+
+/// Reads what the socket of `c` has and calls `f(reply)` (a `const redisReply*`) for each whole
+/// reply in it, for connections that poll() themselves (pub/sub). False on an I/O or protocol
+/// error: the connection is then unusable.
+template <class F>
+bool read_replies(redisContext* c, F&& f) {
+    if (redisBufferRead(c) != REDIS_OK) return false;
+    for (;;) {
+        void* raw = nullptr;
+        if (redisGetReplyFromReader(c, &raw) != REDIS_OK) return false;
+        if (!raw) return true;
+        const reply_ptr r(static_cast<redisReply*>(raw));
+        f(r.get());
+    }
+}
+
+/// True when a connection with no command in flight has something to read or has failed.
+/// Redis sends nothing unasked on a command connection, so this is the server having closed it
+/// (a restart, CLIENT KILL, its idle `timeout`). A command sent into such a connection fails
+/// after it was written, and its sender cannot tell whether it ran; the same command sent on a
+/// new connection can tell. So a pooled connection is checked before it is reused.
+RLOCK_DECL bool closed_while_idle(const redisContext* c) noexcept;
+
+/// Who the server process behind `c` is: a hash of its run_id (INFO server), which changes
+/// whenever the server restarts and differs between a master and the replica that replaces it.
+/// 0 when the server will not say (an ACL without `+info`). Throws on I/O errors.
+RLOCK_DECL std::uint64_t server_identity(redisContext* c, std::string_view server);
+
+}  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL std::string_view reply_text(const redisReply* r) noexcept {
+    return r && r->str ? std::string_view(r->str, r->len) : std::string_view{};
+}
+
+RLOCK_DECL bool reply_is_error(const redisReply* r, std::string_view prefix) noexcept {
+    return r && r->type == REDIS_REPLY_ERROR && reply_text(r).substr(0, prefix.size()) == prefix;
+}
+
+RLOCK_DECL error make_error(const redisContext* ctx, const redisReply* reply, std::string_view lock,
+                            std::string_view server) {
     if (ctx && ctx->err) {
         const std::string_view what = ctx->errstr;
         errc code = errc::connection_failed;
@@ -116,24 +194,15 @@ inline error make_error(const redisContext* ctx, const redisReply* reply, std::s
     return error(errc::protocol_error, lock, server, "unexpected reply type");
 }
 
-inline error make_error(const connection& c, const redisReply* reply, std::string_view lock,
-                        std::string_view server) {
-    return make_error(c.ctx, reply, lock, server);
-}
-
-inline timeval to_timeval(std::chrono::milliseconds ms) {
+RLOCK_DECL timeval to_timeval(std::chrono::milliseconds ms) {
     timeval tv{};
     tv.tv_sec = static_cast<decltype(tv.tv_sec)>(ms.count() / 1000);
     tv.tv_usec = static_cast<decltype(tv.tv_usec)>((ms.count() % 1000) * 1000);
     return tv;
 }
 
-/// Appends one command to `c`'s output buffer, in the protocol's form (`*argc`, then `$len` and
-/// the bytes of each part), formatted here into a buffer of the calling thread and handed to
-/// hiredis whole. hiredis's own redisAppendCommandArgv formats each part with sdscatfmt: that
-/// was half the client's instructions in a lock + unlock cycle (docs/benchmarks.md). Returns
-/// REDIS_OK or REDIS_ERR, as hiredis's append functions do. `lens` null: the parts are C strings.
-inline int append_command(redisContext* c, int argc, const char* const* argv, const std::size_t* lens) {
+RLOCK_DECL int append_command(redisContext* c, int argc, const char* const* argv,
+                              const std::size_t* lens) {
     // `*n\r\n` or `$n\r\n` written backwards from `end`; returns where it starts.
     auto header = [](char* end, char kind, std::size_t n) {
         *--end = '\n';
@@ -172,9 +241,8 @@ inline int append_command(redisContext* c, int argc, const char* const* argv, co
     return status;
 }
 
-/// Sends one command and reads its reply. Returns null only with ctx->err set.
-inline reply_ptr command_argv(const connection& conn, int argc, const char** argv,
-                              const std::size_t* lens) {
+RLOCK_DECL reply_ptr command_argv(const connection& conn, int argc, const char** argv,
+                                  const std::size_t* lens) {
     redisContext* c = conn.ctx;
     // With `asking`, ASKING and the command in one round trip; ASKING's own +OK is dropped.
     if (conn.asking && redisAppendCommand(c, "ASKING") != REDIS_OK) return nullptr;
@@ -189,12 +257,7 @@ inline reply_ptr command_argv(const connection& conn, int argc, const char** arg
     return reply_ptr(static_cast<redisReply*>(raw));
 }
 
-inline reply_ptr command_argv(redisContext* c, int argc, const char** argv, const std::size_t* lens) {
-    return command_argv(connection{c}, argc, argv, lens);
-}
-
-/// A command from string views: up to 16 parts on the stack, more on the heap.
-inline reply_ptr command(const connection& c, std::initializer_list<std::string_view> parts) {
+RLOCK_DECL reply_ptr command(const connection& c, std::initializer_list<std::string_view> parts) {
     constexpr std::size_t small = 16;
     const char* argv_small[small];
     std::size_t lens_small[small];
@@ -217,57 +280,31 @@ inline reply_ptr command(const connection& c, std::initializer_list<std::string_
     return command_argv(c, n, argv, lens);
 }
 
-inline reply_ptr command(redisContext* c, std::initializer_list<std::string_view> parts) {
-    return command(connection{c}, parts);
-}
-
-/// Sends a plain command; throws on I/O errors and on error replies.
-inline reply_ptr run_command(const connection& c, std::initializer_list<std::string_view> parts,
-                             std::string_view lock, std::string_view server) {
+RLOCK_DECL reply_ptr run_command(const connection& c, std::initializer_list<std::string_view> parts,
+                                 std::string_view lock, std::string_view server) {
     reply_ptr r = command(c, parts);
     if (!r || r->type == REDIS_REPLY_ERROR) throw make_error(c, r.get(), lock, server);
     return r;
 }
 
-inline long long reply_integer(const redisReply* r, std::string_view lock, std::string_view server) {
+RLOCK_DECL long long reply_integer(const redisReply* r, std::string_view lock,
+                                   std::string_view server) {
     // An error reply is itself (an ACL's NOPERM is auth_failed), not a malformed answer.
-    if (r && r->type == REDIS_REPLY_ERROR) throw make_error(static_cast<const redisContext*>(nullptr), r, lock, server);
+    if (r && r->type == REDIS_REPLY_ERROR)
+        throw make_error(static_cast<const redisContext*>(nullptr), r, lock, server);
     if (!r || r->type != REDIS_REPLY_INTEGER) {
         throw error(errc::protocol_error, lock, server, "expected an integer reply");
     }
     return r->integer;
 }
 
-/// Reads what the socket of `c` has and calls `f(reply)` (a `const redisReply*`) for each whole
-/// reply in it, for connections that poll() themselves (pub/sub). False on an I/O or protocol
-/// error: the connection is then unusable.
-template <class F>
-bool read_replies(redisContext* c, F&& f) {
-    if (redisBufferRead(c) != REDIS_OK) return false;
-    for (;;) {
-        void* raw = nullptr;
-        if (redisGetReplyFromReader(c, &raw) != REDIS_OK) return false;
-        if (!raw) return true;
-        const reply_ptr r(static_cast<redisReply*>(raw));
-        f(r.get());
-    }
-}
-
-/// True when a connection with no command in flight has something to read or has failed.
-/// Redis sends nothing unasked on a command connection, so this is the server having closed it
-/// (a restart, CLIENT KILL, its idle `timeout`). A command sent into such a connection fails
-/// after it was written, and its sender cannot tell whether it ran; the same command sent on a
-/// new connection can tell. So a pooled connection is checked before it is reused.
-inline bool closed_while_idle(const redisContext* c) noexcept {
+RLOCK_DECL bool closed_while_idle(const redisContext* c) noexcept {
     if (c->err != 0) return true;
     pollfd p{c->fd, POLLIN, 0};
     return ::poll(&p, 1, 0) != 0;  // readable (EOF), hung up, in error, or poll() failed
 }
 
-/// Who the server process behind `c` is: a hash of its run_id (INFO server), which changes
-/// whenever the server restarts and differs between a master and the replica that replaces it.
-/// 0 when the server will not say (an ACL without `+info`). Throws on I/O errors.
-inline std::uint64_t server_identity(redisContext* c, std::string_view server) {
+RLOCK_DECL std::uint64_t server_identity(redisContext* c, std::string_view server) {
     reply_ptr r = command(c, {"INFO", "server"});
     if (!r) throw make_error(c, nullptr, "", server);
     if (r->type != REDIS_REPLY_STRING) return 0;
@@ -283,3 +320,5 @@ inline std::uint64_t server_identity(redisContext* c, std::string_view server) {
 }
 
 }  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

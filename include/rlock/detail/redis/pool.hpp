@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/redis/connect.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
@@ -61,9 +62,7 @@ public:
               epoch_(o.epoch_),
               server_id_(o.server_id_) {}
         handle& operator=(handle&&) = delete;
-        ~handle() {
-            if (ctx_) pool_->give_back(*node_, std::move(ctx_), epoch_, server_id_);
-        }
+        ~handle();
         redisContext* get() const noexcept { return ctx_.get(); }
         /// server_identity() as this connection found it when it was opened (0: unknown).
         std::uint64_t server_id() const noexcept { return server_id_; }
@@ -84,29 +83,11 @@ public:
 
     /// Waits up to command_timeout for an idle connection or room to open one: to the server,
     /// or (Redis Cluster) to the master the slot map names for `lock`'s slot.
-    handle checkout(std::string_view lock) {
-        if (!ep_.slots) return checkout_at(single_, lock);
-        return checkout_at(node(master_for(key_slot(lock), lock)), lock);
-    }
+    handle checkout(std::string_view lock);
 
     /// An idle connection for `lock`, or none: never waits and never connects (Redis Cluster:
     /// none either while the slot map must be loaded first).
-    std::optional<handle> try_checkout(std::string_view lock) {
-        node_pool* n = &single_;
-        if (ep_.slots) {
-            if (ep_.slots->stale()) return std::nullopt;
-            std::optional<server_address> m = ep_.slots->master_of(key_slot(lock));
-            if (!m) return std::nullopt;
-            n = &node(*m);
-        }
-        std::unique_lock<std::mutex> g(mu_);
-        bool closed = false;
-        std::optional<handle> h;
-        if (idle_ready(*n, g, closed)) h.emplace(take_idle(*n, g));
-        g.unlock();
-        if (closed) broken();
-        return h;
-    }
+    std::optional<handle> try_checkout(std::string_view lock);
 
     /// A connection being opened by open_ahead: `conn` or `failure` once `done`.
     struct opening {
@@ -125,40 +106,7 @@ public:
     /// connect_timeout plus two command_timeouts later. Throws connection_failed when no
     /// thread can be started.
     std::shared_ptr<opening> open_ahead(std::string_view lock, const std::shared_ptr<wake_pipe>& wake,
-                                        std::shared_ptr<const void> keep) {
-        std::shared_ptr<opening> op;
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            if (!ep_.slots && opening_) op = opening_;
-        }
-        if (op) {
-            std::unique_lock<std::mutex> g(op->mu);
-            if (!op->done) {
-                op->wake.push_back(wake);
-                return op;
-            }
-        }
-        op = std::make_shared<opening>();
-        op->wake.push_back(wake);
-        try {
-            std::thread([this, op, name = std::string(lock), keep = std::move(keep)]() mutable {
-                opened(*op, name);
-                op.reset();  // before `keep`: an unclaimed connection goes back to this pool
-                keep.reset();
-            }).detach();
-        } catch (const std::system_error&) {
-            throw error(errc::connection_failed, lock, ep_.name, "cannot start a thread to connect");
-        }
-        if (!ep_.slots) {
-            // The opening this one replaces is let go after the lock: when it was the last
-            // reference, its unclaimed connection goes back to this pool (give_back takes mu_;
-            // released under it, the thread deadlocked on itself — seen under TSan's slowness).
-            std::shared_ptr<opening> replaced;
-            std::lock_guard<std::mutex> g(mu_);
-            replaced = std::exchange(opening_, op);
-        }
-        return op;
-    }
+                                        std::shared_ptr<const void> keep);
 
     /// Runs f(const connection&) on a pooled connection. When the connection breaks (I/O error,
     /// timeout) the other idle connections are dropped too: after a restart they are all dead.
@@ -193,12 +141,7 @@ public:
     }
 
     /// Closes every idle connection (of every node).
-    void drop_idle() {
-        std::vector<pooled> dead;
-        std::lock_guard<std::mutex> g(mu_);
-        drop_idle_locked(single_, dead);
-        for (auto& n : nodes_) drop_idle_locked(*n, dead);
-    }
+    void drop_idle();
 
 private:
     struct pooled {
@@ -215,52 +158,7 @@ private:
         std::condition_variable cv;
     };
 
-    handle checkout_at(node_pool& n, std::string_view lock) {
-        std::unique_lock<std::mutex> g(mu_);
-        const auto deadline = clock::now() + ep_.options.command_timeout;
-        const std::size_t cap = ep_.options.pool_size;  // at least 1 (checked by client)
-        const std::uint64_t epoch = ep_.epoch.load();
-        bool closed = false;  // an idle connection the server had closed was found
-        for (;;) {
-            while (n.idle.empty() && n.open >= cap) {
-                if (n.cv.wait_until(g, deadline) == std::cv_status::timeout && n.idle.empty() &&
-                    n.open >= cap) {
-                    throw error_access::unsent(
-                        error(errc::timeout, lock, ep_.slots ? n.name : ep_.name,
-                              "no pooled connection free within command_timeout (pool_size " +
-                                  std::to_string(cap) + ")"),
-                        lock);
-                }
-            }
-            if (idle_ready(n, g, closed)) {
-                handle h = take_idle(n, g);
-                g.unlock();
-                if (closed) broken();
-                return h;
-            }
-            if (n.open < cap) break;
-        }
-        ++n.open;
-        g.unlock();
-        if (closed) broken();
-        try {
-            context_ptr c = ep_.slots ? connect_node(ep_, n.at) : connect(ep_);
-            const std::uint64_t id = server_identity(c.get(), ep_.slots ? n.name : ep_.name);
-            return handle(this, &n, std::move(c), epoch, id);
-        } catch (const error& e) {
-            g.lock();
-            --n.open;
-            n.cv.notify_one();
-            // Name the lock the connection was for, as a failed command on it would; nothing
-            // was sent on it.
-            throw error_access::unsent(e, lock);
-        } catch (...) {
-            g.lock();
-            --n.open;
-            n.cv.notify_one();
-            throw;
-        }
-    }
+    handle checkout_at(node_pool& n, std::string_view lock);
 
     template <class F>
     auto run_clustered(std::string_view lock, on_break broken_then, F& f, bool follow_ask)
@@ -334,131 +232,36 @@ private:
     /// `reload_gap` while loads fail: a thread that finds another loading, or a load that
     /// failed just now, uses the map as it is when it names a master for the slot (a wrong one
     /// answers MOVED). Only a slot the map knows no master of waits for a load.
-    server_address master_for(int slot, std::string_view lock) {
-        if (ep_.slots->stale()) {
-            const bool known = ep_.slots->master_of(slot).has_value();
-            std::unique_lock<std::mutex> g(load_mu_, std::defer_lock);
-            if (known) {
-                (void)g.try_lock();
-            } else {
-                g.lock();
-            }
-            // Not loaded by another thread meanwhile, and not tried just now.
-            if (g.owns_lock() && ep_.slots->stale() &&
-                (!known || clock::now() - last_load_ >= reload_gap)) {
-                last_load_ = clock::now();
-                try {
-                    load_slots(ep_);
-                } catch (const error& e) {
-                    if (!ep_.slots->master_of(slot)) throw error_access::about(e, lock);
-                }
-            }
-        }
-        if (std::optional<server_address> m = ep_.slots->master_of(slot)) return std::move(*m);
-        throw error(errc::server_error, lock, ep_.name,
-                    "no master serves slot " + std::to_string(slot) + " (the cluster is down)");
-    }
+    server_address master_for(int slot, std::string_view lock);
 
     /// The pool of the node at `at`, made on first use.
-    node_pool& node(const server_address& at) {
-        std::lock_guard<std::mutex> g(mu_);
-        for (auto& n : nodes_) {
-            if (n->at.port == at.port && n->at.host == at.host) return *n;
-        }
-        auto& n = nodes_.emplace_back(std::make_unique<node_pool>());
-        n->at = at;
-        n->name = "cluster node " + address_name(at.host, at.port);
-        return *n;
-    }
+    node_pool& node(const server_address& at);
 
     /// A redirection with an empty host means the node that sent it.
-    static server_address named_host(const redirect& r, const node_pool& from) {
-        return server_address{r.host.empty() ? from.at.host : r.host, r.port};
-    }
+    static server_address named_host(const redirect& r, const node_pool& from);
 
     /// Waits before the next try of a command the cluster could not run yet; false when the
     /// command's time is up instead. A backoff bounded by command_timeout, not a wait for a
     /// lock: no message announces that a failover or a slot migration has finished.
-    static bool pause_before_retry(clock::time_point deadline) {
-        const auto now = clock::now();
-        if (now >= deadline) return false;
-        std::this_thread::sleep_for(std::min<clock::duration>(std::chrono::milliseconds(25), deadline - now));
-        return true;
-    }
+    static bool pause_before_retry(clock::time_point deadline);
 
     /// `e`, thrown by a command that named the whole cluster, naming the node that failed.
-    error on_node(const error& e, std::string_view lock, const node_pool& n) const {
-        if (e.server() != ep_.name) return error_access::about(e, lock);
-        return error_access::on(error_access::about(e, lock), n.name);
-    }
+    error on_node(const error& e, std::string_view lock, const node_pool& n) const;
 
-    void drop_idle(node_pool& n) {
-        std::vector<pooled> dead;
-        std::lock_guard<std::mutex> g(mu_);
-        drop_idle_locked(n, dead);
-    }
+    void drop_idle(node_pool& n);
 
     // Closes the connections after the pool's lock is released (`dead` outlives the guard).
-    void drop_idle_locked(node_pool& n, std::vector<pooled>& dead) {
-        n.open -= n.idle.size();
-        for (pooled& p : n.idle) dead.push_back(std::move(p));
-        n.idle.clear();
-        n.cv.notify_all();
-    }
+    void drop_idle_locked(node_pool& n, std::vector<pooled>& dead);
 
     /// Whether `n` has an idle connection that is still open, last in its list (take_idle
     /// takes it); closes those the server closed (`closed` is set then) and those from before a
     /// master switch. `g` holds mu_.
-    bool idle_ready(node_pool& n, const std::unique_lock<std::mutex>& g, bool& closed) {
-        (void)g;
-        const std::uint64_t epoch = ep_.epoch.load();
-        while (!n.idle.empty()) {
-            const pooled& p = n.idle.back();
-            if (p.epoch == epoch && !closed_while_idle(p.ctx.get())) return true;
-            --n.open;
-            if (p.epoch == epoch) closed = true;
-            n.idle.pop_back();
-        }
-        return false;
-    }
+    bool idle_ready(node_pool& n, const std::unique_lock<std::mutex>& g, bool& closed);
     /// The connection idle_ready found, checked out.
-    handle take_idle(node_pool& n, const std::unique_lock<std::mutex>& g) {
-        (void)g;
-        pooled& p = n.idle.back();
-        handle h(this, &n, std::move(p.ctx), p.epoch, p.server_id);
-        n.idle.pop_back();
-        return h;
-    }
+    handle take_idle(node_pool& n, const std::unique_lock<std::mutex>& g);
 
     /// open_ahead's thread: opens, then tells whoever waits.
-    void opened(opening& op, const std::string& lock) noexcept {
-        std::optional<handle> h;
-        std::optional<error> failure;
-        try {
-            h.emplace(checkout(lock));
-        } catch (const error& e) {
-            failure = e;
-        } catch (...) {
-            failure = error(errc::connection_failed, lock, ep_.name, "cannot open a connection");
-        }
-        std::vector<std::shared_ptr<wake_pipe>> poke;
-        {
-            std::lock_guard<std::mutex> g(op.mu);
-            if (h) op.conn.emplace(std::move(*h));
-            op.failure = std::move(failure);
-            op.done = true;
-            for (auto& w : op.wake) {
-                if (auto p = w.lock()) poke.push_back(std::move(p));
-            }
-            op.wake.clear();
-        }
-        {
-            std::shared_ptr<opening> done;  // let go after the lock, as in open_ahead
-            std::lock_guard<std::mutex> g(mu_);
-            if (opening_.get() == &op) done = std::move(opening_);
-        }
-        for (auto& p : poke) p->poke();
-    }
+    void opened(opening& op, const std::string& lock) noexcept;
 
     void broken() const noexcept {
         try {
@@ -467,25 +270,9 @@ private:
         }
     }
 
-    void forget(node_pool& n) noexcept {
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            --n.open;
-        }
-        n.cv.notify_one();
-    }
+    void forget(node_pool& n) noexcept;
 
-    void give_back(node_pool& n, context_ptr c, std::uint64_t epoch, std::uint64_t server_id) {
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            if (c->err || epoch != ep_.epoch.load()) {
-                --n.open;
-            } else {
-                n.idle.push_back({std::move(c), epoch, server_id});
-            }
-        }
-        n.cv.notify_one();
-    }
+    void give_back(node_pool& n, context_ptr c, std::uint64_t epoch, std::uint64_t server_id);
 
     const endpoint& ep_;
     std::mutex mu_;
@@ -531,3 +318,267 @@ auto run_release(pool& p, std::string_view lock, on_break broken_then, F&& f, bo
 }
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL pool::handle::~handle() {
+    if (ctx_) pool_->give_back(*node_, std::move(ctx_), epoch_, server_id_);
+}
+
+RLOCK_DECL auto pool::checkout(std::string_view lock) -> handle {
+    if (!ep_.slots) return checkout_at(single_, lock);
+    return checkout_at(node(master_for(key_slot(lock), lock)), lock);
+}
+
+RLOCK_DECL auto pool::try_checkout(std::string_view lock) -> std::optional<handle> {
+    node_pool* n = &single_;
+    if (ep_.slots) {
+        if (ep_.slots->stale()) return std::nullopt;
+        std::optional<server_address> m = ep_.slots->master_of(key_slot(lock));
+        if (!m) return std::nullopt;
+        n = &node(*m);
+    }
+    std::unique_lock<std::mutex> g(mu_);
+    bool closed = false;
+    std::optional<handle> h;
+    if (idle_ready(*n, g, closed)) h.emplace(take_idle(*n, g));
+    g.unlock();
+    if (closed) broken();
+    return h;
+}
+
+RLOCK_DECL auto pool::open_ahead(std::string_view lock, const std::shared_ptr<wake_pipe>& wake,
+                                 std::shared_ptr<const void> keep) -> std::shared_ptr<opening> {
+    std::shared_ptr<opening> op;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        if (!ep_.slots && opening_) op = opening_;
+    }
+    if (op) {
+        std::unique_lock<std::mutex> g(op->mu);
+        if (!op->done) {
+            op->wake.push_back(wake);
+            return op;
+        }
+    }
+    op = std::make_shared<opening>();
+    op->wake.push_back(wake);
+    try {
+        std::thread([this, op, name = std::string(lock), keep = std::move(keep)]() mutable {
+            opened(*op, name);
+            op.reset();  // before `keep`: an unclaimed connection goes back to this pool
+            keep.reset();
+        }).detach();
+    } catch (const std::system_error&) {
+        throw error(errc::connection_failed, lock, ep_.name, "cannot start a thread to connect");
+    }
+    if (!ep_.slots) {
+        // The opening this one replaces is let go after the lock: when it was the last
+        // reference, its unclaimed connection goes back to this pool (give_back takes mu_;
+        // released under it, the thread deadlocked on itself — seen under TSan's slowness).
+        std::shared_ptr<opening> replaced;
+        std::lock_guard<std::mutex> g(mu_);
+        replaced = std::exchange(opening_, op);
+    }
+    return op;
+}
+
+RLOCK_DECL void pool::drop_idle() {
+    std::vector<pooled> dead;
+    std::lock_guard<std::mutex> g(mu_);
+    drop_idle_locked(single_, dead);
+    for (auto& n : nodes_) drop_idle_locked(*n, dead);
+}
+
+RLOCK_DECL auto pool::checkout_at(node_pool& n, std::string_view lock) -> handle {
+    std::unique_lock<std::mutex> g(mu_);
+    const auto deadline = clock::now() + ep_.options.command_timeout;
+    const std::size_t cap = ep_.options.pool_size;  // at least 1 (checked by client)
+    const std::uint64_t epoch = ep_.epoch.load();
+    bool closed = false;  // an idle connection the server had closed was found
+    for (;;) {
+        while (n.idle.empty() && n.open >= cap) {
+            if (n.cv.wait_until(g, deadline) == std::cv_status::timeout && n.idle.empty() &&
+                n.open >= cap) {
+                throw error_access::unsent(
+                    error(errc::timeout, lock, ep_.slots ? n.name : ep_.name,
+                          "no pooled connection free within command_timeout (pool_size " +
+                              std::to_string(cap) + ")"),
+                    lock);
+            }
+        }
+        if (idle_ready(n, g, closed)) {
+            handle h = take_idle(n, g);
+            g.unlock();
+            if (closed) broken();
+            return h;
+        }
+        if (n.open < cap) break;
+    }
+    ++n.open;
+    g.unlock();
+    if (closed) broken();
+    try {
+        context_ptr c = ep_.slots ? connect_node(ep_, n.at) : connect(ep_);
+        const std::uint64_t id = server_identity(c.get(), ep_.slots ? n.name : ep_.name);
+        return handle(this, &n, std::move(c), epoch, id);
+    } catch (const error& e) {
+        g.lock();
+        --n.open;
+        n.cv.notify_one();
+        // Name the lock the connection was for, as a failed command on it would; nothing
+        // was sent on it.
+        throw error_access::unsent(e, lock);
+    } catch (...) {
+        g.lock();
+        --n.open;
+        n.cv.notify_one();
+        throw;
+    }
+}
+
+RLOCK_DECL server_address pool::master_for(int slot, std::string_view lock) {
+    if (ep_.slots->stale()) {
+        const bool known = ep_.slots->master_of(slot).has_value();
+        std::unique_lock<std::mutex> g(load_mu_, std::defer_lock);
+        if (known) {
+            (void)g.try_lock();
+        } else {
+            g.lock();
+        }
+        // Not loaded by another thread meanwhile, and not tried just now.
+        if (g.owns_lock() && ep_.slots->stale() &&
+            (!known || clock::now() - last_load_ >= reload_gap)) {
+            last_load_ = clock::now();
+            try {
+                load_slots(ep_);
+            } catch (const error& e) {
+                if (!ep_.slots->master_of(slot)) throw error_access::about(e, lock);
+            }
+        }
+    }
+    if (std::optional<server_address> m = ep_.slots->master_of(slot)) return std::move(*m);
+    throw error(errc::server_error, lock, ep_.name,
+                "no master serves slot " + std::to_string(slot) + " (the cluster is down)");
+}
+
+RLOCK_DECL auto pool::node(const server_address& at) -> node_pool& {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& n : nodes_) {
+        if (n->at.port == at.port && n->at.host == at.host) return *n;
+    }
+    auto& n = nodes_.emplace_back(std::make_unique<node_pool>());
+    n->at = at;
+    n->name = "cluster node " + address_name(at.host, at.port);
+    return *n;
+}
+
+RLOCK_DECL server_address pool::named_host(const redirect& r, const node_pool& from) {
+    return server_address{r.host.empty() ? from.at.host : r.host, r.port};
+}
+
+RLOCK_DECL bool pool::pause_before_retry(clock::time_point deadline) {
+    const auto now = clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(
+        std::min<clock::duration>(std::chrono::milliseconds(25), deadline - now));
+    return true;
+}
+
+RLOCK_DECL error pool::on_node(const error& e, std::string_view lock, const node_pool& n) const {
+    if (e.server() != ep_.name) return error_access::about(e, lock);
+    return error_access::on(error_access::about(e, lock), n.name);
+}
+
+RLOCK_DECL void pool::drop_idle(node_pool& n) {
+    std::vector<pooled> dead;
+    std::lock_guard<std::mutex> g(mu_);
+    drop_idle_locked(n, dead);
+}
+
+RLOCK_DECL void pool::drop_idle_locked(node_pool& n, std::vector<pooled>& dead) {
+    n.open -= n.idle.size();
+    for (pooled& p : n.idle) dead.push_back(std::move(p));
+    n.idle.clear();
+    n.cv.notify_all();
+}
+
+RLOCK_DECL bool pool::idle_ready(node_pool& n, const std::unique_lock<std::mutex>& g,
+                                 bool& closed) {
+    (void)g;
+    const std::uint64_t epoch = ep_.epoch.load();
+    while (!n.idle.empty()) {
+        const pooled& p = n.idle.back();
+        if (p.epoch == epoch && !closed_while_idle(p.ctx.get())) return true;
+        --n.open;
+        if (p.epoch == epoch) closed = true;
+        n.idle.pop_back();
+    }
+    return false;
+}
+
+RLOCK_DECL auto pool::take_idle(node_pool& n, const std::unique_lock<std::mutex>& g) -> handle {
+    (void)g;
+    pooled& p = n.idle.back();
+    handle h(this, &n, std::move(p.ctx), p.epoch, p.server_id);
+    n.idle.pop_back();
+    return h;
+}
+
+RLOCK_DECL void pool::opened(opening& op, const std::string& lock) noexcept {
+    std::optional<handle> h;
+    std::optional<error> failure;
+    try {
+        h.emplace(checkout(lock));
+    } catch (const error& e) {
+        failure = e;
+    } catch (...) {
+        failure = error(errc::connection_failed, lock, ep_.name, "cannot open a connection");
+    }
+    std::vector<std::shared_ptr<wake_pipe>> poke;
+    {
+        std::lock_guard<std::mutex> g(op.mu);
+        if (h) op.conn.emplace(std::move(*h));
+        op.failure = std::move(failure);
+        op.done = true;
+        for (auto& w : op.wake) {
+            if (auto p = w.lock()) poke.push_back(std::move(p));
+        }
+        op.wake.clear();
+    }
+    {
+        std::shared_ptr<opening> done;  // let go after the lock, as in open_ahead
+        std::lock_guard<std::mutex> g(mu_);
+        if (opening_.get() == &op) done = std::move(opening_);
+    }
+    for (auto& p : poke) p->poke();
+}
+
+RLOCK_DECL void pool::forget(node_pool& n) noexcept {
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        --n.open;
+    }
+    n.cv.notify_one();
+}
+
+RLOCK_DECL void pool::give_back(node_pool& n, context_ptr c, std::uint64_t epoch,
+                                std::uint64_t server_id) {
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        if (c->err || epoch != ep_.epoch.load()) {
+            --n.open;
+        } else {
+            n.idle.push_back({std::move(c), epoch, server_id});
+        }
+    }
+    n.cv.notify_one();
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

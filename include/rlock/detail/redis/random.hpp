@@ -19,9 +19,63 @@
 #include <stdlib.h>
 #endif
 
+#include "rlock/config.hpp"
+
 namespace rlock::detail {
 
-inline void random_bytes(unsigned char* out, std::size_t n) {
+RLOCK_DECL void random_bytes(unsigned char* out, std::size_t n);
+
+/// A number drawn evenly from [lo, hi] for retry delays and pauses (not secrets): this
+/// thread's splitmix64 sequence, seeded once from random_bytes, so no system call per use.
+RLOCK_DECL long long random_between(long long lo, long long hi);
+
+/// How every token rlock stores in a mutex-layout key starts (rlock::mutex, red_lock,
+/// multi_lock's mutex parts). It marks a holder whose release publishes on the lock's channel:
+/// a waiter behind any other value (redis-py's Lock, node-redlock, go-redsync, an rlock older
+/// than this mark) cannot count on a message and looks again itself (the blocking driver, wait_blocking).
+/// ':' is neither a hex digit (redis-py, node-redlock) nor base64 (go-redsync), so no random
+/// token of theirs starts with it.
+inline constexpr std::string_view token_prefix = "rlock:";
+
+/// Writes the `n` bytes at `b` as 2n lowercase hex digits at `out`.
+RLOCK_DECL void write_hex(const unsigned char* b, std::size_t n, char* out) noexcept;
+
+/// `bytes` as lowercase hex digits (a permit id as Redisson writes one).
+RLOCK_DECL std::string hex(std::string_view bytes);
+
+/// A mutex token: token_prefix, then 128 random bits as 32 lowercase hex digits.
+RLOCK_DECL std::string random_token();
+
+/// True for a value random_token() could have made: its holder publishes its release.
+RLOCK_DECL bool is_rlock_token(std::string_view value) noexcept;
+
+/// A random (version 4) UUID string, the client id in holder ids, as Redisson makes them.
+RLOCK_DECL std::string random_uuid();
+
+/// Threads and rlock::owner objects are numbered from one counter, so that an owner never
+/// shares a number (a registry key, a Redisson holder id "<client id>:<number>") with a thread.
+RLOCK_DECL std::uint64_t next_owner_number() noexcept;
+
+/// A number unique to the calling thread within this process, never reused: the threadId part
+/// of a holder id. A thread that ends cannot pass its holds on to a thread that starts later.
+inline std::uint64_t current_thread_number() noexcept {
+    thread_local const std::uint64_t mine = next_owner_number();
+    return mine;
+}
+
+/// How messages name the owner numbered `n`: the calling thread, or the rlock::owner whose
+/// number() it is.
+RLOCK_DECL std::string owner_name(std::uint64_t n);
+
+}  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL void random_bytes(unsigned char* out, std::size_t n) {
 #if defined(__linux__)
     while (n > 0) {
         const ssize_t got = ::getrandom(out, n, 0);
@@ -49,12 +103,11 @@ inline void random_bytes(unsigned char* out, std::size_t n) {
         n -= static_cast<std::size_t>(got);
     }
     if (fd >= 0) ::close(fd);
-    if (n > 0) throw std::runtime_error("rlock: no source of random bytes (getrandom, /dev/urandom)");
+    if (n > 0)
+        throw std::runtime_error("rlock: no source of random bytes (getrandom, /dev/urandom)");
 }
 
-/// A number drawn evenly from [lo, hi] for retry delays and pauses (not secrets): this
-/// thread's splitmix64 sequence, seeded once from random_bytes, so no system call per use.
-inline long long random_between(long long lo, long long hi) {
+RLOCK_DECL long long random_between(long long lo, long long hi) {
     thread_local std::uint64_t state = [] {
         unsigned char b[8];
         random_bytes(b, sizeof b);
@@ -76,16 +129,7 @@ inline long long random_between(long long lo, long long hi) {
     return static_cast<long long>(at);
 }
 
-/// How every token rlock stores in a mutex-layout key starts (rlock::mutex, red_lock,
-/// multi_lock's mutex parts). It marks a holder whose release publishes on the lock's channel:
-/// a waiter behind any other value (redis-py's Lock, node-redlock, go-redsync, an rlock older
-/// than this mark) cannot count on a message and looks again itself (the blocking driver, wait_blocking).
-/// ':' is neither a hex digit (redis-py, node-redlock) nor base64 (go-redsync), so no random
-/// token of theirs starts with it.
-inline constexpr std::string_view token_prefix = "rlock:";
-
-/// Writes the `n` bytes at `b` as 2n lowercase hex digits at `out`.
-inline void write_hex(const unsigned char* b, std::size_t n, char* out) noexcept {
+RLOCK_DECL void write_hex(const unsigned char* b, std::size_t n, char* out) noexcept {
     static constexpr char digits[] = "0123456789abcdef";
     for (std::size_t i = 0; i < n; ++i) {
         out[2 * i] = digits[b[i] >> 4];
@@ -93,15 +137,13 @@ inline void write_hex(const unsigned char* b, std::size_t n, char* out) noexcept
     }
 }
 
-/// `bytes` as lowercase hex digits (a permit id as Redisson writes one).
-inline std::string hex(std::string_view bytes) {
+RLOCK_DECL std::string hex(std::string_view bytes) {
     std::string out(2 * bytes.size(), '0');
     write_hex(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), out.data());
     return out;
 }
 
-/// A mutex token: token_prefix, then 128 random bits as 32 lowercase hex digits.
-inline std::string random_token() {
+RLOCK_DECL std::string random_token() {
     unsigned char b[16];
     random_bytes(b, sizeof b);
     std::string out(token_prefix);
@@ -110,14 +152,12 @@ inline std::string random_token() {
     return out;
 }
 
-/// True for a value random_token() could have made: its holder publishes its release.
-inline bool is_rlock_token(std::string_view value) noexcept {
+RLOCK_DECL bool is_rlock_token(std::string_view value) noexcept {
     return value.size() > token_prefix.size() &&
            value.substr(0, token_prefix.size()) == token_prefix;
 }
 
-/// A random (version 4) UUID string, the client id in holder ids, as Redisson makes them.
-inline std::string random_uuid() {
+RLOCK_DECL std::string random_uuid() {
     unsigned char b[16];
     random_bytes(b, sizeof b);
     b[6] = static_cast<unsigned char>((b[6] & 0x0F) | 0x40);
@@ -133,25 +173,16 @@ inline std::string random_uuid() {
     return out;
 }
 
-/// Threads and rlock::owner objects are numbered from one counter, so that an owner never
-/// shares a number (a registry key, a Redisson holder id "<client id>:<number>") with a thread.
-inline std::uint64_t next_owner_number() noexcept {
+RLOCK_DECL std::uint64_t next_owner_number() noexcept {
     static std::atomic<std::uint64_t> next{1};
     return next.fetch_add(1, std::memory_order_relaxed);
 }
 
-/// A number unique to the calling thread within this process, never reused: the threadId part
-/// of a holder id. A thread that ends cannot pass its holds on to a thread that starts later.
-inline std::uint64_t current_thread_number() noexcept {
-    thread_local const std::uint64_t mine = next_owner_number();
-    return mine;
-}
-
-/// How messages name the owner numbered `n`: the calling thread, or the rlock::owner whose
-/// number() it is.
-inline std::string owner_name(std::uint64_t n) {
+RLOCK_DECL std::string owner_name(std::uint64_t n) {
     if (n == current_thread_number()) return "this thread";
     return "rlock::owner " + std::to_string(n) + " (owner::number())";
 }
 
 }  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

@@ -6,9 +6,21 @@
 #include <string>
 #include <string_view>
 
+#include "rlock/config.hpp"
+
 namespace rlock::detail {
 
-inline std::string sha1_hex(std::string_view data) {
+RLOCK_DECL std::string sha1_hex(std::string_view data);
+
+}  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL std::string sha1_hex(std::string_view data) {
     std::uint32_t h[5] = {0x67452301u, 0xEFCDAB89u, 0x98BADCFEu, 0x10325476u, 0xC3D2E1F0u};
     auto rol = [](std::uint32_t x, int n) { return (x << n) | (x >> (32 - n)); };
     std::string msg(data);
@@ -51,3 +63,5 @@ inline std::string sha1_hex(std::string_view data) {
 }
 
 }  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

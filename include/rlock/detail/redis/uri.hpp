@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {
@@ -23,11 +24,31 @@ struct uri_parts {
 };
 
 // The password may sit in the URI: errors name the problem, never echo the URI itself.
-[[noreturn]] inline void bad_uri(std::string_view /*uri*/, std::string_view why) {
+[[noreturn]] RLOCK_DECL void bad_uri(std::string_view /*uri*/, std::string_view why);
+
+RLOCK_DECL int parse_uint(std::string_view uri, std::string_view text, int max, const char* what);
+
+RLOCK_DECL std::string percent_decode(std::string_view uri, std::string_view text);
+
+/// `host[:port]` or `[ipv6][:port]`, with `default_port` when the port is left out.
+RLOCK_DECL std::pair<std::string, int> parse_host_port(std::string_view uri, std::string_view text,
+                                                   int default_port);
+
+RLOCK_DECL uri_parts parse_uri(std::string_view uri);
+
+}  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL void bad_uri(std::string_view, std::string_view why) {
     throw error(errc::invalid_argument, "", "", std::string("bad Redis URI: ").append(why));
 }
 
-inline int parse_uint(std::string_view uri, std::string_view text, int max, const char* what) {
+RLOCK_DECL int parse_uint(std::string_view uri, std::string_view text, int max, const char* what) {
     if (text.empty() || text.size() > 9) bad_uri(uri, std::string(what) + " is not a number");
     int value = 0;
     for (char ch : text) {
@@ -40,7 +61,7 @@ inline int parse_uint(std::string_view uri, std::string_view text, int max, cons
     return value;
 }
 
-inline std::string percent_decode(std::string_view uri, std::string_view text) {
+RLOCK_DECL std::string percent_decode(std::string_view uri, std::string_view text) {
     std::string out;
     out.reserve(text.size());
     for (std::size_t i = 0; i < text.size(); ++i) {
@@ -61,9 +82,8 @@ inline std::string percent_decode(std::string_view uri, std::string_view text) {
     return out;
 }
 
-/// `host[:port]` or `[ipv6][:port]`, with `default_port` when the port is left out.
-inline std::pair<std::string, int> parse_host_port(std::string_view uri, std::string_view text,
-                                                   int default_port) {
+RLOCK_DECL std::pair<std::string, int> parse_host_port(std::string_view uri, std::string_view text,
+                                                       int default_port) {
     std::pair<std::string, int> out{std::string(), default_port};
     std::string_view port_text;
     if (!text.empty() && text.front() == '[') {
@@ -92,7 +112,7 @@ inline std::pair<std::string, int> parse_host_port(std::string_view uri, std::st
     return out;
 }
 
-inline uri_parts parse_uri(std::string_view uri) {
+RLOCK_DECL uri_parts parse_uri(std::string_view uri) {
     uri_parts out;
     constexpr std::string_view tcp = "redis://", unix_scheme = "unix://";
     if (uri.substr(0, unix_scheme.size()) == unix_scheme) {
@@ -117,7 +137,8 @@ inline uri_parts parse_uri(std::string_view uri) {
         }
         return out;
     }
-    constexpr std::string_view sentinel_scheme = "redis-sentinel://", cluster_scheme = "redis-cluster://";
+    constexpr std::string_view sentinel_scheme = "redis-sentinel://",
+                               cluster_scheme = "redis-cluster://";
     const bool sentinel = uri.substr(0, sentinel_scheme.size()) == sentinel_scheme;
     out.cluster = uri.substr(0, cluster_scheme.size()) == cluster_scheme;
     if (uri.substr(0, 9) == "rediss://" || uri.substr(0, 18) == "rediss-sentinel://" ||
@@ -138,7 +159,7 @@ inline uri_parts parse_uri(std::string_view uri) {
                                  : "query parameters (?...) are not supported: give the "
                                    "database as a path, redis://host:port/2");
     }
-    std::string_view rest = uri.substr(sentinel ? sentinel_scheme.size()
+    std::string_view rest = uri.substr(sentinel      ? sentinel_scheme.size()
                                        : out.cluster ? cluster_scheme.size()
                                                      : tcp.size());
     std::string_view path;
@@ -195,3 +216,5 @@ inline uri_parts parse_uri(std::string_view uri) {
 }
 
 }  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

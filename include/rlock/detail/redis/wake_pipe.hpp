@@ -12,6 +12,7 @@
 #include <string_view>
 #include <thread>
 
+#include "rlock/config.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {
@@ -19,15 +20,7 @@ namespace rlock::detail {
 class wake_pipe {
 public:
     /// `server` names the client's server in the error thrown when no pipe can be made.
-    explicit wake_pipe(std::string_view server) {
-        if (::pipe(fds_) != 0) {
-            throw error(errc::connection_failed, "", server, "cannot create the wake-up pipe");
-        }
-        for (int fd : fds_) {
-            ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-            ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-        }
-    }
+    explicit wake_pipe(std::string_view server);
     wake_pipe(const wake_pipe&) = delete;
     wake_pipe& operator=(const wake_pipe&) = delete;
     ~wake_pipe() {
@@ -38,28 +31,14 @@ public:
     /// The end to poll for POLLIN.
     int fd() const noexcept { return fds_[0]; }
 
-    void poke() noexcept {
-        const char b = 1;
-        [[maybe_unused]] ssize_t n = ::write(fds_[1], &b, 1);  // full pipe: already poked
-    }
+    void poke() noexcept;
 
     /// Waits, with no timeout, until `fd` is readable (`readable`) or the pipe is poked
     /// (`poked`). False when poll() failed; true with neither set after a signal (EINTR).
-    bool wait_with(int fd, bool& readable, bool& poked) const noexcept {
-        pollfd p[2] = {{fd, POLLIN, 0}, {fds_[0], POLLIN, 0}};
-        readable = poked = false;
-        if (::poll(p, 2, -1) < 0) return errno == EINTR;
-        readable = p[0].revents != 0;
-        poked = p[1].revents != 0;
-        return true;
-    }
+    bool wait_with(int fd, bool& readable, bool& poked) const noexcept;
 
     /// Empties the pipe after poll() said it was poked.
-    void drain() noexcept {
-        char buf[64];
-        while (::read(fds_[0], buf, sizeof buf) > 0) {
-        }
-    }
+    void drain() noexcept;
 
 private:
     int fds_[2] = {-1, -1};
@@ -82,3 +61,43 @@ void stop_polling_thread(std::mutex& mu, bool& stopping, wake_pipe& wake, std::t
 }
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL wake_pipe::wake_pipe(std::string_view server) {
+    if (::pipe(fds_) != 0) {
+        throw error(errc::connection_failed, "", server, "cannot create the wake-up pipe");
+    }
+    for (int fd : fds_) {
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+        ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+}
+
+RLOCK_DECL void wake_pipe::poke() noexcept {
+    const char b = 1;
+    [[maybe_unused]] ssize_t n = ::write(fds_[1], &b, 1);  // full pipe: already poked
+}
+
+RLOCK_DECL bool wake_pipe::wait_with(int fd, bool& readable, bool& poked) const noexcept {
+    pollfd p[2] = {{fd, POLLIN, 0}, {fds_[0], POLLIN, 0}};
+    readable = poked = false;
+    if (::poll(p, 2, -1) < 0) return errno == EINTR;
+    readable = p[0].revents != 0;
+    poked = p[1].revents != 0;
+    return true;
+}
+
+RLOCK_DECL void wake_pipe::drain() noexcept {
+    char buf[64];
+    while (::read(fds_[0], buf, sizeof buf) > 0) {
+    }
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/redis/connect.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
@@ -43,52 +44,9 @@ class client;
 namespace detail {
 
 /// The local hand-off's bound (local_gate.hpp) as the client's options set it.
-inline handoff_bound handoff_bound_of(const client_options& o) noexcept {
-    return {o.local_handoff_passes, std::chrono::duration_cast<std::chrono::microseconds>(o.local_handoff_time)};
-}
+RLOCK_DECL handoff_bound handoff_bound_of(const client_options& o) noexcept;
 
-inline client_options validated(client_options o) {
-    auto bad = [](const std::string& why) { throw error(errc::invalid_argument, "", "", why); };
-    auto check_address = [&](const server_address& s, const char* what) {
-        if (s.host.empty()) bad(std::string("client_options: a ") + what + "'s host is empty");
-        if (s.port <= 0 || s.port > 65535) {
-            bad(std::string("client_options: ") + what + " port " + std::to_string(s.port) +
-                " is out of range");
-        }
-    };
-    if (!o.cluster && !o.cluster_nodes.empty()) bad("client_options: cluster_nodes without cluster");
-    if (o.cluster) {
-        if (!o.sentinels.empty()) bad("client_options: cluster and sentinels exclude each other");
-        if (!o.unix_socket.empty()) bad("client_options: a cluster is reached over TCP, not unix_socket");
-        if (o.db != 0) bad("client_options: Redis Cluster has only db 0");
-        if (o.cluster_nodes.empty()) check_address({o.host, o.port}, "cluster node");
-        for (const server_address& s : o.cluster_nodes) check_address(s, "cluster node");
-    } else if (!o.sentinels.empty()) {
-        if (o.sentinel_master.empty()) bad("client_options: sentinel_master is empty");
-        for (const server_address& s : o.sentinels) check_address(s, "sentinel");
-    } else {
-        if (!o.sentinel_master.empty()) bad("client_options: sentinel_master without sentinels");
-        if (o.unix_socket.empty() && o.host.empty()) bad("client_options: host is empty");
-        if (o.unix_socket.empty() && (o.port <= 0 || o.port > 65535)) {
-            bad("client_options: port " + std::to_string(o.port) + " is out of range");
-        }
-    }
-    if (o.db < 0) bad("client_options: db must not be negative");
-    if (o.connect_timeout.count() <= 0) bad("client_options: connect_timeout must be positive");
-    if (o.command_timeout.count() <= 0) bad("client_options: command_timeout must be positive");
-    if (o.pool_size == 0) bad("client_options: pool_size must be at least 1");
-    if (o.sync_replicas < 0) bad("client_options: sync_replicas must not be negative");
-    if (o.sync_replicas > 0 &&
-        (o.sync_timeout.count() <= 0 || o.sync_timeout >= o.command_timeout)) {
-        bad("client_options: sync_timeout must be positive and shorter than command_timeout");
-    }
-    if (o.lock_watchdog_timeout < std::chrono::milliseconds(30)) {
-        bad("client_options: lock_watchdog_timeout must be at least 30ms");
-    }
-    // With a listener, every report to on_lock_lost is an event too (event_sink::telling).
-    o.on_lock_lost = event_sink::telling(std::move(o.on_lock_lost), o.listener);
-    return o;
-}
+RLOCK_DECL client_options validated(client_options o);
 
 /// What one client has seen of the races for a lock (race_pacing, wait_pacing.hpp; names
 /// share these by hash).
@@ -108,53 +66,13 @@ class client_core : public std::enable_shared_from_this<client_core> {
 public:
     using clock = std::chrono::steady_clock;
 
-    explicit client_core(client_options o)
-        : ep(validated(std::move(o))),
-          id(random_uuid()),
-          events(ep.options.listener),
-          pool(ep),
-          reg(ep.options.on_lock_lost),
-          gates(handoff_bound_of(ep.options)),
-          permit_gates(handoff_bound_of(ep.options)),
-          watchdog_(ep, pool, reg, ep.options.loss_tracking ? &route_ : nullptr) {
-        pool.on_broken = [this] { verify_holds_soon(); };
-        // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
-        pool.run("", on_break::retry, [&](const connection& c) { return run_command(c, {"PING"}, "", ep.name); });
-        if (ep.slots) {
-            switch (ep.options.cluster_pubsub) {
-                case client_options::pubsub::automatic: detect_sharded_pubsub(); break;
-                case client_options::pubsub::sharded: ep.sharded_pubsub = true; break;
-                case client_options::pubsub::classic: ep.sharded_pubsub = false; break;
-            }
-        }
-        sub = std::make_unique<subscriber>(
-            ep, [this] { verify_holds_soon(); }, ep.options.loss_tracking ? &route_ : nullptr,
-            [this](const std::vector<std::string>& keys, bool flushed) { watchdog_.suspect(keys, flushed); });
-        warn_if_evicting();
-        if (!ep.options.sentinels.empty()) {
-            sentinel = std::make_unique<sentinel_watch>(ep, [this] {
-                pool.drop_idle();
-                sub->master_switched();
-            });
-        }
-    }
+    explicit client_core(client_options o);
 
     /// Redis Cluster: sharded pub/sub where a node answers PUBSUB SHARDNUMSUB without an error
     /// (Redis 7+), as Redisson's shardedSubscriptionMode AUTO decides; classic pub/sub where it
     /// refuses. Sharded and classic channels are separate namespaces: both libraries must
     /// choose alike for either's unlock to wake the other's waiters.
-    void detect_sharded_pubsub() {
-        try {
-            pool.run("", on_break::retry, [&](const connection& c) {
-                return run_command(c, {"PUBSUB", "SHARDNUMSUB"}, "", ep.name);
-            });
-            ep.sharded_pubsub = true;
-        } catch (const error& e) {
-            // An error reply (unknown subcommand, an ACL's NOPERM): classic. No answer at all
-            // is the client's failure to start, as for the PING before.
-            if (is_ambiguous(e)) throw;
-        }
-    }
+    void detect_sharded_pubsub();
 
     void start() { watchdog_.start(shared_from_this()); }
 
@@ -162,45 +80,16 @@ public:
     /// memory pressure: any maxmemory-policy but noeviction (a volatile-* policy picks among
     /// keys with a TTL, which every lock key has). A lock that can be evicted is not a lock.
     /// Nothing is told when the server will not say (an ACL without CONFIG, a managed Redis).
-    void warn_if_evicting() {
-        if (!events.on()) return;
-        try {
-            const std::string policy = pool.run("", on_break::retry, [&](const connection& c) {
-                reply_ptr r = command(c, {"CONFIG", "GET", "maxmemory-policy"});
-                if (!r) throw make_error(c, nullptr, "", ep.name);
-                if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) return std::string();
-                return std::string(reply_text(r->element[1]));
-            });
-            if (!policy.empty() && policy != "noeviction") {
-                events.notice(ep.name, "the server's maxmemory-policy is " + policy +
-                                           ": under memory pressure it may evict lock keys, and a lock "
-                                           "whose key is evicted is free for another holder (set "
-                                           "noeviction; docs/guarantees.md)");
-            }
-        } catch (const error&) {  // not told: the client works as well without it
-        }
-    }
+    void warn_if_evicting();
 
     /// Stops the threads: the watchdog is asked first, so that its last tick ends while the
     /// sentinel watch stops; the subscriber, which calls into the watchdog, goes last.
-    void stop() {
-        // First: its pending operations complete (with an error) while everything they use
-        // still runs.
-        eng.stop();
-        gates.stop();  // threads waiting for a local hand-off throw connection_failed
-        permit_gates.stop();
-        watchdog_.request_stop();
-        if (sentinel) sentinel->stop();
-        watchdog_.stop();
-        sub->stop();
-    }
+    void stop();
 
     /// Throws `error` (connection_failed, naming `lock`, this server and `what`) once the
     /// rlock::client that owned this core is destroyed: nothing would renew or release a hold
     /// taken through it, and a waiter must stop waiting.
-    void throw_if_destroyed(std::string_view lock, const char* what) const {
-        if (sub->stopped()) throw error(errc::connection_failed, lock, ep.name, what);
-    }
+    void throw_if_destroyed(std::string_view lock, const char* what) const;
 
     /// Asks the watchdog for a tick now rather than at its next period: a connection broke, and
     /// the server may have come back without the holds (a restart without persistence, a
@@ -214,18 +103,7 @@ public:
     /// unlocked. The watchdog stops renewing them (each ends with its lease) and the owner is
     /// told of each watched one. They are not deleted: the thread may have left the data they
     /// guard half-written, and the lease is what a crashed process would leave too.
-    void thread_exited(std::uint64_t thread) noexcept {
-        // A hold taken through a gate frees it as its record goes (gate_place): the next local
-        // waiter waits at Redis for the lease to run out.
-        try {
-            for (const registry::hold_ptr& h : reg.take_thread(thread)) {
-                reg.tell_hold(*h, error(errc::lock_lost, h->name, ep.name,
-                                        "the thread that held it exited without unlocking; it is "
-                                        "no longer renewed and expires after its lease"));
-            }
-        } catch (...) {
-        }
-    }
+    void thread_exited(std::uint64_t thread) noexcept;
 
     /// Replica sync: `WAIT sync_replicas sync_timeout` on `c`, the connection that just wrote;
     /// returns how many replicas acknowledged. Throws as any command does.
@@ -258,9 +136,7 @@ public:
     /// What this client's waiters for `lock` have seen of the races for it (race_pacing,
     /// wait_pacing.hpp). Names share 64 records by hash: a shared one only makes a waiter
     /// yield when it need not.
-    race_record& races(std::string_view lock) {
-        return races_[std::hash<std::string_view>{}(lock) % races_.size()];
-    }
+    race_record& races(std::string_view lock);
     /// A release of `lock` by this client whose unlock message reached subscribers (other
     /// clients' waiters, or this one's) opens a short courtesy: until it ends, a new acquire of
     /// the lock on this client holds back its first attempt (courtesy_left), so that a thread
@@ -268,16 +144,8 @@ public:
     /// message has just woken (docs/benchmarks.md, "loops that come back at once"). A woken
     /// waiter takes the lock within a hand-over (about 0.2 ms here); when none does, the lock
     /// stays free for at most the courtesy. Names share 64 slots by hash, as races() does.
-    void note_woken(std::string_view lock) noexcept {
-        courtesy_slot(lock).store((clock::now() + release_courtesy).time_since_epoch().count(),
-                                  std::memory_order_relaxed);
-    }
-    std::chrono::microseconds courtesy_left(std::string_view lock) const noexcept {
-        const clock::time_point until{clock::duration(courtesy_slot(lock).load(std::memory_order_relaxed))};
-        const auto now = clock::now();
-        if (until <= now) return std::chrono::microseconds(0);
-        return std::chrono::duration_cast<std::chrono::microseconds>(until - now);
-    }
+    void note_woken(std::string_view lock) noexcept;
+    std::chrono::microseconds courtesy_left(std::string_view lock) const noexcept;
     static constexpr std::chrono::microseconds release_courtesy{1000};
 
     detail::pool pool;
@@ -294,9 +162,7 @@ public:
 
 private:
     std::array<race_record, 64> races_{};
-    std::atomic<clock::rep>& courtesy_slot(std::string_view lock) const noexcept {
-        return courtesy_until_[std::hash<std::string_view>{}(lock) % courtesy_until_.size()];
-    }
+    std::atomic<clock::rep>& courtesy_slot(std::string_view lock) const noexcept;
     mutable std::array<std::atomic<clock::rep>, 64> courtesy_until_{};  // steady_clock ticks
     // Where the server's invalidations go (loss_watch.hpp): shared by the subscriber, which
     // listens for them, and the watchdog, whose connection is tracked.
@@ -323,72 +189,22 @@ public:
 class thread_exit_watch {
 public:
     /// Remembers `core` for the calling thread (once).
-    static void enlist(client_core& core) {
-        thread_local thread_exit_watch watch;
-        for (auto& [raw, weak] : watch.cores_) {
-            if (raw == &core && !weak.expired()) return;
-        }
-        // Forget clients that are gone (an address may be reused by a new one).
-        watch.cores_.erase(std::remove_if(watch.cores_.begin(), watch.cores_.end(),
-                                          [](const auto& c) { return c.second.expired(); }),
-                           watch.cores_.end());
-        watch.cores_.emplace_back(&core, core.weak_from_this());
-    }
+    static void enlist(client_core& core);
 
     thread_exit_watch() = default;
     thread_exit_watch(const thread_exit_watch&) = delete;
     thread_exit_watch& operator=(const thread_exit_watch&) = delete;
-    ~thread_exit_watch() {
-        const std::uint64_t me = current_thread_number();
-        for (auto& entry : cores_) {
-            if (std::shared_ptr<client_core> core = entry.second.lock()) core->thread_exited(me);
-        }
-    }
+    ~thread_exit_watch();
 
 private:
     std::vector<std::pair<const client_core*, std::weak_ptr<client_core>>> cores_;
 };
 
 /// A hold record as add_hold and add_handle_hold make it, not yet in the registry.
-inline registry::hold_ptr make_hold(const kind_info& kind, std::string name, std::string value,
-                                    std::uint64_t thread, const hold_terms& terms) {
-    auto h = std::make_shared<hold>();
-    h->kind = &kind;
-    h->name = std::move(name);
-    h->value = std::move(value);
-    h->thread = thread;
-    h->lease = terms.lease;
-    h->watched = terms.renewal == renewal::watched;
-    h->expires = terms.sent + terms.lease;
-    return h;
-}
+RLOCK_DECL registry::hold_ptr make_hold(const kind_info& kind, std::string name, std::string value,
+                                    std::uint64_t thread, const hold_terms& terms);
 
-inline registry::hold_ptr client_core::add_hold(const kind_info& kind, std::string name,
-                                                std::string value, std::uint64_t thread,
-                                                const hold_terms& terms, std::uint64_t fencing,
-                                                std::shared_ptr<hold_group> group,
-                                                std::shared_ptr<local_gate> gate,
-                                                std::shared_ptr<hold> handed_from) {
-    registry::hold_ptr h = make_hold(kind, std::move(name), std::move(value), thread, terms);
-    h->fencing = fencing;
-    h->group = std::move(group);
-    h->gate = gate_place(std::move(gate));
-    h->handed_from = std::move(handed_from);
-    h->taken = events.stamp();
-    reg.add(h);
-    if (h->watched) thread_exit_watch::enlist(*this);
-    return h;
-}
 
-inline registry::hold_ptr client_core::add_handle_hold(const kind_info& kind, std::string name,
-                                                       std::string key, std::string value,
-                                                       const hold_terms& terms) {
-    registry::hold_ptr h = make_hold(kind, std::move(name), std::move(value), 0, terms);
-    h->key = std::move(key);
-    h->taken = events.stamp();
-    reg.add(h);
-    return h;
-}
 
 /// How rlock's own types reach a client's core (rlock::client keeps it private). A template,
 /// so that detail headers need only a declaration of rlock::client.
@@ -404,7 +220,252 @@ struct client_access {
 /// failover could kill the service that held a lock. So when SIGPIPE is still at its default,
 /// a client sets it to ignored (as gRPC does); the write then fails with EPIPE, which rlock
 /// handles like any broken connection. A handler or disposition the program set is left alone.
-inline void ignore_default_sigpipe() noexcept {
+RLOCK_DECL void ignore_default_sigpipe() noexcept;
+
+}  // namespace detail
+
+}  // namespace rlock
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL handoff_bound handoff_bound_of(const client_options& o) noexcept {
+    return {o.local_handoff_passes,
+            std::chrono::duration_cast<std::chrono::microseconds>(o.local_handoff_time)};
+}
+
+RLOCK_DECL client_options validated(client_options o) {
+    auto bad = [](const std::string& why) { throw error(errc::invalid_argument, "", "", why); };
+    auto check_address = [&](const server_address& s, const char* what) {
+        if (s.host.empty()) bad(std::string("client_options: a ") + what + "'s host is empty");
+        if (s.port <= 0 || s.port > 65535) {
+            bad(std::string("client_options: ") + what + " port " + std::to_string(s.port) +
+                " is out of range");
+        }
+    };
+    if (!o.cluster && !o.cluster_nodes.empty())
+        bad("client_options: cluster_nodes without cluster");
+    if (o.cluster) {
+        if (!o.sentinels.empty()) bad("client_options: cluster and sentinels exclude each other");
+        if (!o.unix_socket.empty())
+            bad("client_options: a cluster is reached over TCP, not unix_socket");
+        if (o.db != 0) bad("client_options: Redis Cluster has only db 0");
+        if (o.cluster_nodes.empty()) check_address({o.host, o.port}, "cluster node");
+        for (const server_address& s : o.cluster_nodes) check_address(s, "cluster node");
+    } else if (!o.sentinels.empty()) {
+        if (o.sentinel_master.empty()) bad("client_options: sentinel_master is empty");
+        for (const server_address& s : o.sentinels) check_address(s, "sentinel");
+    } else {
+        if (!o.sentinel_master.empty()) bad("client_options: sentinel_master without sentinels");
+        if (o.unix_socket.empty() && o.host.empty()) bad("client_options: host is empty");
+        if (o.unix_socket.empty() && (o.port <= 0 || o.port > 65535)) {
+            bad("client_options: port " + std::to_string(o.port) + " is out of range");
+        }
+    }
+    if (o.db < 0) bad("client_options: db must not be negative");
+    if (o.connect_timeout.count() <= 0) bad("client_options: connect_timeout must be positive");
+    if (o.command_timeout.count() <= 0) bad("client_options: command_timeout must be positive");
+    if (o.pool_size == 0) bad("client_options: pool_size must be at least 1");
+    if (o.sync_replicas < 0) bad("client_options: sync_replicas must not be negative");
+    if (o.sync_replicas > 0 &&
+        (o.sync_timeout.count() <= 0 || o.sync_timeout >= o.command_timeout)) {
+        bad("client_options: sync_timeout must be positive and shorter than command_timeout");
+    }
+    if (o.lock_watchdog_timeout < std::chrono::milliseconds(30)) {
+        bad("client_options: lock_watchdog_timeout must be at least 30ms");
+    }
+    // With a listener, every report to on_lock_lost is an event too (event_sink::telling).
+    o.on_lock_lost = event_sink::telling(std::move(o.on_lock_lost), o.listener);
+    return o;
+}
+
+RLOCK_DECL client_core::client_core(client_options o)
+    : ep(validated(std::move(o))),
+      id(random_uuid()),
+      events(ep.options.listener),
+      pool(ep),
+      reg(ep.options.on_lock_lost),
+      gates(handoff_bound_of(ep.options)),
+      permit_gates(handoff_bound_of(ep.options)),
+      watchdog_(ep, pool, reg, ep.options.loss_tracking ? &route_ : nullptr) {
+    pool.on_broken = [this] { verify_holds_soon(); };
+    // Fail fast: unreachable server, wrong or missing password (NOAUTH), bad db.
+    pool.run("", on_break::retry,
+             [&](const connection& c) { return run_command(c, {"PING"}, "", ep.name); });
+    if (ep.slots) {
+        switch (ep.options.cluster_pubsub) {
+            case client_options::pubsub::automatic:
+                detect_sharded_pubsub();
+                break;
+            case client_options::pubsub::sharded:
+                ep.sharded_pubsub = true;
+                break;
+            case client_options::pubsub::classic:
+                ep.sharded_pubsub = false;
+                break;
+        }
+    }
+    sub = std::make_unique<subscriber>(
+        ep, [this] { verify_holds_soon(); }, ep.options.loss_tracking ? &route_ : nullptr,
+        [this](const std::vector<std::string>& keys, bool flushed) {
+            watchdog_.suspect(keys, flushed);
+        });
+    warn_if_evicting();
+    if (!ep.options.sentinels.empty()) {
+        sentinel = std::make_unique<sentinel_watch>(ep, [this] {
+            pool.drop_idle();
+            sub->master_switched();
+        });
+    }
+}
+
+RLOCK_DECL void client_core::detect_sharded_pubsub() {
+    try {
+        pool.run("", on_break::retry, [&](const connection& c) {
+            return run_command(c, {"PUBSUB", "SHARDNUMSUB"}, "", ep.name);
+        });
+        ep.sharded_pubsub = true;
+    } catch (const error& e) {
+        // An error reply (unknown subcommand, an ACL's NOPERM): classic. No answer at all
+        // is the client's failure to start, as for the PING before.
+        if (is_ambiguous(e)) throw;
+    }
+}
+
+RLOCK_DECL void client_core::warn_if_evicting() {
+    if (!events.on()) return;
+    try {
+        const std::string policy = pool.run("", on_break::retry, [&](const connection& c) {
+            reply_ptr r = command(c, {"CONFIG", "GET", "maxmemory-policy"});
+            if (!r) throw make_error(c, nullptr, "", ep.name);
+            if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) return std::string();
+            return std::string(reply_text(r->element[1]));
+        });
+        if (!policy.empty() && policy != "noeviction") {
+            events.notice(ep.name, "the server's maxmemory-policy is " + policy +
+                                       ": under memory pressure it may evict lock keys, and a lock "
+                                       "whose key is evicted is free for another holder (set "
+                                       "noeviction; docs/guarantees.md)");
+        }
+    } catch (const error&) {  // not told: the client works as well without it
+    }
+}
+
+RLOCK_DECL void client_core::stop() {
+    // First: its pending operations complete (with an error) while everything they use
+    // still runs.
+    eng.stop();
+    gates.stop();  // threads waiting for a local hand-off throw connection_failed
+    permit_gates.stop();
+    watchdog_.request_stop();
+    if (sentinel) sentinel->stop();
+    watchdog_.stop();
+    sub->stop();
+}
+
+RLOCK_DECL void client_core::throw_if_destroyed(std::string_view lock, const char* what) const {
+    if (sub->stopped()) throw error(errc::connection_failed, lock, ep.name, what);
+}
+
+RLOCK_DECL void client_core::thread_exited(std::uint64_t thread) noexcept {
+    // A hold taken through a gate frees it as its record goes (gate_place): the next local
+    // waiter waits at Redis for the lease to run out.
+    try {
+        for (const registry::hold_ptr& h : reg.take_thread(thread)) {
+            reg.tell_hold(*h, error(errc::lock_lost, h->name, ep.name,
+                                    "the thread that held it exited without unlocking; it is "
+                                    "no longer renewed and expires after its lease"));
+        }
+    } catch (...) {
+    }
+}
+
+RLOCK_DECL race_record& client_core::races(std::string_view lock) {
+    return races_[std::hash<std::string_view>{}(lock) % races_.size()];
+}
+
+RLOCK_DECL void client_core::note_woken(std::string_view lock) noexcept {
+    courtesy_slot(lock).store((clock::now() + release_courtesy).time_since_epoch().count(),
+                              std::memory_order_relaxed);
+}
+
+RLOCK_DECL std::chrono::microseconds client_core::courtesy_left(
+    std::string_view lock) const noexcept {
+    const clock::time_point until{
+        clock::duration(courtesy_slot(lock).load(std::memory_order_relaxed))};
+    const auto now = clock::now();
+    if (until <= now) return std::chrono::microseconds(0);
+    return std::chrono::duration_cast<std::chrono::microseconds>(until - now);
+}
+
+RLOCK_DECL auto client_core::courtesy_slot(std::string_view lock) const noexcept
+    -> std::atomic<clock::rep>& {
+    return courtesy_until_[std::hash<std::string_view>{}(lock) % courtesy_until_.size()];
+}
+
+RLOCK_DECL void thread_exit_watch::enlist(client_core& core) {
+    thread_local thread_exit_watch watch;
+    for (auto& [raw, weak] : watch.cores_) {
+        if (raw == &core && !weak.expired()) return;
+    }
+    // Forget clients that are gone (an address may be reused by a new one).
+    watch.cores_.erase(std::remove_if(watch.cores_.begin(), watch.cores_.end(),
+                                      [](const auto& c) { return c.second.expired(); }),
+                       watch.cores_.end());
+    watch.cores_.emplace_back(&core, core.weak_from_this());
+}
+
+RLOCK_DECL thread_exit_watch::~thread_exit_watch() {
+    const std::uint64_t me = current_thread_number();
+    for (auto& entry : cores_) {
+        if (std::shared_ptr<client_core> core = entry.second.lock()) core->thread_exited(me);
+    }
+}
+
+RLOCK_DECL registry::hold_ptr make_hold(const kind_info& kind, std::string name, std::string value,
+                                        std::uint64_t thread, const hold_terms& terms) {
+    auto h = std::make_shared<hold>();
+    h->kind = &kind;
+    h->name = std::move(name);
+    h->value = std::move(value);
+    h->thread = thread;
+    h->lease = terms.lease;
+    h->watched = terms.renewal == renewal::watched;
+    h->expires = terms.sent + terms.lease;
+    return h;
+}
+
+RLOCK_DECL registry::hold_ptr client_core::add_hold(const kind_info& kind, std::string name,
+                                                    std::string value, std::uint64_t thread,
+                                                    const hold_terms& terms, std::uint64_t fencing,
+                                                    std::shared_ptr<hold_group> group,
+                                                    std::shared_ptr<local_gate> gate,
+                                                    std::shared_ptr<hold> handed_from) {
+    registry::hold_ptr h = make_hold(kind, std::move(name), std::move(value), thread, terms);
+    h->fencing = fencing;
+    h->group = std::move(group);
+    h->gate = gate_place(std::move(gate));
+    h->handed_from = std::move(handed_from);
+    h->taken = events.stamp();
+    reg.add(h);
+    if (h->watched) thread_exit_watch::enlist(*this);
+    return h;
+}
+
+RLOCK_DECL registry::hold_ptr client_core::add_handle_hold(const kind_info& kind, std::string name,
+                                                           std::string key, std::string value,
+                                                           const hold_terms& terms) {
+    registry::hold_ptr h = make_hold(kind, std::move(name), std::move(value), 0, terms);
+    h->key = std::move(key);
+    h->taken = events.stamp();
+    reg.add(h);
+    return h;
+}
+
+RLOCK_DECL void ignore_default_sigpipe() noexcept {
     struct sigaction current {};
     if (::sigaction(SIGPIPE, nullptr, &current) != 0) return;
     if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) return;
@@ -414,6 +475,6 @@ inline void ignore_default_sigpipe() noexcept {
     ::sigaction(SIGPIPE, &ignore, nullptr);
 }
 
-}  // namespace detail
+}  // namespace rlock::detail
 
-}  // namespace rlock
+#endif  // RLOCK_DEFINE_RUNTIME

@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/config.hpp"
+
 namespace rlock::detail {
 
 /// A move-only callable `void(Args...)`, called at most once: what a completion handler is
@@ -68,27 +70,11 @@ public:
 
     /// What the thread keeps alive while it runs (the client's core), and what it runs once,
     /// on itself, when it stops: the owner completes every pending operation there.
-    void set_owner(std::weak_ptr<const void> owner, std::function<void()> on_stop) {
-        std::lock_guard<std::mutex> g(mu_);
-        owner_ = std::move(owner);
-        on_stop_ = std::move(on_stop);
-    }
+    void set_owner(std::weak_ptr<const void> owner, std::function<void()> on_stop);
 
     /// Runs `t` on the engine's thread after every task posted before it, starting the thread
     /// if needed. False, with `t` not run, once stop() has begun.
-    bool post(task t) {
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            if (stopping_) return false;
-            if (!thread_.joinable()) {
-                std::shared_ptr<const void> keep = owner_.lock();
-                thread_ = std::thread([this, keep = std::move(keep)] { loop(); });
-            }
-            inbox_.push_back(std::move(t));
-        }
-        cv_.notify_one();
-        return true;
-    }
+    bool post(task t);
 
     /// True on the engine's own thread (inside a task or a completion handler it runs).
     bool on_own_thread() const noexcept { return running_ == this; }
@@ -96,19 +82,9 @@ public:
     // ---- on the engine's thread only ----
 
     /// Runs `t` at `when` (on this thread); cancel(id) forgets it.
-    timer_id at(clock::time_point when, task t) {
-        const timer_id id = ++last_timer_;
-        timers_.emplace(std::make_pair(when, id), std::move(t));
-        timer_at_.emplace(id, when);
-        return id;
-    }
+    timer_id at(clock::time_point when, task t);
     /// Forgets a timer that has not run (0, or one that ran, is ignored).
-    void cancel(timer_id id) {
-        auto it = timer_at_.find(id);
-        if (it == timer_at_.end()) return;
-        timers_.erase(std::make_pair(it->second, id));
-        timer_at_.erase(it);
-    }
+    void cancel(timer_id id);
     /// True once the client is being destroyed: a task must complete its operation with an
     /// error rather than start anything.
     bool stopping() const {
@@ -120,25 +96,7 @@ public:
     /// still pending), then the timers still set, then the thread ends. Waits for that, except when called on the engine's
     /// own thread (a handler destroying the client): then it all runs here, now, and the thread
     /// ends when the task that called it returns.
-    void stop() {
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            if (stopping_) return;
-            stopping_ = true;
-        }
-        cv_.notify_all();
-        if (!thread_.joinable()) {
-            std::function<void()> on_stop = take_on_stop();
-            if (on_stop) on_stop();
-            return;
-        }
-        if (thread_.get_id() == std::this_thread::get_id()) {
-            finish();
-            thread_.detach();
-            return;
-        }
-        thread_.join();
-    }
+    void stop();
 
 private:
     std::function<void()> take_on_stop() {
@@ -149,25 +107,7 @@ private:
     // The last work of the thread (or of stop() called on it): the tasks still posted (each
     // sees stopping() and completes with an error) — first what is left of the batch the
     // thread is running, when a task of it destroyed the client — then the owner's on_stop.
-    void finish() {
-        if (finished_) return;
-        finished_ = true;
-        while (next_ < batch_.size()) run(batch_[next_++]);
-        std::vector<task> rest;
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            rest.swap(inbox_);
-        }
-        for (task& t : rest) run(t);
-        std::function<void()> on_stop = take_on_stop();
-        if (on_stop) on_stop();
-        // The timers still set run now, in order: each sees stopping() (an operation waiting to
-        // start completes with its error; the rest find theirs completed).
-        auto timers = std::move(timers_);
-        timers_.clear();
-        timer_at_.clear();
-        for (auto& [when, t] : timers) run(t);
-    }
+    void finish();
 
     static void run(task& t) noexcept {
         try {
@@ -176,40 +116,7 @@ private:
         }
     }
 
-    void loop() {
-        running_ = this;
-        std::unique_lock<std::mutex> g(mu_);
-        for (;;) {
-            auto ready = [&] { return stopping_ || !inbox_.empty(); };
-            if (timers_.empty()) {
-                cv_.wait(g, ready);
-            } else {
-                cv_.wait_until(g, timers_.begin()->first.first, ready);
-            }
-            if (stopping_) break;
-            batch_.swap(inbox_);
-            g.unlock();
-            // A task that destroys the client runs the rest of the batch in finish(), before
-            // the client's destructor returns.
-            for (next_ = 0; next_ < batch_.size();) run(batch_[next_++]);
-            if (finished_) return;
-            batch_.clear();
-            // Each due timer once; one set while these run waits for the next turn.
-            const auto now = clock::now();
-            while (!timers_.empty() && timers_.begin()->first.first <= now) {
-                auto it = timers_.begin();
-                task t = std::move(it->second);
-                timer_at_.erase(it->first.second);
-                timers_.erase(it);
-                run(t);
-                if (finished_) return;  // a handler destroyed the client
-            }
-            if (finished_) return;
-            g.lock();
-        }
-        g.unlock();
-        finish();
-    }
+    void loop();
 
     mutable std::mutex mu_;
     std::condition_variable cv_;
@@ -229,3 +136,122 @@ private:
 };
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL void engine::set_owner(std::weak_ptr<const void> owner, std::function<void()> on_stop) {
+    std::lock_guard<std::mutex> g(mu_);
+    owner_ = std::move(owner);
+    on_stop_ = std::move(on_stop);
+}
+
+RLOCK_DECL bool engine::post(task t) {
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        if (stopping_) return false;
+        if (!thread_.joinable()) {
+            std::shared_ptr<const void> keep = owner_.lock();
+            thread_ = std::thread([this, keep = std::move(keep)] { loop(); });
+        }
+        inbox_.push_back(std::move(t));
+    }
+    cv_.notify_one();
+    return true;
+}
+
+RLOCK_DECL auto engine::at(clock::time_point when, task t) -> timer_id {
+    const timer_id id = ++last_timer_;
+    timers_.emplace(std::make_pair(when, id), std::move(t));
+    timer_at_.emplace(id, when);
+    return id;
+}
+
+RLOCK_DECL void engine::cancel(timer_id id) {
+    auto it = timer_at_.find(id);
+    if (it == timer_at_.end()) return;
+    timers_.erase(std::make_pair(it->second, id));
+    timer_at_.erase(it);
+}
+
+RLOCK_DECL void engine::stop() {
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        if (stopping_) return;
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    if (!thread_.joinable()) {
+        std::function<void()> on_stop = take_on_stop();
+        if (on_stop) on_stop();
+        return;
+    }
+    if (thread_.get_id() == std::this_thread::get_id()) {
+        finish();
+        thread_.detach();
+        return;
+    }
+    thread_.join();
+}
+
+RLOCK_DECL void engine::finish() {
+    if (finished_) return;
+    finished_ = true;
+    while (next_ < batch_.size()) run(batch_[next_++]);
+    std::vector<task> rest;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        rest.swap(inbox_);
+    }
+    for (task& t : rest) run(t);
+    std::function<void()> on_stop = take_on_stop();
+    if (on_stop) on_stop();
+    // The timers still set run now, in order: each sees stopping() (an operation waiting to
+    // start completes with its error; the rest find theirs completed).
+    auto timers = std::move(timers_);
+    timers_.clear();
+    timer_at_.clear();
+    for (auto& [when, t] : timers) run(t);
+}
+
+RLOCK_DECL void engine::loop() {
+    running_ = this;
+    std::unique_lock<std::mutex> g(mu_);
+    for (;;) {
+        auto ready = [&] { return stopping_ || !inbox_.empty(); };
+        if (timers_.empty()) {
+            cv_.wait(g, ready);
+        } else {
+            cv_.wait_until(g, timers_.begin()->first.first, ready);
+        }
+        if (stopping_) break;
+        batch_.swap(inbox_);
+        g.unlock();
+        // A task that destroys the client runs the rest of the batch in finish(), before
+        // the client's destructor returns.
+        for (next_ = 0; next_ < batch_.size();) run(batch_[next_++]);
+        if (finished_) return;
+        batch_.clear();
+        // Each due timer once; one set while these run waits for the next turn.
+        const auto now = clock::now();
+        while (!timers_.empty() && timers_.begin()->first.first <= now) {
+            auto it = timers_.begin();
+            task t = std::move(it->second);
+            timer_at_.erase(it->first.second);
+            timers_.erase(it);
+            run(t);
+            if (finished_) return;  // a handler destroyed the client
+        }
+        if (finished_) return;
+        g.lock();
+    }
+    g.unlock();
+    finish();
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

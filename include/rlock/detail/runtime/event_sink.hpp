@@ -10,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "rlock/config.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/events.hpp"
 #include "rlock/options.hpp"
@@ -36,49 +37,21 @@ public:
     [[nodiscard]] wait_story begin() const noexcept { return wait_story{stamp(), 0}; }
 
     void acquired(std::string_view kind, std::string_view lock, std::uint64_t hold_id, const wait_story& s,
-                  bool handed_locally = false) const noexcept {
-        if (!l_) return;
-        tell([&] { l_->acquired(acquired_event{lock, kind, hold_id, since(s.began), s.tries, handed_locally}); });
-    }
+                  bool handed_locally = false) const noexcept;
     /// `taken`: the hold's stamp when it was acquired (the epoch: not known, told as 0).
     void released(std::string_view kind, std::string_view lock, std::uint64_t hold_id, clock::time_point taken,
-                  bool handed_on = false) const noexcept {
-        if (!l_) return;
-        tell([&] { l_->released(released_event{lock, kind, hold_id, since(taken), handed_on}); });
-    }
-    void renewed(std::string_view server, std::size_t holds, clock::time_point sent) const noexcept {
-        if (!l_) return;
-        tell([&] { l_->renewed(renewed_event{server, holds, since(sent)}); });
-    }
+                  bool handed_on = false) const noexcept;
+    void renewed(std::string_view server, std::size_t holds, clock::time_point sent) const noexcept;
     void wait_ended(std::string_view kind, std::string_view lock, const wait_story& s,
-                    bool cancelled) const noexcept {
-        if (!l_) return;
-        tell([&] { l_->wait_ended(wait_ended_event{lock, kind, since(s.began), s.tries, cancelled}); });
-    }
+                    bool cancelled) const noexcept;
 
-    void notice(std::string_view server, std::string_view message) const noexcept {
-        if (!l_) return;
-        tell([&] { l_->notice(notice_event{server, message}); });
-    }
+    void notice(std::string_view server, std::string_view message) const noexcept;
 
     /// The client's on_lock_lost as the core calls it: with a listener, each report is first
     /// told as an event (a refused renewal as renewal_refused, any other as lost), then to
     /// `handler`. Every report the core makes goes through on_lock_lost, so this is the one
     /// place losses become events.
-    static lock_lost_handler telling(lock_lost_handler handler, std::shared_ptr<lock_listener> listener) {
-        if (!listener) return handler;
-        return lock_lost_handler([handler = std::move(handler), l = std::move(listener)](
-                                     const lost_hold& h, const error& reason) {
-            tell([&] {
-                if (h.refused) {
-                    l->renewal_refused(renewal_refused_event{h.lock, h.hold_id, reason});
-                } else {
-                    l->lost(lost_event{h.lock, h.hold_id, reason});
-                }
-            });
-            if (handler) handler(h, reason);
-        });
-    }
+    static lock_lost_handler telling(lock_lost_handler handler, std::shared_ptr<lock_listener> listener);
 
 private:
     template <class F>
@@ -88,12 +61,74 @@ private:
         } catch (...) {  // a listener's failure is its own
         }
     }
-    static std::chrono::nanoseconds since(clock::time_point t) noexcept {
-        if (t == clock::time_point{}) return std::chrono::nanoseconds(0);
-        return std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t);
-    }
+    static std::chrono::nanoseconds since(clock::time_point t) noexcept;
 
     std::shared_ptr<lock_listener> l_;
 };
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL void event_sink::acquired(std::string_view kind, std::string_view lock,
+                                     std::uint64_t hold_id, const wait_story& s,
+                                     bool handed_locally) const noexcept {
+    if (!l_) return;
+    tell([&] {
+        l_->acquired(acquired_event{lock, kind, hold_id, since(s.began), s.tries, handed_locally});
+    });
+}
+
+RLOCK_DECL void event_sink::released(std::string_view kind, std::string_view lock,
+                                     std::uint64_t hold_id, clock::time_point taken,
+                                     bool handed_on) const noexcept {
+    if (!l_) return;
+    tell([&] { l_->released(released_event{lock, kind, hold_id, since(taken), handed_on}); });
+}
+
+RLOCK_DECL void event_sink::renewed(std::string_view server, std::size_t holds,
+                                    clock::time_point sent) const noexcept {
+    if (!l_) return;
+    tell([&] { l_->renewed(renewed_event{server, holds, since(sent)}); });
+}
+
+RLOCK_DECL void event_sink::wait_ended(std::string_view kind, std::string_view lock,
+                                       const wait_story& s, bool cancelled) const noexcept {
+    if (!l_) return;
+    tell([&] { l_->wait_ended(wait_ended_event{lock, kind, since(s.began), s.tries, cancelled}); });
+}
+
+RLOCK_DECL void event_sink::notice(std::string_view server,
+                                   std::string_view message) const noexcept {
+    if (!l_) return;
+    tell([&] { l_->notice(notice_event{server, message}); });
+}
+
+RLOCK_DECL lock_lost_handler event_sink::telling(lock_lost_handler handler,
+                                                 std::shared_ptr<lock_listener> listener) {
+    if (!listener) return handler;
+    return lock_lost_handler([handler = std::move(handler), l = std::move(listener)](
+                                 const lost_hold& h, const error& reason) {
+        tell([&] {
+            if (h.refused) {
+                l->renewal_refused(renewal_refused_event{h.lock, h.hold_id, reason});
+            } else {
+                l->lost(lost_event{h.lock, h.hold_id, reason});
+            }
+        });
+        if (handler) handler(h, reason);
+    });
+}
+
+RLOCK_DECL std::chrono::nanoseconds event_sink::since(clock::time_point t) noexcept {
+    if (t == clock::time_point{}) return std::chrono::nanoseconds(0);
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t);
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

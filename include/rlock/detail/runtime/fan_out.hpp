@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/pool.hpp"
 #include "rlock/detail/redis/script.hpp"
@@ -42,11 +43,25 @@ struct node_result {
 /// open_ahead), and is asked when that is done, within the round. A node that hangs (paused,
 /// or a port that drops packets) therefore costs the round its deadline once, never the
 /// others their replies.
-inline std::vector<node_result> fan_out(
+RLOCK_DECL std::vector<node_result> fan_out(
     const std::vector<client_core*>& nodes, std::string_view lock,
     const std::function<void(std::size_t, script_call&)>& make, std::chrono::milliseconds per_node,
     const std::function<bool(const std::vector<node_result>&)>& decided = {},
-    std::chrono::milliseconds grace = std::chrono::milliseconds(2)) {
+    std::chrono::milliseconds grace = std::chrono::milliseconds(2));
+
+}  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL std::vector<node_result> fan_out(
+    const std::vector<client_core*>& nodes, std::string_view lock,
+    const std::function<void(std::size_t, script_call&)>& make, std::chrono::milliseconds per_node,
+    const std::function<bool(const std::vector<node_result>&)>& decided,
+    std::chrono::milliseconds grace) {
     using clock = std::chrono::steady_clock;
     const std::size_t n = nodes.size();
     std::vector<node_result> out(n);
@@ -69,14 +84,16 @@ inline std::vector<node_result> fan_out(
         try {
             make(i, calls[i]);
             const connection conn{conns[i]->get(), false, nodes[i]->ep.sharded_pubsub};
-            if (calls[i].s) calls[i].use(script_form::sha, conn);  // re-arm: assigned, not built here
+            if (calls[i].s)
+                calls[i].use(script_form::sha, conn);  // re-arm: assigned, not built here
             redisContext* c = conn.ctx;
             if (append_command(c, calls[i].argc(), calls[i].argv(), calls[i].lens()) != REDIS_OK) {
                 throw make_error(c, nullptr, lock, nodes[i]->ep.name);
             }
             int done = 0;
             while (!done) {
-                if (redisBufferWrite(c, &done) != REDIS_OK) throw make_error(c, nullptr, lock, nodes[i]->ep.name);
+                if (redisBufferWrite(c, &done) != REDIS_OK)
+                    throw make_error(c, nullptr, lock, nodes[i]->ep.name);
             }
             at[i] = stage::asked;
         } catch (const error& e) {
@@ -180,8 +197,8 @@ inline std::vector<node_result> fan_out(
         out[i].failure = error(
             errc::timeout, lock, nodes[i]->ep.name,
             early ? std::string("not waited for: the round was decided without it")
-                  : at[i] == stage::opening ? "no connection within the per-node timeout (" + waited + ")"
-                                            : "no reply within the per-node timeout (" + waited + ")");
+            : at[i] == stage::opening ? "no connection within the per-node timeout (" + waited + ")"
+                                      : "no reply within the per-node timeout (" + waited + ")");
         if (conns[i]) conns[i]->discard();
     }
     // A script the node had forgotten (SCRIPT FLUSH, restart): send it with its body, once.
@@ -202,3 +219,5 @@ inline std::vector<node_result> fan_out(
 }
 
 }  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

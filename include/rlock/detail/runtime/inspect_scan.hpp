@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/inspect_layout.hpp"
 #include "rlock/detail/redis/connect.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
@@ -25,19 +26,7 @@ namespace rlock::detail {
 /// One round trip: the inspect script on the master of `name`'s slot. A read, so it is sent
 /// again after a broken connection. ASK is waited out rather than followed, as for the read-write
 /// scripts: the read hold keys it reads undeclared may still be on the source.
-inline lock_info inspect_name(client_core& core, std::string_view name) {
-    if (name.empty()) throw error(errc::invalid_argument, name, core.ep.name, "the name is empty");
-    const inspect_keys keys(name);
-    return core.pool.run(
-        name, on_break::retry,
-        [&](const connection& c) {
-            script_call call(inspect_script(), {keys.name, keys.queue, keys.deadlines, keys.permits, keys.counter},
-                             {});
-            const reply_ptr r = run_script(c, call, name, core.ep.name);
-            return inspect_reader(keys, core.ep.name, core.id).read(r.get());
-        },
-        false);
-}
+RLOCK_DECL lock_info inspect_name(client_core& core, std::string_view name);
 
 /// Calls `f(key)` for every key SCAN finds on the connection `c` (COUNT 1000, no MATCH: a
 /// lock's queue and permit keys are named after it, not like it).
@@ -58,11 +47,37 @@ void scan_keys(const connection& c, std::string_view server, F&& f) {
 /// The names that have a key of some lock kind and match the glob `pattern` (empty: all),
 /// sorted: every master of a Redis Cluster, or the one server (through Sentinel: its master).
 /// A name is a candidate here; inspect tells whether its keys are a lock's.
-inline std::vector<std::string> scan_lock_names(client_core& core, const std::string& pattern) {
+RLOCK_DECL std::vector<std::string> scan_lock_names(client_core& core, const std::string& pattern);
+
+}  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL lock_info inspect_name(client_core& core, std::string_view name) {
+    if (name.empty()) throw error(errc::invalid_argument, name, core.ep.name, "the name is empty");
+    const inspect_keys keys(name);
+    return core.pool.run(
+        name, on_break::retry,
+        [&](const connection& c) {
+            script_call call(inspect_script(),
+                             {keys.name, keys.queue, keys.deadlines, keys.permits, keys.counter},
+                             {});
+            const reply_ptr r = run_script(c, call, name, core.ep.name);
+            return inspect_reader(keys, core.ep.name, core.id).read(r.get());
+        },
+        false);
+}
+
+RLOCK_DECL std::vector<std::string> scan_lock_names(client_core& core, const std::string& pattern) {
     std::set<std::string> names;
     auto take = [&](std::string_view key) {
         for (std::string& n : names_of_key(key)) {
-            if (pattern.empty() || ::fnmatch(pattern.c_str(), n.c_str(), 0) == 0) names.insert(std::move(n));
+            if (pattern.empty() || ::fnmatch(pattern.c_str(), n.c_str(), 0) == 0)
+                names.insert(std::move(n));
         }
     };
     if (core.ep.slots) {
@@ -82,3 +97,5 @@ inline std::vector<std::string> scan_lock_names(client_core& core, const std::st
 }
 
 }  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

@@ -22,6 +22,7 @@
 #include <thread>
 #include <utility>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
 
 namespace rlock::detail {
@@ -74,16 +75,8 @@ protected:
 
 /// A queued thread's wait at a gate (`g` holds the gate's lock): until its turn is told or
 /// `deadline` passes.
-inline void wait_for_turn(std::unique_lock<std::mutex>& g, std::condition_variable& cv,
-                          const gate_waiter::turn_state& turn, std::chrono::steady_clock::time_point deadline) {
-    while (turn == gate_waiter::turn_state::waiting) {
-        if (deadline == std::chrono::steady_clock::time_point::max()) {
-            cv.wait(g);
-        } else if (cv.wait_until(g, deadline) == std::cv_status::timeout) {
-            return;
-        }
-    }
-}
+RLOCK_DECL void wait_for_turn(std::unique_lock<std::mutex>& g, std::condition_variable& cv,
+                          const gate_waiter::turn_state& turn, std::chrono::steady_clock::time_point deadline);
 
 class local_gate {
 public:
@@ -103,65 +96,20 @@ public:
     /// Waits for a turn: to lead (wait at Redis) or to be handed the hold. A deadline already
     /// past does not wait: it leads when the gate is free, and is timed out otherwise (another
     /// thread of this client holds or waits for the lock; no round trip is spent to learn it).
-    entry enter(clock::time_point deadline, passed_hold& pass) {
-        std::unique_lock<std::mutex> g(mu_);
-        if (stopped_) return entry::stopped;
-        if (state_ == state::idle) {
-            state_ = state::leading;
-            return entry::lead;
-        }
-        if (clock::now() >= deadline) return entry::timed_out;
-        thread_waiter me;
-        queue_.push_back(&me);
-        wait_for_turn(g, me.cv, me.turn, deadline);
-        switch (me.turn) {
-            case turn_state::granted: pass = std::move(me.pass); return entry::granted;
-            case turn_state::promoted:
-            case turn_state::freed:  // never told here
-                return entry::lead;
-            case turn_state::stopped: return entry::stopped;
-            case turn_state::waiting: break;
-        }
-        dequeue(me);
-        return entry::timed_out;
-    }
+    entry enter(clock::time_point deadline, passed_hold& pass);
 
     /// An asynchronous acquire arrives: it leads when the gate is free; otherwise, when it may
     /// wait, it is queued and told its turn through w.notify() (and must be taken out with
     /// withdraw() if it ends first), else it is timed out.
-    entry join(gate_waiter& w, bool may_wait) {
-        std::lock_guard<std::mutex> g(mu_);
-        if (stopped_) return entry::stopped;
-        if (state_ == state::idle) {
-            state_ = state::leading;
-            return entry::lead;
-        }
-        if (!may_wait) return entry::timed_out;
-        w.turn = turn_state::waiting;
-        queue_.push_back(&w);
-        return entry::queued;
-    }
+    entry join(gate_waiter& w, bool may_wait);
 
     /// Takes a queued waiter out before its turn came. False when it was told its turn
     /// already (or was never queued): that turn is then its to take or give back.
-    bool withdraw(gate_waiter& w) {
-        std::lock_guard<std::mutex> g(mu_);
-        if (w.turn != turn_state::waiting) return false;
-        return dequeue(w);
-    }
+    bool withdraw(gate_waiter& w);
 
     /// The leader's wait at Redis ended: with the lock (the gate is held until its unlock), or
     /// without (the next waiter leads).
-    void led(bool acquired) {
-        std::lock_guard<std::mutex> g(mu_);
-        if (acquired) {
-            state_ = state::holding;
-            passes_ = 0;
-            since_ = clock::now();
-            return;
-        }
-        next_leads();
-    }
+    void led(bool acquired);
 
     /// Whether an unlock now could hand the hold over (hand_over): a waiter is queued and the
     /// bound allows. Asked first, so that an unlock with no one to pass to copies nothing.
@@ -174,22 +122,7 @@ public:
     /// the first waiter when there is one and the bound allows. True when handed over (the
     /// caller releases nothing); false when the caller releases through Redis and then calls
     /// released().
-    bool hand_over(passed_hold& pass) {
-        std::lock_guard<std::mutex> g(mu_);
-        while (may_pass()) {
-            gate_waiter* next = queue_.front();
-            queue_.pop_front();
-            next->pass = std::move(pass);
-            next->turn = turn_state::granted;
-            if (next->notify()) {
-                ++passes_;
-                return true;
-            }
-            pass = std::move(next->pass);  // its client's engine has stopped: the next one
-            next->turn = turn_state::stopped;
-        }
-        return false;
-    }
+    bool hand_over(passed_hold& pass);
 
     /// The hold was released through Redis (or abandoned: its thread exited): the first waiter
     /// leads, or the gate is free.
@@ -213,15 +146,7 @@ public:
     }
 
     /// Tells every waiter entry::stopped (the client is being destroyed).
-    void stop() {
-        std::lock_guard<std::mutex> g(mu_);
-        stopped_ = true;
-        for (gate_waiter* w : queue_) {
-            w->turn = turn_state::stopped;
-            (void)w->notify();
-        }
-        queue_.clear();
-    }
+    void stop();
 
 private:
     enum class state : unsigned char { idle, leading, holding };
@@ -234,33 +159,10 @@ private:
         }
     };
 
-    bool may_pass() const {
-        return !queue_.empty() && !stopped_ && beside_ == 0 && passes_ < bound_.max_passes &&
-               clock::now() - since_ < bound_.max_time;
-    }
+    bool may_pass() const;
 
-    void next_leads() noexcept {
-        while (!queue_.empty()) {
-            gate_waiter* next = queue_.front();
-            queue_.pop_front();
-            next->turn = turn_state::promoted;
-            if (next->notify()) {
-                state_ = state::leading;
-                return;
-            }
-            next->turn = turn_state::stopped;  // its client's engine has stopped: the next one
-        }
-        state_ = state::idle;
-    }
-    bool dequeue(const gate_waiter& w) {
-        for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-            if (*it == &w) {
-                queue_.erase(it);
-                return true;
-            }
-        }
-        return false;
-    }
+    void next_leads() noexcept;
+    bool dequeue(const gate_waiter& w);
 
     const handoff_bound bound_;
     std::mutex mu_;
@@ -298,109 +200,30 @@ public:
 
     /// A thread about to try for `need` permits: behind a thread of the client that waits
     /// (at Redis or here) it queues until `deadline`; otherwise it is free to try.
-    entry arrive(clock::time_point deadline, long long need) {
-        std::unique_lock<std::mutex> g(mu_);
-        if (stopped_) return entry::stopped;
-        if (!leading_ || need < leader_need_) return entry::free;
-        return wait_locked(g, deadline, need);
-    }
+    entry arrive(clock::time_point deadline, long long need);
 
     /// A thread refused at Redis that will wait: it leads when no thread of the client does,
     /// queues behind the leader when it needs as many permits or more, and is otherwise free
     /// to wait at Redis itself.
-    entry refused(clock::time_point deadline, long long need) {
-        std::unique_lock<std::mutex> g(mu_);
-        if (stopped_) return entry::stopped;
-        if (!leading_) {
-            leading_ = true;
-            leader_need_ = need;
-            return entry::lead;
-        }
-        if (need < leader_need_) return entry::free;
-        return wait_locked(g, deadline, need);
-    }
+    entry refused(clock::time_point deadline, long long need);
 
     /// The leader's wait at Redis ended, with permits or without: the first queued thread leads,
     /// and those behind it that need fewer permits than it wait at Redis on their own (freed),
     /// as they would arriving now: a release it cannot use may serve them.
-    void led() noexcept {
-        std::lock_guard<std::mutex> g(mu_);
-        leading_ = false;
-        if (queue_.empty()) return;
-        waiter* next = queue_.front();
-        queue_.pop_front();
-        leading_ = true;
-        leader_need_ = next->need;
-        next->turn = turn_state::promoted;
-        next->cv.notify_one();
-        for (auto it = queue_.begin(); it != queue_.end();) {
-            waiter* w = *it;
-            if (w->need >= leader_need_) {
-                ++it;
-                continue;
-            }
-            w->turn = turn_state::freed;
-            w->cv.notify_one();
-            it = queue_.erase(it);
-        }
-    }
+    void led() noexcept;
 
     /// A release of `n` permits by a thread of the client: hands them to queued threads first
     /// (first fit, in order) when the bound allows; returns how many are left to release
     /// through Redis.
-    long long hand_over(long long n) {
-        std::lock_guard<std::mutex> g(mu_);
-        long long left = n;
-        const auto now = clock::now();
-        const bool within = passes_ < bound_.max_passes && (passes_ == 0 || now - since_ < bound_.max_time);
-        if (!within && !queue_.empty()) {
-            // The bound cut a run of passes: the permits go to Redis, where this client's
-            // leader lets other clients' waiters have the first go (courtesy()).
-            courtesy_until_ = now + courtesy_time;
-        }
-        if (!stopped_ && within) {
-            for (auto it = queue_.begin(); it != queue_.end() && left > 0;) {
-                waiter* w = *it;
-                if (w->need > left) {
-                    ++it;
-                    continue;
-                }
-                left -= w->need;
-                w->turn = turn_state::granted;
-                w->cv.notify_one();
-                it = queue_.erase(it);
-            }
-        }
-        if (left > 0) {
-            passes_ = 0;  // through Redis: the next run of passes starts afresh
-        } else {
-            if (passes_++ == 0) since_ = now;
-        }
-        return left;
-    }
+    long long hand_over(long long n);
 
     /// Before each try of the leader: after a release the bound sent to Redis, waits out the
     /// rest of a 1 ms courtesy (bounded, once per such release, not a poll), so that the
     /// waiters of other clients the release woke are first.
-    void courtesy() {
-        clock::time_point until;
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            until = courtesy_until_;
-        }
-        if (clock::now() < until) std::this_thread::sleep_until(until);
-    }
+    void courtesy();
 
     /// Tells every queued thread entry::stopped (the client is being destroyed).
-    void stop() {
-        std::lock_guard<std::mutex> g(mu_);
-        stopped_ = true;
-        for (waiter* w : queue_) {
-            w->turn = turn_state::stopped;
-            w->cv.notify_one();
-        }
-        queue_.clear();
-    }
+    void stop();
 
 private:
     static constexpr std::chrono::microseconds courtesy_time{1000};
@@ -411,22 +234,7 @@ private:
         turn_state turn = turn_state::waiting;
     };
 
-    entry wait_locked(std::unique_lock<std::mutex>& g, clock::time_point deadline, long long need) {
-        if (clock::now() >= deadline) return entry::timed_out;
-        waiter me;
-        me.need = need;
-        queue_.push_back(&me);
-        wait_for_turn(g, me.cv, me.turn, deadline);
-        switch (me.turn) {
-            case turn_state::granted: return entry::granted;
-            case turn_state::promoted: return entry::lead;
-            case turn_state::freed: return entry::free;
-            case turn_state::stopped: return entry::stopped;
-            case turn_state::waiting: break;
-        }
-        queue_.erase(std::find(queue_.begin(), queue_.end(), &me));
-        return entry::timed_out;
-    }
+    entry wait_locked(std::unique_lock<std::mutex>& g, clock::time_point deadline, long long need);
 
     const handoff_bound bound_;
     std::mutex mu_;
@@ -448,21 +256,13 @@ public:
     gate_place() noexcept = default;
     explicit gate_place(std::shared_ptr<local_gate> gate) noexcept : gate_(std::move(gate)) {}
     gate_place(gate_place&& other) noexcept : gate_(std::move(other.gate_)) {}
-    gate_place& operator=(gate_place&& other) noexcept {
-        if (this != &other) {
-            release();
-            gate_ = std::move(other.gate_);
-        }
-        return *this;
-    }
+    gate_place& operator=(gate_place&& other) noexcept;
     ~gate_place() { release(); }
 
     explicit operator bool() const noexcept { return gate_ != nullptr; }
     local_gate& gate() const noexcept { return *gate_; }
     /// The hold went through Redis: the first waiter leads.
-    void release() noexcept {
-        if (std::shared_ptr<local_gate> gate = std::move(gate_)) gate->released();
-    }
+    void release() noexcept;
     /// The hold was handed on: the next holder has the place now.
     void handed() noexcept { gate_.reset(); }
 
@@ -545,3 +345,265 @@ using gate_table = basic_gate_table<local_gate>;
 using permit_gate_table = basic_gate_table<permit_gate>;
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL void wait_for_turn(std::unique_lock<std::mutex>& g, std::condition_variable& cv,
+                              const gate_waiter::turn_state& turn,
+                              std::chrono::steady_clock::time_point deadline) {
+    while (turn == gate_waiter::turn_state::waiting) {
+        if (deadline == std::chrono::steady_clock::time_point::max()) {
+            cv.wait(g);
+        } else if (cv.wait_until(g, deadline) == std::cv_status::timeout) {
+            return;
+        }
+    }
+}
+
+RLOCK_DECL auto local_gate::enter(clock::time_point deadline, passed_hold& pass) -> entry {
+    std::unique_lock<std::mutex> g(mu_);
+    if (stopped_) return entry::stopped;
+    if (state_ == state::idle) {
+        state_ = state::leading;
+        return entry::lead;
+    }
+    if (clock::now() >= deadline) return entry::timed_out;
+    thread_waiter me;
+    queue_.push_back(&me);
+    wait_for_turn(g, me.cv, me.turn, deadline);
+    switch (me.turn) {
+        case turn_state::granted:
+            pass = std::move(me.pass);
+            return entry::granted;
+        case turn_state::promoted:
+        case turn_state::freed:  // never told here
+            return entry::lead;
+        case turn_state::stopped:
+            return entry::stopped;
+        case turn_state::waiting:
+            break;
+    }
+    dequeue(me);
+    return entry::timed_out;
+}
+
+RLOCK_DECL auto local_gate::join(gate_waiter& w, bool may_wait) -> entry {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopped_) return entry::stopped;
+    if (state_ == state::idle) {
+        state_ = state::leading;
+        return entry::lead;
+    }
+    if (!may_wait) return entry::timed_out;
+    w.turn = turn_state::waiting;
+    queue_.push_back(&w);
+    return entry::queued;
+}
+
+RLOCK_DECL bool local_gate::withdraw(gate_waiter& w) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (w.turn != turn_state::waiting) return false;
+    return dequeue(w);
+}
+
+RLOCK_DECL void local_gate::led(bool acquired) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (acquired) {
+        state_ = state::holding;
+        passes_ = 0;
+        since_ = clock::now();
+        return;
+    }
+    next_leads();
+}
+
+RLOCK_DECL bool local_gate::hand_over(passed_hold& pass) {
+    std::lock_guard<std::mutex> g(mu_);
+    while (may_pass()) {
+        gate_waiter* next = queue_.front();
+        queue_.pop_front();
+        next->pass = std::move(pass);
+        next->turn = turn_state::granted;
+        if (next->notify()) {
+            ++passes_;
+            return true;
+        }
+        pass = std::move(next->pass);  // its client's engine has stopped: the next one
+        next->turn = turn_state::stopped;
+    }
+    return false;
+}
+
+RLOCK_DECL void local_gate::stop() {
+    std::lock_guard<std::mutex> g(mu_);
+    stopped_ = true;
+    for (gate_waiter* w : queue_) {
+        w->turn = turn_state::stopped;
+        (void)w->notify();
+    }
+    queue_.clear();
+}
+
+RLOCK_DECL bool local_gate::may_pass() const {
+    return !queue_.empty() && !stopped_ && beside_ == 0 && passes_ < bound_.max_passes &&
+           clock::now() - since_ < bound_.max_time;
+}
+
+RLOCK_DECL void local_gate::next_leads() noexcept {
+    while (!queue_.empty()) {
+        gate_waiter* next = queue_.front();
+        queue_.pop_front();
+        next->turn = turn_state::promoted;
+        if (next->notify()) {
+            state_ = state::leading;
+            return;
+        }
+        next->turn = turn_state::stopped;  // its client's engine has stopped: the next one
+    }
+    state_ = state::idle;
+}
+
+RLOCK_DECL bool local_gate::dequeue(const gate_waiter& w) {
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+        if (*it == &w) {
+            queue_.erase(it);
+            return true;
+        }
+    }
+    return false;
+}
+
+RLOCK_DECL auto permit_gate::arrive(clock::time_point deadline, long long need) -> entry {
+    std::unique_lock<std::mutex> g(mu_);
+    if (stopped_) return entry::stopped;
+    if (!leading_ || need < leader_need_) return entry::free;
+    return wait_locked(g, deadline, need);
+}
+
+RLOCK_DECL auto permit_gate::refused(clock::time_point deadline, long long need) -> entry {
+    std::unique_lock<std::mutex> g(mu_);
+    if (stopped_) return entry::stopped;
+    if (!leading_) {
+        leading_ = true;
+        leader_need_ = need;
+        return entry::lead;
+    }
+    if (need < leader_need_) return entry::free;
+    return wait_locked(g, deadline, need);
+}
+
+RLOCK_DECL void permit_gate::led() noexcept {
+    std::lock_guard<std::mutex> g(mu_);
+    leading_ = false;
+    if (queue_.empty()) return;
+    waiter* next = queue_.front();
+    queue_.pop_front();
+    leading_ = true;
+    leader_need_ = next->need;
+    next->turn = turn_state::promoted;
+    next->cv.notify_one();
+    for (auto it = queue_.begin(); it != queue_.end();) {
+        waiter* w = *it;
+        if (w->need >= leader_need_) {
+            ++it;
+            continue;
+        }
+        w->turn = turn_state::freed;
+        w->cv.notify_one();
+        it = queue_.erase(it);
+    }
+}
+
+RLOCK_DECL long long permit_gate::hand_over(long long n) {
+    std::lock_guard<std::mutex> g(mu_);
+    long long left = n;
+    const auto now = clock::now();
+    const bool within =
+        passes_ < bound_.max_passes && (passes_ == 0 || now - since_ < bound_.max_time);
+    if (!within && !queue_.empty()) {
+        // The bound cut a run of passes: the permits go to Redis, where this client's
+        // leader lets other clients' waiters have the first go (courtesy()).
+        courtesy_until_ = now + courtesy_time;
+    }
+    if (!stopped_ && within) {
+        for (auto it = queue_.begin(); it != queue_.end() && left > 0;) {
+            waiter* w = *it;
+            if (w->need > left) {
+                ++it;
+                continue;
+            }
+            left -= w->need;
+            w->turn = turn_state::granted;
+            w->cv.notify_one();
+            it = queue_.erase(it);
+        }
+    }
+    if (left > 0) {
+        passes_ = 0;  // through Redis: the next run of passes starts afresh
+    } else {
+        if (passes_++ == 0) since_ = now;
+    }
+    return left;
+}
+
+RLOCK_DECL void permit_gate::courtesy() {
+    clock::time_point until;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        until = courtesy_until_;
+    }
+    if (clock::now() < until) std::this_thread::sleep_until(until);
+}
+
+RLOCK_DECL void permit_gate::stop() {
+    std::lock_guard<std::mutex> g(mu_);
+    stopped_ = true;
+    for (waiter* w : queue_) {
+        w->turn = turn_state::stopped;
+        w->cv.notify_one();
+    }
+    queue_.clear();
+}
+
+RLOCK_DECL auto permit_gate::wait_locked(std::unique_lock<std::mutex>& g,
+                                         clock::time_point deadline, long long need) -> entry {
+    if (clock::now() >= deadline) return entry::timed_out;
+    waiter me;
+    me.need = need;
+    queue_.push_back(&me);
+    wait_for_turn(g, me.cv, me.turn, deadline);
+    switch (me.turn) {
+        case turn_state::granted:
+            return entry::granted;
+        case turn_state::promoted:
+            return entry::lead;
+        case turn_state::freed:
+            return entry::free;
+        case turn_state::stopped:
+            return entry::stopped;
+        case turn_state::waiting:
+            break;
+    }
+    queue_.erase(std::find(queue_.begin(), queue_.end(), &me));
+    return entry::timed_out;
+}
+
+RLOCK_DECL gate_place& gate_place::operator=(gate_place&& other) noexcept {
+    if (this != &other) {
+        release();
+        gate_ = std::move(other.gate_);
+    }
+    return *this;
+}
+
+RLOCK_DECL void gate_place::release() noexcept {
+    if (std::shared_ptr<local_gate> gate = std::move(gate_)) gate->released();
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

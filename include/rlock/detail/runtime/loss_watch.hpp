@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/runtime/event_sink.hpp"
 
 namespace rlock::detail {
@@ -33,11 +34,26 @@ struct tracking_route {
 
     /// Tells `events`, once per client, that the server refused what detection needs (`why`):
     /// losses are found by the watchdog's ticks alone.
-    void tell_off(const event_sink& events, std::string_view server, std::string_view why) {
-        if (told_off.exchange(true)) return;
-        events.notice(server, "losses are found by the watchdog's renewals only (server-assisted "
-                              "detection is off): " + std::string(why));
-    }
+    void tell_off(const event_sink& events, std::string_view server, std::string_view why);
 };
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL void tracking_route::tell_off(const event_sink& events, std::string_view server,
+                                         std::string_view why) {
+    if (told_off.exchange(true)) return;
+    events.notice(server,
+                  "losses are found by the watchdog's renewals only (server-assisted "
+                  "detection is off): " +
+                      std::string(why));
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
 #include "rlock/detail/redis/script.hpp"
 #include "rlock/detail/runtime/local_gate.hpp"
@@ -25,10 +26,7 @@
 namespace rlock::detail {
 
 /// A hold id: unique in the process, never 0.
-inline std::uint64_t next_hold_id() noexcept {
-    static std::atomic<std::uint64_t> next{1};
-    return next.fetch_add(1, std::memory_order_relaxed);
-}
+RLOCK_DECL std::uint64_t next_hold_id() noexcept;
 
 /// Holds that stand or fall together (the nodes of a red_lock): the owner is told once, when
 /// more than `tolerance` of them are lost. Set on each member hold.
@@ -108,20 +106,11 @@ struct hold_key {
     std::string_view name;
     std::uint64_t id = 0;
 
-    bool operator==(const hold_key& o) const noexcept {
-        return kind == o.kind && thread == o.thread && id == o.id && name == o.name;
-    }
+    bool operator==(const hold_key& o) const noexcept;
 };
 
 struct hold_key_hash {
-    std::size_t operator()(const hold_key& k) const noexcept {
-        std::size_t h = std::hash<std::string_view>{}(k.name);
-        for (const std::size_t part : {reinterpret_cast<std::size_t>(k.kind), static_cast<std::size_t>(k.thread),
-                                       static_cast<std::size_t>(k.id)}) {
-            h ^= part + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-        }
-        return h;
-    }
+    std::size_t operator()(const hold_key& k) const noexcept;
 };
 
 class registry {
@@ -143,63 +132,17 @@ public:
     /// (a red_lock node, a multi_lock part) the group decides, and tells its owner once.
     /// `refused`: a renewal was refused with `reason` (lost_hold::refused; the hold is not lost
     /// yet). Never throws; never called under the registry's lock.
-    void tell_hold(const hold& h, const error& reason, bool refused = false) const noexcept {
-        try {  // the copies and the message may throw bad_alloc; the owner is told or not
-            const auto [group, fencing] = with([&] { return std::make_pair(h.group, h.fencing); });
-            if (!group) {
-                tell(on_lost_, lost_hold{h.name, h.id, fencing, refused}, reason);
-            } else if (group->part_lost()) {
-                // A part lost is the group's loss; a part that answered an error (a renewal or
-                // a release an ACL refused, say) is told as that error, as for a plain hold.
-                if (reason.value() == errc::lock_lost) {
-                    tell_group(*group, "too few of its parts are still held; the last loss: " +
-                                           error_access::brief(reason));
-                } else {
-                    tell_group(*group, "a part answered an error: " + error_access::brief(reason),
-                               reason.value(), refused);
-                }
-            }
-        } catch (...) {
-        }
-    }
+    void tell_hold(const hold& h, const error& reason, bool refused = false) const noexcept;
 
     /// `h` was found gone from Redis (a renewal or its unlock found the key deleted or taken
     /// over): the owners it was handed on from within this client (local hand-off) are told
     /// too when they handed it on after its last confirmation (the acquire or renewal its
     /// expiry counts from) — the key may have been gone while they held it. Never throws.
-    void tell_handed_from(const hold& h, const error& reason) noexcept {
-        try {
-            std::vector<hold_ptr> tell;
-            {
-                std::lock_guard<std::mutex> g(mu_);
-                const clock::time_point confirmed = h.expires - h.lease;
-                for (hold_ptr p = h.handed_from; p && p->handed_at > confirmed; p = p->handed_from) {
-                    if (p->told) continue;
-                    p->told = true;
-                    p->lost = true;
-                    tell.push_back(p);
-                }
-            }
-            for (const hold_ptr& p : tell) {
-                tell_hold(*p, error(reason.value(), p->name, reason.server(),
-                                    "the hold was found gone after this owner handed it on to "
-                                    "another thread of the client, and may have been gone while "
-                                    "it held it: " + error_access::brief(reason)));
-            }
-        } catch (...) {
-        }
-    }
+    void tell_handed_from(const hold& h, const error& reason) noexcept;
 
     /// A group's owner is told `why` (as `code`), once for the group, whoever tells first.
     static void tell_group(hold_group& group, const std::string& why, errc code = errc::lock_lost,
-                           bool refused = false) noexcept {
-        // A refusal is told once per episode, and leaves a later loss to be told.
-        if (refused ? group.told.load() || group.told_refused.exchange(true) : group.told.exchange(true)) return;
-        try {
-            tell(group.tell, lost_hold{group.name, group.id, 0, refused}, error(code, group.name, "", why));
-        } catch (...) {
-        }
-    }
+                           bool refused = false) noexcept;
 
     /// The one way a hold found lost by its own thread (at unlock, at re-entry) is reported:
     /// marked lost, and its owner told `reason` unless the watchdog already told it.
@@ -209,15 +152,9 @@ public:
 
     /// True when `h`, found no longer held at unlock, simply ran out: a leased hold past its
     /// lease is the expected end, not a loss.
-    bool ended_by_lease(const hold& h) const {
-        return with([&] { return !h.watched && clock::now() >= h.expires; });
-    }
+    bool ended_by_lease(const hold& h) const;
 
-    hold_ptr find(const kind_info* kind, std::string_view name, std::uint64_t thread) const {
-        std::lock_guard<std::mutex> g(mu_);
-        auto it = holds_.find(key_of(kind, name, thread));
-        return it == holds_.end() ? nullptr : it->second;
-    }
+    hold_ptr find(const kind_info* kind, std::string_view name, std::uint64_t thread) const;
 
     /// True when `pred(hold)` is true for a hold in the registry (a scan, under its lock: for
     /// rare questions, such as whether a handle of this client owns a permit id).
@@ -227,45 +164,17 @@ public:
         return std::any_of(holds_.begin(), holds_.end(), [&](const auto& kv) { return pred(*kv.second); });
     }
 
-    void add(hold_ptr h) {
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            // A record with the same key (rare) is replaced whole: its key views the old
-            // hold's name.
-            const hold_key k = key_of(*h);
-            auto old = holds_.find(k);
-            if (old != holds_.end()) {
-                holds_.erase(old);
-            } else {
-                held_.fetch_add(1);
-            }
-            holds_.emplace(k, std::move(h));
-        }
-        // The watchdog stopped polling while there was nothing to watch: it is woken to arm
-        // this one (seq_cst with idle(): one of the two sees the other).
-        if (idle_.load() && idle_.exchange(false) && on_added_) on_added_();
-    }
+    void add(hold_ptr h);
 
     /// Takes a hold out of the registry for its final unlock, and waits for a renewal batch that
     /// carries it to finish, so that no renewal of it reaches Redis after unlock returns.
-    void remove(const hold_ptr& h) {
-        std::unique_lock<std::mutex> g(mu_);
-        // The record under h's key is h's (add() keeps one per key): one lookup, not two.
-        if (holds_.erase(key_of(*h)) != 0) held_.fetch_sub(1);
-        h->released = true;
-        quiet_.wait(g, [&] { return !h->in_flight; });
-    }
+    void remove(const hold_ptr& h);
 
     /// The watchdog's idle state (loss_watch.hpp): with `idle` true it stops polling when no
     /// hold (watched or leased: both are armed) is registered, and the next add() calls
     /// `on_added` (set once, before any hold is added). Returns false, and leaves it polling,
     /// when a hold is there after all.
-    bool idle() noexcept {
-        idle_.store(true);
-        if (held_.load() == 0) return true;
-        idle_.store(false);
-        return false;
-    }
+    bool idle() noexcept;
     bool has_holds() const noexcept { return held_.load(std::memory_order_relaxed) != 0; }
     void on_added(std::function<void()> f) { on_added_ = std::move(f); }
 
@@ -273,11 +182,7 @@ public:
     /// verdict is final: it is latched, so a renewal answered later does not take it back (the
     /// owner may already have acted on it), and the watchdog tells on_lock_lost at its next
     /// tick if no one has yet.
-    bool is_lost(hold& h) const {
-        std::lock_guard<std::mutex> g(mu_);
-        if (!h.lost && clock::now() >= h.expires) h.lost = true;
-        return h.lost;
-    }
+    bool is_lost(hold& h) const;
 
     /// The watched holds still in force, each flagged in_flight until renewed() is called.
     /// Holds whose lease has already run out by this client's clock are lost for good (lost()
@@ -308,18 +213,7 @@ public:
 
     /// The holds in force (watched, or leased with lease left) whose key has not been read on
     /// the tracked connection yet, taken (their acquire sent) at `taken_by` or before.
-    std::vector<hold_ptr> unarmed(clock::time_point taken_by) const {
-        std::vector<hold_ptr> out;
-        std::lock_guard<std::mutex> g(mu_);
-        const auto now = clock::now();
-        for (const auto& [k, h] : holds_) {
-            if ((h->watched || now < h->expires) && !h->armed && !h->released && !h->lost &&
-                h->expires - h->lease <= taken_by) {
-                out.push_back(h);
-            }
-        }
-        return out;
-    }
+    std::vector<hold_ptr> unarmed(clock::time_point taken_by) const;
 
     /// The leased holds with lease left that `pick` chooses, each flagged in_flight until
     /// checked() is called: their key changed, and a check (a renewal script that writes
@@ -342,20 +236,7 @@ public:
     /// its lease had not run out by this client's clock (which runs out before the server's:
     /// it counts from the acquire's send time) is a loss; gone after is the lease's end.
     /// Returns the indexes of the holds whose owner must be told now.
-    std::vector<std::size_t> checked(const std::vector<hold_ptr>& holds, const std::vector<char>& gone) {
-        std::vector<std::size_t> tell;
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            const auto now = clock::now();
-            for (std::size_t i = 0; i < holds.size(); ++i) {
-                hold& h = *holds[i];
-                h.in_flight = false;
-                if (!h.released && gone[i] && now < h.expires && mark_lost_locked(h)) tell.push_back(i);
-            }
-        }
-        quiet_.notify_all();
-        return tell;
-    }
+    std::vector<std::size_t> checked(const std::vector<hold_ptr>& holds, const std::vector<char>& gone);
 
     /// `holds` were read on a connection whose keys the server tracks (loss_watch.hpp): a
     /// change of their keys will be told.
@@ -373,135 +254,43 @@ public:
     /// lease had run out does not bring a hold back (lost() stays true). Returns the indexes of the
     /// holds whose owner must be told now.
     std::vector<std::size_t> renewed(const std::vector<hold_ptr>& holds, const std::vector<char>& ok,
-                                     const std::vector<char>& gone, clock::time_point sent) {
-        std::vector<std::size_t> tell;
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            const auto now = clock::now();
-            for (std::size_t i = 0; i < holds.size(); ++i) {
-                hold& h = *holds[i];
-                h.in_flight = false;
-                if (h.released) {
-                    // Its final unlock waits for this reply (remove()), then hands the hold on
-                    // or releases it: what the renewal found is the unlock's to act on — a hold
-                    // renewed is handed on with its new expiry, one found gone is not handed on
-                    // (its release finds it gone and tells its owner). Nobody is told here.
-                    if (ok[i] && !h.lost && sent < h.expires) {
-                        h.expires = sent + h.lease;
-                    } else if (gone[i]) {
-                        h.lost = true;
-                    }
-                    continue;
-                }
-                if (ok[i] && !h.lost && sent < h.expires) {
-                    h.expires = sent + h.lease;
-                    if (h.refused && h.group) h.group->part_back();
-                    h.refused = false;
-                } else if ((gone[i] || ok[i] || now >= h.expires) && mark_lost_locked(h)) {
-                    tell.push_back(i);
-                }
-            }
-        }
-        quiet_.notify_all();
-        return tell;
-    }
+                                     const std::vector<char>& gone, clock::time_point sent);
 
     /// A watched hold that lost() latched lost (its lease ran out by this client's clock) and
     /// whose owner was not told yet: the watchdog tells such a hold at its next tick, but not
     /// once it is released. True once, for the unlock to tell it.
-    bool claim_untold_loss(hold& h) {
-        std::lock_guard<std::mutex> g(mu_);
-        if (!h.watched || !h.lost || h.told || h.refused) return false;
-        h.told = true;
-        return true;
-    }
+    bool claim_untold_loss(hold& h);
 
     /// Marks a hold lost on behalf of its own thread (unlock found it gone); true when the owner
     /// has not been told yet.
-    bool claim_report(hold& h) {
-        std::lock_guard<std::mutex> g(mu_);
-        h.lost = true;
-        if (h.told || h.refused) {  // a refused renewal was the report
-            h.told = true;
-            return false;
-        }
-        h.told = true;
-        return true;
-    }
+    bool claim_report(hold& h);
 
     /// Takes every hold of `thread` out of the registry (the thread has exited: nothing can
     /// unlock them), waiting for a renewal batch that carries one to finish. Returns the
     /// watched ones whose owner has not been told of a loss yet: the watchdog stops renewing
     /// them, so they end with their lease.
-    std::vector<hold_ptr> take_thread(std::uint64_t thread) {
-        std::vector<hold_ptr> mine;
-        std::vector<hold_ptr> untold;
-        std::unique_lock<std::mutex> g(mu_);
-        for (auto it = holds_.begin(); it != holds_.end();) {
-            if (it->second->thread != thread) {
-                ++it;
-                continue;
-            }
-            hold_ptr& h = it->second;
-            h->released = true;
-            if (h->watched && !h->told && !h->refused) {
-                h->lost = true;
-                h->told = true;
-                untold.push_back(h);
-            }
-            held_.fetch_sub(1);
-            mine.push_back(std::move(h));
-            it = holds_.erase(it);
-        }
-        quiet_.wait(g, [&] {
-            return std::none_of(mine.begin(), mine.end(), [](const hold_ptr& h) { return h->in_flight; });
-        });
-        return untold;
-    }
+    std::vector<hold_ptr> take_thread(std::uint64_t thread);
 
     /// A renewal of `h` was refused with an error (not "gone"): true when the owner must be
     /// told now, which happens once until a renewal works again. The hold is not lost yet: the
     /// watchdog keeps trying while its lease lasts, and when the lease runs out lost() turns
     /// true without a second report.
-    bool refused(hold& h) {
-        std::lock_guard<std::mutex> g(mu_);
-        if (h.released || h.told || h.refused) return false;
-        h.refused = true;
-        return true;
-    }
+    bool refused(hold& h);
 
     /// Calls `f` (when set) with `which` and `reason`; what it throws is dropped.
     static void tell(const lock_lost_handler& f, const lost_hold& which,
-                     const error& reason) noexcept {
-        if (!f) return;
-        try {
-            f(which, reason);
-        } catch (...) {
-        }
-    }
+                     const error& reason) noexcept;
 
 private:
-    void set_armed(const std::vector<hold_ptr>& holds, const std::vector<char>& which, bool armed) {
-        std::lock_guard<std::mutex> g(mu_);
-        for (std::size_t i = 0; i < holds.size(); ++i) {
-            if (which[i]) holds[i]->armed = armed;
-        }
-    }
+    void set_armed(const std::vector<hold_ptr>& holds, const std::vector<char>& which, bool armed);
 
 
-    bool mark_lost_locked(hold& h) {
-        h.lost = true;
-        if (h.told || h.released || h.refused) return false;
-        h.told = true;
-        return true;
-    }
+    bool mark_lost_locked(hold& h);
 
     static hold_key key_of(const kind_info* kind, std::string_view name, std::uint64_t thread) noexcept {
         return hold_key{kind, thread, name, 0};
     }
-    static hold_key key_of(const hold& h) noexcept {
-        return h.thread != 0 ? key_of(h.kind, h.name, h.thread) : hold_key{nullptr, 0, {}, h.id};
-    }
+    static hold_key key_of(const hold& h) noexcept;
 
     lock_lost_handler on_lost_;
     mutable std::mutex mu_;
@@ -513,3 +302,286 @@ private:
 };
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL std::uint64_t next_hold_id() noexcept {
+    static std::atomic<std::uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+RLOCK_DECL bool hold_key::operator==(const hold_key& o) const noexcept {
+    return kind == o.kind && thread == o.thread && id == o.id && name == o.name;
+}
+
+RLOCK_DECL std::size_t hold_key_hash::operator()(const hold_key& k) const noexcept {
+    std::size_t h = std::hash<std::string_view>{}(k.name);
+    for (const std::size_t part :
+         {reinterpret_cast<std::size_t>(k.kind), static_cast<std::size_t>(k.thread),
+          static_cast<std::size_t>(k.id)}) {
+        h ^= part + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    }
+    return h;
+}
+
+RLOCK_DECL void registry::tell_hold(const hold& h, const error& reason,
+                                    bool refused) const noexcept {
+    try {  // the copies and the message may throw bad_alloc; the owner is told or not
+        const auto [group, fencing] = with([&] { return std::make_pair(h.group, h.fencing); });
+        if (!group) {
+            tell(on_lost_, lost_hold{h.name, h.id, fencing, refused}, reason);
+        } else if (group->part_lost()) {
+            // A part lost is the group's loss; a part that answered an error (a renewal or
+            // a release an ACL refused, say) is told as that error, as for a plain hold.
+            if (reason.value() == errc::lock_lost) {
+                tell_group(*group, "too few of its parts are still held; the last loss: " +
+                                       error_access::brief(reason));
+            } else {
+                tell_group(*group, "a part answered an error: " + error_access::brief(reason),
+                           reason.value(), refused);
+            }
+        }
+    } catch (...) {
+    }
+}
+
+RLOCK_DECL void registry::tell_handed_from(const hold& h, const error& reason) noexcept {
+    try {
+        std::vector<hold_ptr> tell;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            const clock::time_point confirmed = h.expires - h.lease;
+            for (hold_ptr p = h.handed_from; p && p->handed_at > confirmed; p = p->handed_from) {
+                if (p->told) continue;
+                p->told = true;
+                p->lost = true;
+                tell.push_back(p);
+            }
+        }
+        for (const hold_ptr& p : tell) {
+            tell_hold(*p, error(reason.value(), p->name, reason.server(),
+                                "the hold was found gone after this owner handed it on to "
+                                "another thread of the client, and may have been gone while "
+                                "it held it: " +
+                                    error_access::brief(reason)));
+        }
+    } catch (...) {
+    }
+}
+
+RLOCK_DECL void registry::tell_group(hold_group& group, const std::string& why, errc code,
+                                     bool refused) noexcept {
+    // A refusal is told once per episode, and leaves a later loss to be told.
+    if (refused ? group.told.load() || group.told_refused.exchange(true)
+                : group.told.exchange(true))
+        return;
+    try {
+        tell(group.tell, lost_hold{group.name, group.id, 0, refused},
+             error(code, group.name, "", why));
+    } catch (...) {
+    }
+}
+
+RLOCK_DECL bool registry::ended_by_lease(const hold& h) const {
+    return with([&] { return !h.watched && clock::now() >= h.expires; });
+}
+
+RLOCK_DECL auto registry::find(const kind_info* kind, std::string_view name,
+                               std::uint64_t thread) const -> hold_ptr {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = holds_.find(key_of(kind, name, thread));
+    return it == holds_.end() ? nullptr : it->second;
+}
+
+RLOCK_DECL void registry::add(hold_ptr h) {
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        // A record with the same key (rare) is replaced whole: its key views the old
+        // hold's name.
+        const hold_key k = key_of(*h);
+        auto old = holds_.find(k);
+        if (old != holds_.end()) {
+            holds_.erase(old);
+        } else {
+            held_.fetch_add(1);
+        }
+        holds_.emplace(k, std::move(h));
+    }
+    // The watchdog stopped polling while there was nothing to watch: it is woken to arm
+    // this one (seq_cst with idle(): one of the two sees the other).
+    if (idle_.load() && idle_.exchange(false) && on_added_) on_added_();
+}
+
+RLOCK_DECL void registry::remove(const hold_ptr& h) {
+    std::unique_lock<std::mutex> g(mu_);
+    // The record under h's key is h's (add() keeps one per key): one lookup, not two.
+    if (holds_.erase(key_of(*h)) != 0) held_.fetch_sub(1);
+    h->released = true;
+    quiet_.wait(g, [&] { return !h->in_flight; });
+}
+
+RLOCK_DECL bool registry::idle() noexcept {
+    idle_.store(true);
+    if (held_.load() == 0) return true;
+    idle_.store(false);
+    return false;
+}
+
+RLOCK_DECL bool registry::is_lost(hold& h) const {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!h.lost && clock::now() >= h.expires) h.lost = true;
+    return h.lost;
+}
+
+RLOCK_DECL auto registry::unarmed(clock::time_point taken_by) const -> std::vector<hold_ptr> {
+    std::vector<hold_ptr> out;
+    std::lock_guard<std::mutex> g(mu_);
+    const auto now = clock::now();
+    for (const auto& [k, h] : holds_) {
+        if ((h->watched || now < h->expires) && !h->armed && !h->released && !h->lost &&
+            h->expires - h->lease <= taken_by) {
+            out.push_back(h);
+        }
+    }
+    return out;
+}
+
+RLOCK_DECL std::vector<std::size_t> registry::checked(const std::vector<hold_ptr>& holds,
+                                                      const std::vector<char>& gone) {
+    std::vector<std::size_t> tell;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        const auto now = clock::now();
+        for (std::size_t i = 0; i < holds.size(); ++i) {
+            hold& h = *holds[i];
+            h.in_flight = false;
+            if (!h.released && gone[i] && now < h.expires && mark_lost_locked(h)) tell.push_back(i);
+        }
+    }
+    quiet_.notify_all();
+    return tell;
+}
+
+RLOCK_DECL std::vector<std::size_t> registry::renewed(const std::vector<hold_ptr>& holds,
+                                                      const std::vector<char>& ok,
+                                                      const std::vector<char>& gone,
+                                                      clock::time_point sent) {
+    std::vector<std::size_t> tell;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        const auto now = clock::now();
+        for (std::size_t i = 0; i < holds.size(); ++i) {
+            hold& h = *holds[i];
+            h.in_flight = false;
+            if (h.released) {
+                // Its final unlock waits for this reply (remove()), then hands the hold on
+                // or releases it: what the renewal found is the unlock's to act on — a hold
+                // renewed is handed on with its new expiry, one found gone is not handed on
+                // (its release finds it gone and tells its owner). Nobody is told here.
+                if (ok[i] && !h.lost && sent < h.expires) {
+                    h.expires = sent + h.lease;
+                } else if (gone[i]) {
+                    h.lost = true;
+                }
+                continue;
+            }
+            if (ok[i] && !h.lost && sent < h.expires) {
+                h.expires = sent + h.lease;
+                if (h.refused && h.group) h.group->part_back();
+                h.refused = false;
+            } else if ((gone[i] || ok[i] || now >= h.expires) && mark_lost_locked(h)) {
+                tell.push_back(i);
+            }
+        }
+    }
+    quiet_.notify_all();
+    return tell;
+}
+
+RLOCK_DECL bool registry::claim_untold_loss(hold& h) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!h.watched || !h.lost || h.told || h.refused) return false;
+    h.told = true;
+    return true;
+}
+
+RLOCK_DECL bool registry::claim_report(hold& h) {
+    std::lock_guard<std::mutex> g(mu_);
+    h.lost = true;
+    if (h.told || h.refused) {  // a refused renewal was the report
+        h.told = true;
+        return false;
+    }
+    h.told = true;
+    return true;
+}
+
+RLOCK_DECL auto registry::take_thread(std::uint64_t thread) -> std::vector<hold_ptr> {
+    std::vector<hold_ptr> mine;
+    std::vector<hold_ptr> untold;
+    std::unique_lock<std::mutex> g(mu_);
+    for (auto it = holds_.begin(); it != holds_.end();) {
+        if (it->second->thread != thread) {
+            ++it;
+            continue;
+        }
+        hold_ptr& h = it->second;
+        h->released = true;
+        if (h->watched && !h->told && !h->refused) {
+            h->lost = true;
+            h->told = true;
+            untold.push_back(h);
+        }
+        held_.fetch_sub(1);
+        mine.push_back(std::move(h));
+        it = holds_.erase(it);
+    }
+    quiet_.wait(g, [&] {
+        return std::none_of(mine.begin(), mine.end(),
+                            [](const hold_ptr& h) { return h->in_flight; });
+    });
+    return untold;
+}
+
+RLOCK_DECL bool registry::refused(hold& h) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (h.released || h.told || h.refused) return false;
+    h.refused = true;
+    return true;
+}
+
+RLOCK_DECL void registry::tell(const lock_lost_handler& f, const lost_hold& which,
+                               const error& reason) noexcept {
+    if (!f) return;
+    try {
+        f(which, reason);
+    } catch (...) {
+    }
+}
+
+RLOCK_DECL void registry::set_armed(const std::vector<hold_ptr>& holds,
+                                    const std::vector<char>& which, bool armed) {
+    std::lock_guard<std::mutex> g(mu_);
+    for (std::size_t i = 0; i < holds.size(); ++i) {
+        if (which[i]) holds[i]->armed = armed;
+    }
+}
+
+RLOCK_DECL bool registry::mark_lost_locked(hold& h) {
+    h.lost = true;
+    if (h.told || h.released || h.refused) return false;
+    h.told = true;
+    return true;
+}
+
+RLOCK_DECL hold_key registry::key_of(const hold& h) noexcept {
+    return h.thread != 0 ? key_of(h.kind, h.name, h.thread) : hold_key{nullptr, 0, {}, h.id};
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/acquisition/lease_request.hpp"
 #include "rlock/detail/acquisition/lock_site.hpp"
 #include "rlock/detail/protocol/kind.hpp"
@@ -92,12 +93,7 @@ public:
     virtual unsigned tries() const noexcept = 0;
     /// Settles the operation (once): `e`, or, with none, "the wait ran out" (an empty hold) —
     /// or, when its last attempt failed in an outage it was riding out, that failure.
-    void settle(std::exception_ptr e) noexcept {
-        if (settled) return;
-        settled = true;
-        if (!e && !outage) tell_wait_ended(false);
-        failure = e ? std::move(e) : std::move(outage);
-    }
+    void settle(std::exception_ptr e) noexcept;
     /// Tells the listener that this wait ended without the lock (cancelled, or it ran out).
     void tell_wait_ended(bool cancelled) const noexcept;
     /// Calls the handler with what was settled (once), handing the error on rather than
@@ -146,50 +142,17 @@ public:
     async_waits& operator=(const async_waits&) = delete;
 
     /// The group for `key`, or null.
-    wait_group* find(const std::string& key) {
-        auto it = groups_.find(key);
-        return it == groups_.end() ? nullptr : it->second.get();
-    }
+    wait_group* find(const std::string& key);
 
     /// Puts `w` at the end of the group for `key` (made, with its subscription to `channel`,
     /// when there is none), and arms its deadline. `hint`: from its own refused attempt, which
     /// then sets the group's timer; null when it joined behind others without trying.
     void join(const std::shared_ptr<async_waiter>& w, const std::string& key, const std::string& channel,
-              bool shared, std::chrono::milliseconds heartbeat, const wait_hint* hint) {
-        std::shared_ptr<wait_group>& slot = groups_[key];
-        if (!slot) {
-            slot = std::make_shared<wait_group>();
-            slot->key = key;
-            slot->serial = ++serial_;
-            slot->shared = shared;
-            slot->policy = wait_policy(heartbeat);
-            wait_group* raw = slot.get();
-            // On the subscriber's thread, under its lock; the group outlives its subscription.
-            slot->sub = std::make_unique<subscriber::subscription>(*core.sub, channel, [this, raw] {
-                if (!raw->posted.exchange(true)) post_pump(raw->key, raw->serial);
-            });
-        }
-        wait_group& g = *slot;
-        w->group = &g;
-        w->place = g.queue.insert(g.queue.end(), w);
-        if (w->deadline != clock::time_point::max()) {
-            std::weak_ptr<async_waiter> weak = w;
-            w->deadline_timer = core.eng.at(w->deadline, [this, weak] {
-                if (std::shared_ptr<async_waiter> p = weak.lock()) end(p, nullptr);
-            });
-        }
-        if (hint) schedule(g, *hint);
-    }
+              bool shared, std::chrono::milliseconds heartbeat, const wait_hint* hint);
 
     /// Ends a waiter that is still pending: out of its group, its leftovers undone, settled with
     /// `e` (none: its wait ran out), its handler called.
-    void end(const std::shared_ptr<async_waiter>& w, std::exception_ptr e) {
-        if (w->settled) return;
-        leave(*w);
-        w->give_up();
-        w->settle(std::move(e));
-        w->deliver();
-    }
+    void end(const std::shared_ptr<async_waiter>& w, std::exception_ptr e);
 
     /// Keeps `w` while it waits at its client's gate for a lock (local hand-off, local_gate.hpp),
     /// where nothing else owns it: until its turn comes or it ends (left_gate).
@@ -197,148 +160,33 @@ public:
     void left_gate(const async_waiter& w) { at_gate_.erase(&w); }
 
     /// The client is being destroyed: every pending waiter completes with connection_failed.
-    void fail_all() noexcept {
-        std::vector<std::shared_ptr<async_waiter>> all;
-        for (auto& [key, g] : groups_) {
-            core.eng.cancel(g->retry);
-            core.eng.cancel(g->pause_timer);
-            for (auto& w : g->queue) all.push_back(w);
-        }
-        for (auto& [raw, w] : at_gate_) all.push_back(w);
-        at_gate_.clear();
-        for (auto& w : all) {
-            core.eng.cancel(w->deadline_timer);
-            w->group = nullptr;
-            w->give_up();
-            try {
-                w->settle(std::make_exception_ptr(
-                    error(errc::connection_failed, w->lock_name(), w->server(),
-                          "the client was destroyed while this asynchronous acquire waited")));
-            } catch (...) {
-                w->settle(std::current_exception());
-            }
-        }
-        groups_.clear();
-        for (auto& w : all) w->deliver();
-    }
+    void fail_all() noexcept;
 
     client_core& core;
 
 private:
     // The group for `key` if it is still the one numbered `serial` (a task or timer may
     // outlive the group it was set for), else null.
-    std::shared_ptr<wait_group> current(const std::string& key, std::uint64_t serial) const {
-        auto it = groups_.find(key);
-        return it != groups_.end() && it->second->serial == serial ? it->second : nullptr;
-    }
+    std::shared_ptr<wait_group> current(const std::string& key, std::uint64_t serial) const;
 
     // The server refused the group's subscription (subscriber::subscription::throw_if_refused):
     // every waiter of the group fails with that refusal. True when it did.
-    bool fail_if_refused(wait_group& g) {
-        if (g.queue.empty()) return false;
-        try {
-            g.sub->throw_if_refused(g.queue.front()->lock_name(), g.queue.front()->server());
-            return false;
-        } catch (const error&) {
-            const std::exception_ptr why = std::current_exception();
-            std::vector<std::shared_ptr<async_waiter>> all(g.queue.begin(), g.queue.end());
-            for (const auto& w : all) end(w, why);
-            return true;
-        }
-    }
+    bool fail_if_refused(wait_group& g);
 
-    void post_pump(const std::string& key, std::uint64_t serial) noexcept {
-        try {
-            (void)core.eng.post([this, key, serial] {
-                // The first news is the subscription's confirmation, which a blocking waiter
-                // takes before its loop (wait_active): not an unlock message.
-                if (std::shared_ptr<wait_group> g = current(key, serial)) {
-                    pump(g, std::exchange(g->confirmed, true));
-                }
-            });
-        } catch (...) {  // bad_alloc: the group's timer still bounds its wait
-        }
-    }
+    void post_pump(const std::string& key, std::uint64_t serial) noexcept;
 
     // The group's head attempts (and, in a shared group, the waiters after it while they win);
     // `woken`: a message (or a reconnect) rather than a timer asked for it.
     // `g` by value: leave() may erase the map's reference to it while this runs.
-    void pump(std::shared_ptr<wait_group> g, bool woken) {  // NOLINT(performance-unnecessary-value-param)
-        g->posted.store(false);
-        if (g->pause_timer != 0) {
-            // The head is waiting out its race pause: the try after it serves this news too (a
-            // message must not cut the pause short, or the young would try with the old).
-            g->woken_in_pause = g->woken_in_pause || woken;
-            return;
-        }
-        core.eng.cancel(g->retry);
-        g->retry = 0;
-        if (core.eng.stopping()) return;
-        if (fail_if_refused(*g)) return;
-        if (!g->queue.empty() && !g->paused) {
-            const std::chrono::microseconds pause = g->queue.front()->pause_before_try();
-            if (pause.count() > 0) {
-                g->paused = true;
-                g->woken_in_pause = woken;
-                g->pause_timer = core.eng.at(clock::now() + pause, [this, key = g->key, serial = g->serial] {
-                    if (std::shared_ptr<wait_group> now = current(key, serial)) {
-                        now->pause_timer = 0;
-                        pump(now, now->woken_in_pause);
-                    }
-                });
-                return;
-            }
-        }
-        g->paused = false;
-        std::vector<std::shared_ptr<async_waiter>> done;
-        while (!g->queue.empty()) {
-            std::shared_ptr<async_waiter> w = g->queue.front();
-            wait_hint hint;
-            const attempt_outcome o = w->attempt_waiting(hint, woken);
-            if (o == attempt_outcome::refused) {
-                schedule(*g, hint);
-                break;
-            }
-            leave(*w);
-            done.push_back(std::move(w));
-            if (o == attempt_outcome::acquired && !g->shared && !g->queue.empty()) {
-                // The rest wait behind this hold: for its unlock message, or its lease.
-                schedule(*g, hint);
-                break;
-            }
-        }
-        for (auto& w : done) w->deliver();
-    }
+    void pump(std::shared_ptr<wait_group> g, bool woken);
 
     // When the group's head tries again without a message: wait_policy's rules, as for a
     // blocking waiter.
-    void schedule(wait_group& g, const wait_hint& hint) {
-        const clock::time_point until = g.policy.next_try(clock::now(), hint, g.sub->active());
-        core.eng.cancel(g.retry);
-        g.retry = 0;
-        if (until == clock::time_point::max()) return;  // a synchronizer: messages only
-        g.retry = core.eng.at(until, [this, key = g.key, serial = g.serial] {
-            if (std::shared_ptr<wait_group> now = current(key, serial)) pump(now, false);
-        });
-    }
+    void schedule(wait_group& g, const wait_hint& hint);
 
     // Takes `w` out of its group (dropping the group, and its subscription, when it was the
     // last) and forgets its deadline.
-    void leave(async_waiter& w) {
-        core.eng.cancel(w.deadline_timer);
-        w.deadline_timer = 0;
-        wait_group* g = w.group;
-        if (!g) return;
-        w.group = nullptr;
-        g->queue.erase(w.place);
-        if (!g->queue.empty()) return;
-        core.eng.cancel(g->retry);
-        g->retry = 0;
-        core.eng.cancel(g->pause_timer);
-        g->pause_timer = 0;
-        auto it = groups_.find(g->key);
-        if (it != groups_.end() && it->second.get() == g) groups_.erase(it);
-    }
+    void leave(async_waiter& w);
 
     std::unordered_map<std::string, std::shared_ptr<wait_group>> groups_;
     std::unordered_map<const async_waiter*, std::shared_ptr<async_waiter>> at_gate_;
@@ -348,39 +196,10 @@ private:
 inline async_waiter::async_waiter(async_waits& waits, clock::time_point deadline) noexcept
     : waits(waits), deadline(deadline), story(waits.core.events.begin()) {}
 
-inline void async_waiter::tell_wait_ended(bool cancelled) const noexcept {
-    const event_sink& events = waits.core.events;
-    if (!events.on() || event_kind() == nullptr) return;
-    wait_story s = story;
-    s.tries = tries();
-    events.wait_ended(event_kind(), lock_name(), s, cancelled);
-}
 
-inline void async_waiter::cancel() noexcept {
-    try {
-        std::weak_ptr<async_waiter> weak = weak_from_this();
-        (void)waits.core.eng.post([weak] {
-            std::shared_ptr<async_waiter> w = weak.lock();
-            if (!w) return;
-            if (!w->settled) w->tell_wait_ended(true);
-            w->waits.end(w, std::make_exception_ptr(
-                                error(errc::operation_aborted, w->lock_name(), w->server(),
-                                      "the asynchronous acquire was cancelled")));
-        });
-    } catch (...) {
-    }
-}
 
 /// The client's wait groups, made (with the engine's stop hook) on first use.
-inline async_waits& waits_of(client_core& core) {
-    std::call_once(core.async_once, [&] {
-        auto w = std::make_shared<async_waits>(core);
-        async_waits* raw = w.get();
-        core.eng.set_owner(core.weak_from_this(), [raw] { raw->fail_all(); });
-        core.async_state = std::move(w);
-    });
-    return *static_cast<async_waits*>(core.async_state.get());
-}
+RLOCK_DECL async_waits& waits_of(client_core& core);
 
 /// One asynchronous acquire of a Kind's lock.
 template <class Kind>
@@ -787,3 +606,226 @@ rlock::pending start_acquire(const std::shared_ptr<const lock_site<Kind>>& site,
 }
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL void async_waiter::settle(std::exception_ptr e) noexcept {
+    if (settled) return;
+    settled = true;
+    if (!e && !outage) tell_wait_ended(false);
+    failure = e ? std::move(e) : std::move(outage);
+}
+
+RLOCK_DECL wait_group* async_waits::find(const std::string& key) {
+    auto it = groups_.find(key);
+    return it == groups_.end() ? nullptr : it->second.get();
+}
+
+RLOCK_DECL void async_waits::join(const std::shared_ptr<async_waiter>& w, const std::string& key,
+                                  const std::string& channel, bool shared,
+                                  std::chrono::milliseconds heartbeat, const wait_hint* hint) {
+    std::shared_ptr<wait_group>& slot = groups_[key];
+    if (!slot) {
+        slot = std::make_shared<wait_group>();
+        slot->key = key;
+        slot->serial = ++serial_;
+        slot->shared = shared;
+        slot->policy = wait_policy(heartbeat);
+        wait_group* raw = slot.get();
+        // On the subscriber's thread, under its lock; the group outlives its subscription.
+        slot->sub = std::make_unique<subscriber::subscription>(*core.sub, channel, [this, raw] {
+            if (!raw->posted.exchange(true)) post_pump(raw->key, raw->serial);
+        });
+    }
+    wait_group& g = *slot;
+    w->group = &g;
+    w->place = g.queue.insert(g.queue.end(), w);
+    if (w->deadline != clock::time_point::max()) {
+        std::weak_ptr<async_waiter> weak = w;
+        w->deadline_timer = core.eng.at(w->deadline, [this, weak] {
+            if (std::shared_ptr<async_waiter> p = weak.lock()) end(p, nullptr);
+        });
+    }
+    if (hint) schedule(g, *hint);
+}
+
+RLOCK_DECL void async_waits::end(const std::shared_ptr<async_waiter>& w, std::exception_ptr e) {
+    if (w->settled) return;
+    leave(*w);
+    w->give_up();
+    w->settle(std::move(e));
+    w->deliver();
+}
+
+RLOCK_DECL void async_waits::fail_all() noexcept {
+    std::vector<std::shared_ptr<async_waiter>> all;
+    for (auto& [key, g] : groups_) {
+        core.eng.cancel(g->retry);
+        core.eng.cancel(g->pause_timer);
+        for (auto& w : g->queue) all.push_back(w);
+    }
+    for (auto& [raw, w] : at_gate_) all.push_back(w);
+    at_gate_.clear();
+    for (auto& w : all) {
+        core.eng.cancel(w->deadline_timer);
+        w->group = nullptr;
+        w->give_up();
+        try {
+            w->settle(std::make_exception_ptr(
+                error(errc::connection_failed, w->lock_name(), w->server(),
+                      "the client was destroyed while this asynchronous acquire waited")));
+        } catch (...) {
+            w->settle(std::current_exception());
+        }
+    }
+    groups_.clear();
+    for (auto& w : all) w->deliver();
+}
+
+RLOCK_DECL std::shared_ptr<wait_group> async_waits::current(const std::string& key,
+                                                            std::uint64_t serial) const {
+    auto it = groups_.find(key);
+    return it != groups_.end() && it->second->serial == serial ? it->second : nullptr;
+}
+
+RLOCK_DECL bool async_waits::fail_if_refused(wait_group& g) {
+    if (g.queue.empty()) return false;
+    try {
+        g.sub->throw_if_refused(g.queue.front()->lock_name(), g.queue.front()->server());
+        return false;
+    } catch (const error&) {
+        const std::exception_ptr why = std::current_exception();
+        std::vector<std::shared_ptr<async_waiter>> all(g.queue.begin(), g.queue.end());
+        for (const auto& w : all) end(w, why);
+        return true;
+    }
+}
+
+RLOCK_DECL void async_waits::post_pump(const std::string& key, std::uint64_t serial) noexcept {
+    try {
+        (void)core.eng.post([this, key, serial] {
+            // The first news is the subscription's confirmation, which a blocking waiter
+            // takes before its loop (wait_active): not an unlock message.
+            if (std::shared_ptr<wait_group> g = current(key, serial)) {
+                pump(g, std::exchange(g->confirmed, true));
+            }
+        });
+    } catch (...) {  // bad_alloc: the group's timer still bounds its wait
+    }
+}
+
+// NOLINTNEXTLINE(performance-unnecessary-value-param): `g` by value, as its declaration says
+RLOCK_DECL void async_waits::pump(std::shared_ptr<wait_group> g, bool woken) {
+    g->posted.store(false);
+    if (g->pause_timer != 0) {
+        // The head is waiting out its race pause: the try after it serves this news too (a
+        // message must not cut the pause short, or the young would try with the old).
+        g->woken_in_pause = g->woken_in_pause || woken;
+        return;
+    }
+    core.eng.cancel(g->retry);
+    g->retry = 0;
+    if (core.eng.stopping()) return;
+    if (fail_if_refused(*g)) return;
+    if (!g->queue.empty() && !g->paused) {
+        const std::chrono::microseconds pause = g->queue.front()->pause_before_try();
+        if (pause.count() > 0) {
+            g->paused = true;
+            g->woken_in_pause = woken;
+            g->pause_timer =
+                core.eng.at(clock::now() + pause, [this, key = g->key, serial = g->serial] {
+                    if (std::shared_ptr<wait_group> now = current(key, serial)) {
+                        now->pause_timer = 0;
+                        pump(now, now->woken_in_pause);
+                    }
+                });
+            return;
+        }
+    }
+    g->paused = false;
+    std::vector<std::shared_ptr<async_waiter>> done;
+    while (!g->queue.empty()) {
+        std::shared_ptr<async_waiter> w = g->queue.front();
+        wait_hint hint;
+        const attempt_outcome o = w->attempt_waiting(hint, woken);
+        if (o == attempt_outcome::refused) {
+            schedule(*g, hint);
+            break;
+        }
+        leave(*w);
+        done.push_back(std::move(w));
+        if (o == attempt_outcome::acquired && !g->shared && !g->queue.empty()) {
+            // The rest wait behind this hold: for its unlock message, or its lease.
+            schedule(*g, hint);
+            break;
+        }
+    }
+    for (auto& w : done) w->deliver();
+}
+
+RLOCK_DECL void async_waits::schedule(wait_group& g, const wait_hint& hint) {
+    const clock::time_point until = g.policy.next_try(clock::now(), hint, g.sub->active());
+    core.eng.cancel(g.retry);
+    g.retry = 0;
+    if (until == clock::time_point::max()) return;  // a synchronizer: messages only
+    g.retry = core.eng.at(until, [this, key = g.key, serial = g.serial] {
+        if (std::shared_ptr<wait_group> now = current(key, serial)) pump(now, false);
+    });
+}
+
+RLOCK_DECL void async_waits::leave(async_waiter& w) {
+    core.eng.cancel(w.deadline_timer);
+    w.deadline_timer = 0;
+    wait_group* g = w.group;
+    if (!g) return;
+    w.group = nullptr;
+    g->queue.erase(w.place);
+    if (!g->queue.empty()) return;
+    core.eng.cancel(g->retry);
+    g->retry = 0;
+    core.eng.cancel(g->pause_timer);
+    g->pause_timer = 0;
+    auto it = groups_.find(g->key);
+    if (it != groups_.end() && it->second.get() == g) groups_.erase(it);
+}
+
+RLOCK_DECL void async_waiter::tell_wait_ended(bool cancelled) const noexcept {
+    const event_sink& events = waits.core.events;
+    if (!events.on() || event_kind() == nullptr) return;
+    wait_story s = story;
+    s.tries = tries();
+    events.wait_ended(event_kind(), lock_name(), s, cancelled);
+}
+
+RLOCK_DECL void async_waiter::cancel() noexcept {
+    try {
+        std::weak_ptr<async_waiter> weak = weak_from_this();
+        (void)waits.core.eng.post([weak] {
+            std::shared_ptr<async_waiter> w = weak.lock();
+            if (!w) return;
+            if (!w->settled) w->tell_wait_ended(true);
+            w->waits.end(w, std::make_exception_ptr(
+                                error(errc::operation_aborted, w->lock_name(), w->server(),
+                                      "the asynchronous acquire was cancelled")));
+        });
+    } catch (...) {
+    }
+}
+
+RLOCK_DECL async_waits& waits_of(client_core& core) {
+    std::call_once(core.async_once, [&] {
+        auto w = std::make_shared<async_waits>(core);
+        async_waits* raw = w.get();
+        core.eng.set_owner(core.weak_from_this(), [raw] { raw->fail_all(); });
+        core.async_state = std::move(w);
+    });
+    return *static_cast<async_waits*>(core.async_state.get());
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

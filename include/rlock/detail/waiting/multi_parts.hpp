@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
@@ -95,27 +96,13 @@ class multi_held final : public held_site {
 public:
     explicit multi_held(std::vector<rlock::hold> parts) : parts_(std::move(parts)) {}
 
-    void unlock_one(const std::shared_ptr<hold>& /*record*/, bool& lost_at_last) const override {
-        bool lost = false;
-        for (auto it = parts_.rbegin(); it != parts_.rend(); ++it) {
-            try {
-                if (it->owns_lock()) it->unlock();  // a loss is told (on_lock_lost), not thrown
-            } catch (...) {
-            }
-            lost = lost || it->lost();
-        }
-        lost_at_last = lost;
-    }
+    void unlock_one(const std::shared_ptr<hold>& /*record*/, bool& lost_at_last) const override;
     registry& holds() const override { return hold_access::site(parts_.front()).holds(); }
-    bool is_lost(hold& /*record*/) const override {
-        return std::any_of(parts_.begin(), parts_.end(), [](const rlock::hold& p) { return p.lost(); });
-    }
+    bool is_lost(hold& /*record*/) const override;
     const std::string& lock_name() const override { return parts_.front().name(); }
     const std::string& server_name() const override { return hold_access::site(parts_.front()).server_name(); }
     bool fenced() const override { return false; }
-    bool post(unique_callback<> task) const override {
-        return hold_access::site(parts_.front()).post(std::move(task));
-    }
+    bool post(unique_callback<> task) const override;
 
 private:
     mutable std::vector<rlock::hold> parts_;  // unlock_one empties them; only the owner calls it
@@ -145,130 +132,30 @@ public:
 
     /// Starts the first step from the initiating call: what that throws (a destroyed client)
     /// is the call's to throw, so no handler runs inside it.
-    void begin() {
-        rlock::pending p = parts_.front().start(deadline_, lease_, owner_, step(0));
-        set_current(std::move(p), 0);
-    }
+    void begin();
 
-    void cancel() noexcept override {
-        rlock::pending current;
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            cancelled_ = true;
-            current = current_;
-        }
-        current.cancel();  // that step completes with operation_aborted, and so does this
-    }
+    void cancel() noexcept override;
 
 private:
-    completion step(std::size_t i) {
-        return completion([self = shared_from_this(), i](std::exception_ptr e, rlock::hold h) {
-            self->on_step(i, std::move(e), std::move(h));
-        });
-    }
+    completion step(std::size_t i);
 
     // Starts the acquire of part `i` (waiting until `deadline`), unless cancelled meanwhile.
-    void start_step(std::size_t i, clock::time_point deadline) noexcept {
-        std::exception_ptr failure;
-        try {
-            {
-                std::lock_guard<std::mutex> g(mu_);
-                if (cancelled_) {
-                    throw error(errc::operation_aborted, parts_[i].name, "",
-                                "the asynchronous acquire was cancelled");
-                }
-            }
-            const std::uint64_t n = ++steps_;
-            rlock::pending p = parts_[i].start(deadline, lease_, owner_, step(i));
-            if (set_current(p, n)) p.cancel();
-        } catch (...) {
-            release_taken();
-            failure = std::current_exception();
-        }
-        // Finished outside the handler: the thrown object's own reference is gone by then, so
-        // the receiver's thread releases the last one (TSan cannot see libstdc++'s count).
-        if (failure) finish(std::move(failure), rlock::hold());
-    }
+    void start_step(std::size_t i, clock::time_point deadline) noexcept;
 
     // Records the cancel handle of step `n` (0: the first), unless a later step's is there
     // already (the first step may complete, and the next start, before begin() gets here).
     // Returns whether the operation was cancelled meanwhile.
-    bool set_current(rlock::pending p, std::uint64_t n) {
-        std::lock_guard<std::mutex> g(mu_);
-        if (n >= current_step_) {
-            current_ = std::move(p);
-            current_step_ = n;
-        }
-        return cancelled_;
-    }
+    bool set_current(rlock::pending p, std::uint64_t n);
 
-    void on_step(std::size_t i, std::exception_ptr e, rlock::hold h) noexcept {
-        if (e) {
-            release_taken();
-            finish(std::move(e), rlock::hold());
-            return;
-        }
-        if (!h) {  // the head's wait ran out, or another part is held by someone
-            release_taken();  // never wait while holding a part
-            if (i == head_ || clock::now() >= deadline_) {
-                finish(nullptr, rlock::hold());
-                return;
-            }
-            head_ = i;
-            start_step(i, deadline_);
-            return;
-        }
-        taken_[i] = std::move(h);
-        for (std::size_t j = 0; j < taken_.size(); ++j) {
-            if (!taken_[j]) {
-                start_step(j, clock::time_point::min());
-                return;
-            }
-        }
-        std::exception_ptr failure;
-        try {
-            finish(nullptr, all_held());
-        } catch (...) {
-            release_taken();
-            failure = std::current_exception();
-        }
-        // Outside the handler, as above.
-        if (failure) finish(std::move(failure), rlock::hold());
-    }
+    void on_step(std::size_t i, std::exception_ptr e, rlock::hold h) noexcept;
 
     // Every part is held: their holds are linked, so that the loss of any is the loss of all,
     // told once (a red_lock part is told as its own red_lock).
-    rlock::hold all_held() {
-        auto group = std::make_shared<hold_group>();
-        group->name = parts_.front().name;
-        group->tolerance = 0;
-        bool any = false;
-        for (std::size_t i = 0; i < parts_.size(); ++i) {
-            if (!parts_[i].grouped) continue;
-            if (!any) group->tell = parts_[i].tell;
-            any = true;
-            const std::shared_ptr<hold>& record = hold_access::record(taken_[i]);
-            hold_access::site(taken_[i]).holds().with([&] { record->group = group; });
-        }
-        const std::shared_ptr<hold>& first = hold_access::record(taken_.front());
-        registry::hold_ptr record = make_hold(*first->kind, parts_.front().name, "", owner_,
-                                              {lease_.fixed_duration(), renewal::leased, clock::now()});
-        record->id = any ? group->id : taken_.front().hold_id();
-        return rlock::hold(std::make_shared<const multi_held>(std::move(taken_)), std::move(record));
-    }
+    rlock::hold all_held();
 
-    void release_taken() noexcept {
-        for (auto it = taken_.rbegin(); it != taken_.rend(); ++it) *it = rlock::hold();
-    }
+    void release_taken() noexcept;
 
-    void finish(std::exception_ptr e, rlock::hold h) noexcept {
-        if (finished_) return;
-        finished_ = true;
-        try {
-            done_(std::move(e), std::move(h));
-        } catch (...) {
-        }
-    }
+    void finish(std::exception_ptr e, rlock::hold h) noexcept;
 
     const std::vector<part_ref> parts_;
     std::vector<rlock::hold> taken_;
@@ -286,3 +173,152 @@ private:
 };
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL void multi_held::unlock_one(const std::shared_ptr<hold>&, bool& lost_at_last) const {
+    bool lost = false;
+    for (auto it = parts_.rbegin(); it != parts_.rend(); ++it) {
+        try {
+            if (it->owns_lock()) it->unlock();  // a loss is told (on_lock_lost), not thrown
+        } catch (...) {
+        }
+        lost = lost || it->lost();
+    }
+    lost_at_last = lost;
+}
+
+RLOCK_DECL bool multi_held::is_lost(hold&) const {
+    return std::any_of(parts_.begin(), parts_.end(), [](const rlock::hold& p) { return p.lost(); });
+}
+
+RLOCK_DECL bool multi_held::post(unique_callback<> task) const {
+    return hold_access::site(parts_.front()).post(std::move(task));
+}
+
+RLOCK_DECL void multi_acquire::begin() {
+    rlock::pending p = parts_.front().start(deadline_, lease_, owner_, step(0));
+    set_current(std::move(p), 0);
+}
+
+RLOCK_DECL void multi_acquire::cancel() noexcept {
+    rlock::pending current;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        cancelled_ = true;
+        current = current_;
+    }
+    current.cancel();  // that step completes with operation_aborted, and so does this
+}
+
+RLOCK_DECL completion multi_acquire::step(std::size_t i) {
+    return completion([self = shared_from_this(), i](std::exception_ptr e, rlock::hold h) {
+        self->on_step(i, std::move(e), std::move(h));
+    });
+}
+
+RLOCK_DECL void multi_acquire::start_step(std::size_t i, clock::time_point deadline) noexcept {
+    std::exception_ptr failure;
+    try {
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            if (cancelled_) {
+                throw error(errc::operation_aborted, parts_[i].name, "",
+                            "the asynchronous acquire was cancelled");
+            }
+        }
+        const std::uint64_t n = ++steps_;
+        rlock::pending p = parts_[i].start(deadline, lease_, owner_, step(i));
+        if (set_current(p, n)) p.cancel();
+    } catch (...) {
+        release_taken();
+        failure = std::current_exception();
+    }
+    // Finished outside the handler: the thrown object's own reference is gone by then, so
+    // the receiver's thread releases the last one (TSan cannot see libstdc++'s count).
+    if (failure) finish(std::move(failure), rlock::hold());
+}
+
+RLOCK_DECL bool multi_acquire::set_current(rlock::pending p, std::uint64_t n) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (n >= current_step_) {
+        current_ = std::move(p);
+        current_step_ = n;
+    }
+    return cancelled_;
+}
+
+RLOCK_DECL void multi_acquire::on_step(std::size_t i, std::exception_ptr e,
+                                       rlock::hold h) noexcept {
+    if (e) {
+        release_taken();
+        finish(std::move(e), rlock::hold());
+        return;
+    }
+    if (!h) {             // the head's wait ran out, or another part is held by someone
+        release_taken();  // never wait while holding a part
+        if (i == head_ || clock::now() >= deadline_) {
+            finish(nullptr, rlock::hold());
+            return;
+        }
+        head_ = i;
+        start_step(i, deadline_);
+        return;
+    }
+    taken_[i] = std::move(h);
+    for (std::size_t j = 0; j < taken_.size(); ++j) {
+        if (!taken_[j]) {
+            start_step(j, clock::time_point::min());
+            return;
+        }
+    }
+    std::exception_ptr failure;
+    try {
+        finish(nullptr, all_held());
+    } catch (...) {
+        release_taken();
+        failure = std::current_exception();
+    }
+    // Outside the handler, as above.
+    if (failure) finish(std::move(failure), rlock::hold());
+}
+
+RLOCK_DECL rlock::hold multi_acquire::all_held() {
+    auto group = std::make_shared<hold_group>();
+    group->name = parts_.front().name;
+    group->tolerance = 0;
+    bool any = false;
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+        if (!parts_[i].grouped) continue;
+        if (!any) group->tell = parts_[i].tell;
+        any = true;
+        const std::shared_ptr<hold>& record = hold_access::record(taken_[i]);
+        hold_access::site(taken_[i]).holds().with([&] { record->group = group; });
+    }
+    const std::shared_ptr<hold>& first = hold_access::record(taken_.front());
+    registry::hold_ptr record = make_hold(*first->kind, parts_.front().name, "", owner_,
+                                          {lease_.fixed_duration(), renewal::leased, clock::now()});
+    record->id = any ? group->id : taken_.front().hold_id();
+    return rlock::hold(std::make_shared<const multi_held>(std::move(taken_)), std::move(record));
+}
+
+RLOCK_DECL void multi_acquire::release_taken() noexcept {
+    for (auto it = taken_.rbegin(); it != taken_.rend(); ++it) *it = rlock::hold();
+}
+
+RLOCK_DECL void multi_acquire::finish(std::exception_ptr e, rlock::hold h) noexcept {
+    if (finished_) return;
+    finished_ = true;
+    try {
+        done_(std::move(e), std::move(h));
+    } catch (...) {
+    }
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

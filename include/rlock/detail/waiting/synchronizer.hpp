@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/protocol/synchronizer_scripts.hpp"
 #include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
@@ -286,18 +287,7 @@ public:
 protected:
     /// `what` names the type in messages ("semaphore"). Throws `error` (invalid_argument) for
     /// an empty name, or (Redis Cluster) a name whose key and channel land in different slots.
-    synchronizer(client_core& core, std::string name, std::string channel, std::string_view what)
-        : core_(core.shared_from_this()), channel_(std::move(channel)) {
-        if (name.empty()) {
-            throw error(errc::invalid_argument, "", core_->ep.name, std::string(what) + " name is empty");
-        }
-        if (core_->ep.slots && key_slot(name) != key_slot(channel_)) {
-            throw error(errc::invalid_argument, name, core_->ep.name,
-                        "in a cluster this " + std::string(what) + " name puts its key and its channel " +
-                            channel_ + " in different slots (a name with '{' needs a non-empty hash tag)");
-        }
-        name_ = std::move(name);
-    }
+    synchronizer(client_core& core, std::string name, std::string channel, std::string_view what);
     ~synchronizer() = default;
 
     /// Runs f(connection) on the object's server (its key's master in a cluster).
@@ -308,21 +298,11 @@ protected:
     }
 
     /// Throws invalid_argument naming the object: "<what> (was <count>)".
-    [[noreturn]] void bad_count(long long count, std::string_view what) const {
-        throw error(errc::invalid_argument, name_, server(),
-                    std::string(what) + " (was " + std::to_string(count) + ")");
-    }
+    [[noreturn]] void bad_count(long long count, std::string_view what) const;
 
     /// Sets the count to `count` when the key is absent and publishes `message` on the
     /// channel (count_scripts::try_set); true when this call set it.
-    bool set_count_if_absent(long long count, std::string_view message) const {
-        const std::string n = std::to_string(count);
-        return run(on_break::fail, [&](const connection& c) {
-            return eval_integer(c, count_scripts::try_set(), {name_},
-                                {n, channel_, message.empty() ? std::string_view(n) : message}, name_,
-                                server()) == 1;
-        });
-    }
+    bool set_count_if_absent(long long count, std::string_view message) const;
 
     /// What add_to_count did: the new count, and the permits that did not fit under the
     /// capacity (0 without one).
@@ -334,22 +314,7 @@ protected:
     /// Adds `n` to the count (may be negative) and publishes the new count when positive
     /// (semaphore_scripts::add), never above `capacity` when one is given (> 0). Not repeated
     /// after a broken connection.
-    count_change add_to_count(long long n, long long capacity = 0) const {
-        const std::string by = std::to_string(n), cap = std::to_string(capacity);
-        return run(on_break::fail, [&](const connection& c) {
-            script_call call(semaphore_scripts::add(), {name_}, {by, channel_, cap});
-            const reply_ptr r = run_script(c, call, name_, server());
-            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-                (void)count_from(r.get(), name_, server());  // an error reply, as itself
-                throw error(errc::protocol_error, name_, server(), "unexpected reply to a semaphore's add");
-            }
-            count_change out;
-            out.now = count_from(r->element[0], name_, server());
-            out.over = count_from(r->element[1], name_, server());
-            core_->counts.saw(name_);
-            return out;
-        });
-    }
+    count_change add_to_count(long long n, long long capacity = 0) const;
 
     /// async_channel_wait on this object's channel, for `token` (a callback, rlock::use_future,
     /// an Asio token), completing with a Result: `op` (attempt, finish, undo) must own what it
@@ -392,25 +357,95 @@ protected:
 /// `capacity` 0 when not known: true when taken. An absent count is no permit, and throws
 /// lock_lost when this client saw it set (the server lost it: nobody could ever be served);
 /// one set back to its capacity tells this client's holders of permits taken before.
-inline bool take_permits(client_core& core, const connection& c, const std::string& name,
-                         const std::string& channel, long long permits, long long capacity) {
+RLOCK_DECL bool take_permits(client_core& core, const connection& c, const std::string& name,
+                         const std::string& channel, long long permits, long long capacity);
+
+/// What a semaphore's local hand-off gates are filed under (client_core::permit_gates).
+inline const kind_info semaphore_gate_kind{"semaphore"};
+
+/// The turn class of semaphores' blocking waiters (subscriber::channel_state::turn).
+inline constexpr char semaphore_turns = 0;
+
+}  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL synchronizer::synchronizer(client_core& core, std::string name, std::string channel,
+                                      std::string_view what)
+    : core_(core.shared_from_this()), channel_(std::move(channel)) {
+    if (name.empty()) {
+        throw error(errc::invalid_argument, "", core_->ep.name,
+                    std::string(what) + " name is empty");
+    }
+    if (core_->ep.slots && key_slot(name) != key_slot(channel_)) {
+        throw error(errc::invalid_argument, name, core_->ep.name,
+                    "in a cluster this " + std::string(what) +
+                        " name puts its key and its channel " + channel_ +
+                        " in different slots (a name with '{' needs a non-empty hash tag)");
+    }
+    name_ = std::move(name);
+}
+
+RLOCK_DECL void synchronizer::bad_count(long long count, std::string_view what) const {
+    throw error(errc::invalid_argument, name_, server(),
+                std::string(what) + " (was " + std::to_string(count) + ")");
+}
+
+RLOCK_DECL bool synchronizer::set_count_if_absent(long long count, std::string_view message) const {
+    const std::string n = std::to_string(count);
+    return run(on_break::fail, [&](const connection& c) {
+        return eval_integer(c, count_scripts::try_set(), {name_},
+                            {n, channel_, message.empty() ? std::string_view(n) : message}, name_,
+                            server()) == 1;
+    });
+}
+
+RLOCK_DECL auto synchronizer::add_to_count(long long n, long long capacity) const -> count_change {
+    const std::string by = std::to_string(n), cap = std::to_string(capacity);
+    return run(on_break::fail, [&](const connection& c) {
+        script_call call(semaphore_scripts::add(), {name_}, {by, channel_, cap});
+        const reply_ptr r = run_script(c, call, name_, server());
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            (void)count_from(r.get(), name_, server());  // an error reply, as itself
+            throw error(errc::protocol_error, name_, server(),
+                        "unexpected reply to a semaphore's add");
+        }
+        count_change out;
+        out.now = count_from(r->element[0], name_, server());
+        out.over = count_from(r->element[1], name_, server());
+        core_->counts.saw(name_);
+        return out;
+    });
+}
+
+RLOCK_DECL bool take_permits(client_core& core, const connection& c, const std::string& name,
+                             const std::string& channel, long long permits, long long capacity) {
     const std::string n = std::to_string(permits), cap = std::to_string(capacity);
-    const long long r = eval_integer(c, semaphore_scripts::acquire(), {name}, {n, cap, channel}, name, core.ep.name);
+    const long long r = eval_integer(c, semaphore_scripts::acquire(), {name}, {n, cap, channel},
+                                     name, core.ep.name);
     if (r < 0) {
         if (!core.counts.seen(name)) return false;  // never set, as far as this client knows
-        throw error(errc::lock_lost, name, core.ep.name,
-                    "the semaphore's count is gone from the server (a restart without persistence, a flush, "
-                    "a DEL) after this client saw it set: no permit can be taken until it is set again "
-                    "(try_set_permits, or semaphore_options::capacity to set it back on its own)");
+        throw error(
+            errc::lock_lost, name, core.ep.name,
+            "the semaphore's count is gone from the server (a restart without persistence, a "
+            "flush, "
+            "a DEL) after this client saw it set: no permit can be taken until it is set again "
+            "(try_set_permits, or semaphore_options::capacity to set it back on its own)");
     }
     if (r >= 2) {  // set back to `capacity`: what this client held of the lost count is gone
         const long long gone = core.counts.forget_taken(name);
         if (gone > 0) {
-            registry::tell(core.ep.options.on_lock_lost, lost_hold{name, 0, 0},
-                           error(errc::lock_lost, name, core.ep.name,
-                                 std::to_string(gone) +
-                                     " permits this client took were lost with the semaphore's count on "
-                                     "the server; it was set back to its capacity " + cap));
+            registry::tell(
+                core.ep.options.on_lock_lost, lost_hold{name, 0, 0},
+                error(errc::lock_lost, name, core.ep.name,
+                      std::to_string(gone) +
+                          " permits this client took were lost with the semaphore's count on "
+                          "the server; it was set back to its capacity " +
+                          cap));
         }
     }
     const bool taken = r == 1 || r == 3;
@@ -422,10 +457,6 @@ inline bool take_permits(client_core& core, const connection& c, const std::stri
     return taken;
 }
 
-/// What a semaphore's local hand-off gates are filed under (client_core::permit_gates).
-inline const kind_info semaphore_gate_kind{"semaphore"};
-
-/// The turn class of semaphores' blocking waiters (subscriber::channel_state::turn).
-inline constexpr char semaphore_turns = 0;
-
 }  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

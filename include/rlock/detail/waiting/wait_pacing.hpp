@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/acquisition/try_result.hpp"
 #include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
@@ -37,30 +38,13 @@ public:
     /// Before each try of the wait loop. Not a poll: the one bounded pause pause() describes,
     /// cut at `deadline` (the try then is the wait's last); the wait itself still ends on the
     /// unlock message or the holder's TTL.
-    void before_try(std::chrono::steady_clock::time_point deadline) const {
-        const std::chrono::microseconds p = pause();
-        if (p.count() > 0) {
-            // A bounded pause (at most 800 µs, only before a wait's first tries and only while
-            // this client loses races), not a poll interval: it lets older waiters woken by the
-            // same unlock message try first; the wait for the lock itself is the message or TTL.
-            std::this_thread::sleep_until(std::min(deadline, std::chrono::steady_clock::now() + p));
-        }
-    }
+    void before_try(std::chrono::steady_clock::time_point deadline) const;
 
     /// The pause before_try() makes: an asynchronous waiter waits it on a timer instead.
     /// At most 800 µs, only before a wait's first R tries, and only while this client is
     /// losing races for the lock. It orders woken waiters by age; the wait itself still ends
     /// on the unlock message or the holder's TTL.
-    std::chrono::microseconds pause() const {
-        if (record_.lost.load(std::memory_order_relaxed) == 0) return std::chrono::microseconds(0);
-        const int rounds = std::clamp(record_.rivals.load(std::memory_order_relaxed),
-                                      min_yield_rounds, max_yield_rounds);
-        if (round_ >= rounds) return std::chrono::microseconds(0);
-        // A newcomer that subscribed first: its first try, which no message times, waits at
-        // least newcomer_step, so that a release just before it goes to the oldest it woke.
-        if (round_ == 0 && subscribes_first()) return std::max(newcomer_step, yield_step * rounds);
-        return yield_step * (rounds - round_);
-    }
+    std::chrono::microseconds pause() const;
 
     /// Before a waiter subscribes: while this client loses races for the lock, and at most
     /// every 20 ms per record (shared by the client's waiters of a name), counts the rivals
@@ -90,10 +74,7 @@ public:
     /// held back the longest (pause()). Measured (W=8, H=1 ms, A=1 ms; docs/benchmarks.md):
     /// the oldest of seven waiters won 98-99 % of hand-overs instead of 43-50 %, the worst p99
     /// wait 10-15 ms instead of 18-23.
-    bool subscribes_first() const noexcept {
-        return record_.lost.load(std::memory_order_relaxed) > 0 &&
-               record_.rivals.load(std::memory_order_relaxed) >= subscribe_first_rivals;
-    }
+    bool subscribes_first() const noexcept;
 
     /// The pause before a newcomer's first attempt when it does not subscribe first: 400 µs
     /// while this client loses races for the lock. A newcomer that tries at once lands, as
@@ -104,23 +85,12 @@ public:
     /// 3.2-6.2 ms, with 800 µs the second oldest won a third and the p99 was 10 ms.
     /// `courtesy`: what is left of this client's courtesy after its own release woke waiters
     /// (client_core::courtesy_left); the pause is the larger of the two.
-    std::chrono::microseconds newcomer_pause(std::chrono::microseconds courtesy) const {
-        if (record_.lost.load(std::memory_order_relaxed) == 0 || subscribes_first()) return courtesy;
-        return std::max(courtesy, newcomer_step);
-    }
+    std::chrono::microseconds newcomer_pause(std::chrono::microseconds courtesy) const;
 
     /// After each try: `woken` when the wait before it ended with a message. Keeps `lost`:
     /// -1 for an acquisition; +2 (up to max_lost) when a try an unlock message woke was
     /// beaten by another waiter, i.e. the lock is raced for.
-    void after_try(const try_result& r, bool woken) {
-        ++round_;
-        const int now = record_.lost.load(std::memory_order_relaxed);
-        if (r.done) {
-            if (now > 0) record_.lost.fetch_sub(1, std::memory_order_relaxed);
-        } else if (woken && r.hint.ttl != -2 && now < max_lost) {
-            record_.lost.fetch_add(2, std::memory_order_relaxed);
-        }
-    }
+    void after_try(const try_result& r, bool woken);
 
 private:
     static constexpr int max_lost = 8;
@@ -152,13 +122,7 @@ private:
 class silent_holder_looks {
 public:
     /// How long to wait before looking again behind `holder` (the value holding the key).
-    std::chrono::microseconds next(std::string holder) {
-        if (holder != holder_) look_ = first_look;
-        holder_ = std::move(holder);
-        const auto full = std::chrono::duration_cast<std::chrono::microseconds>(look_).count();
-        look_ = std::min(look_ * 2, longest_look);
-        return std::chrono::microseconds(random_between(full / 2, full));
-    }
+    std::chrono::microseconds next(std::string holder);
 
 private:
     static constexpr std::chrono::milliseconds first_look{1};
@@ -171,3 +135,63 @@ private:
 };
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL void race_pacing::before_try(std::chrono::steady_clock::time_point deadline) const {
+    const std::chrono::microseconds p = pause();
+    if (p.count() > 0) {
+        // A bounded pause (at most 800 µs, only before a wait's first tries and only while
+        // this client loses races), not a poll interval: it lets older waiters woken by the
+        // same unlock message try first; the wait for the lock itself is the message or TTL.
+        std::this_thread::sleep_until(std::min(deadline, std::chrono::steady_clock::now() + p));
+    }
+}
+
+RLOCK_DECL std::chrono::microseconds race_pacing::pause() const {
+    if (record_.lost.load(std::memory_order_relaxed) == 0) return std::chrono::microseconds(0);
+    const int rounds = std::clamp(record_.rivals.load(std::memory_order_relaxed), min_yield_rounds,
+                                  max_yield_rounds);
+    if (round_ >= rounds) return std::chrono::microseconds(0);
+    // A newcomer that subscribed first: its first try, which no message times, waits at
+    // least newcomer_step, so that a release just before it goes to the oldest it woke.
+    if (round_ == 0 && subscribes_first()) return std::max(newcomer_step, yield_step * rounds);
+    return yield_step * (rounds - round_);
+}
+
+RLOCK_DECL bool race_pacing::subscribes_first() const noexcept {
+    return record_.lost.load(std::memory_order_relaxed) > 0 &&
+           record_.rivals.load(std::memory_order_relaxed) >= subscribe_first_rivals;
+}
+
+RLOCK_DECL std::chrono::microseconds race_pacing::newcomer_pause(
+    std::chrono::microseconds courtesy) const {
+    if (record_.lost.load(std::memory_order_relaxed) == 0 || subscribes_first()) return courtesy;
+    return std::max(courtesy, newcomer_step);
+}
+
+RLOCK_DECL void race_pacing::after_try(const try_result& r, bool woken) {
+    ++round_;
+    const int now = record_.lost.load(std::memory_order_relaxed);
+    if (r.done) {
+        if (now > 0) record_.lost.fetch_sub(1, std::memory_order_relaxed);
+    } else if (woken && r.hint.ttl != -2 && now < max_lost) {
+        record_.lost.fetch_add(2, std::memory_order_relaxed);
+    }
+}
+
+RLOCK_DECL std::chrono::microseconds silent_holder_looks::next(std::string holder) {
+    if (holder != holder_) look_ = first_look;
+    holder_ = std::move(holder);
+    const auto full = std::chrono::duration_cast<std::chrono::microseconds>(look_).count();
+    look_ = std::min(look_ * 2, longest_look);
+    return std::chrono::microseconds(random_between(full / 2, full));
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME

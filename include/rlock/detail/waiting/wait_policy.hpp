@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "rlock/config.hpp"
 #include "rlock/detail/acquisition/try_result.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/waiting/wait_pacing.hpp"
@@ -38,18 +39,7 @@ public:
 
     /// When to try again after a refused try that said `hint`, `listening` whether the
     /// subscription is confirmed; clock::time_point::max() when only a message should wake it.
-    clock::time_point next_try(clock::time_point now, const wait_hint& hint, bool listening) {
-        auto until = hint.again;
-        if (hint.ttl == -2) until = now;
-        if (hint.ttl >= 0) until = std::min(until, now + std::chrono::milliseconds(hint.ttl));
-        if (!listening || hint.ttl == -1) {
-            until = std::min(until, now + fallback_);
-            fallback_ = std::min(fallback_ * 2, longest_fallback);
-        }
-        if (!hint.holder_publishes) until = std::min(until, now + looks_.next(hint.holder));
-        if (heartbeat_.count() > 0) until = std::min(until, now + heartbeat_);
-        return until;
-    }
+    clock::time_point next_try(clock::time_point now, const wait_hint& hint, bool listening);
 
 private:
     static constexpr std::chrono::milliseconds first_fallback{10};
@@ -88,16 +78,7 @@ public:
 
     /// Called in the handler of `e`, thrown by an attempt: rethrows it, or returns when to make
     /// the attempt again (at most `deadline`'s worth of backoff away).
-    clock::time_point again_after(const error& e, clock::time_point deadline) {
-        if (!is_ambiguous(e)) throw;
-        if (error_access::origin(e).readonly && !follows_failovers_) throw;
-        if (repeatable_ == repeat::unsafe && !error_access::origin(e).unsent) throw;
-        const auto now = clock::now();
-        if (now >= deadline) throw;
-        const auto at = now + backoff_;
-        backoff_ = std::min(backoff_ * 2, longest_backoff);
-        return at;
-    }
+    clock::time_point again_after(const error& e, clock::time_point deadline);
 
 private:
     static constexpr std::chrono::milliseconds first_backoff{25};
@@ -150,3 +131,39 @@ private:
 };
 
 }  // namespace rlock::detail
+
+// Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes
+// <rlock/src.hpp> (rlock/config.hpp).
+#if RLOCK_DEFINE_RUNTIME
+
+namespace rlock::detail {
+
+RLOCK_DECL auto wait_policy::next_try(clock::time_point now, const wait_hint& hint, bool listening)
+    -> clock::time_point {
+    auto until = hint.again;
+    if (hint.ttl == -2) until = now;
+    if (hint.ttl >= 0) until = std::min(until, now + std::chrono::milliseconds(hint.ttl));
+    if (!listening || hint.ttl == -1) {
+        until = std::min(until, now + fallback_);
+        fallback_ = std::min(fallback_ * 2, longest_fallback);
+    }
+    if (!hint.holder_publishes) until = std::min(until, now + looks_.next(hint.holder));
+    if (heartbeat_.count() > 0) until = std::min(until, now + heartbeat_);
+    return until;
+}
+
+RLOCK_DECL auto failure_ride::again_after(const error& e, clock::time_point deadline)
+    -> clock::time_point {
+    if (!is_ambiguous(e)) throw;
+    if (error_access::origin(e).readonly && !follows_failovers_) throw;
+    if (repeatable_ == repeat::unsafe && !error_access::origin(e).unsent) throw;
+    const auto now = clock::now();
+    if (now >= deadline) throw;
+    const auto at = now + backoff_;
+    backoff_ = std::min(backoff_ * 2, longest_backoff);
+    return at;
+}
+
+}  // namespace rlock::detail
+
+#endif  // RLOCK_DEFINE_RUNTIME
