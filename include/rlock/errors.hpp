@@ -38,47 +38,12 @@ enum class errc {
     operation_aborted,     ///< an asynchronous operation was cancelled before it completed
 };
 
-namespace detail {
-
-class error_category_impl final : public std::error_category {
-public:
-    const char* name() const noexcept override { return "rlock"; }
-    std::string message(int value) const override;
-};
-
-}  // namespace detail
-
 /// The category of all rlock error codes.
 RLOCK_DECL const std::error_category& error_category() noexcept;
 
 inline std::error_code make_error_code(errc e) noexcept {
     return {static_cast<int>(e), error_category()};
 }
-
-namespace detail {
-
-/// Where a Redis Cluster node sent a command instead of running it (MOVED, ASK), or that it
-/// could not run it yet (TRYAGAIN, CLUSTERDOWN, a script that reached a key migrated away).
-/// An empty host means the node that answered.
-struct redirect {
-    enum kind_t : unsigned char { none, moved, ask, try_again } kind = none;
-    int slot = -1;
-    std::string host;  // moved and ask: the node to ask instead
-    int port = 0;
-};
-
-/// What rlock itself reads from an error, beyond its code: filled by make_error from the reply
-/// that caused it, carried unchanged when the error is re-addressed (error_access).
-struct error_origin {
-    redirect to;            // Redis Cluster: the redirection in the reply
-    bool readonly = false;  // a replica refused a write (READONLY): the command did not run
-    bool settings_refused = false;  // AUTH or SELECT refused: every server will say the same
-    bool unsent = false;    // no connection could be had: the command was not sent
-};
-
-struct error_access;
-
-}  // namespace detail
 
 /// The exception rlock throws, and the reason it passes to `on_lock_lost`.
 ///
@@ -91,12 +56,12 @@ public:
     /// "<what>: <code's message>", as std::system_error's.
     error(errc code, const std::string& what)
         : std::system_error(make_error_code(code), what),
-          parts_(std::make_shared<const parts>(parts{{}, {}, what, {}})) {}
+          parts_(std::make_shared<const parts>(std::string(), std::string(), what)) {}
 
     /// An error about `lock` (empty: none) on `server` (empty: none) because of `cause`.
     error(errc code, std::string_view lock, std::string_view server, std::string_view cause)
-        : error(code, std::make_shared<const parts>(parts{std::string(lock), std::string(server),
-                                                          std::string(cause), {}})) {}
+        : error(code, std::make_shared<const parts>(std::string(lock), std::string(server),
+                                                    std::string(cause))) {}
 
     error(const error&) = default;
     error& operator=(const error&) = default;
@@ -113,48 +78,32 @@ public:
     /// What went wrong, in words (a Redis error reply's text, or rlock's own).
     const std::string& cause() const noexcept { return parts_->cause; }
 
-private:
-    friend struct detail::error_access;
+protected:
+    /// What an error is made of. A type derived from error may make its errors of a type
+    /// derived from this one, to carry more than the three parts: copies of the error share it
+    /// (rlock's own errors record there what the Redis reply that caused them said, a Redis
+    /// Cluster redirection for one).
     struct parts {
+        parts(std::string l, std::string s, std::string c)
+            : lock(std::move(l)), server(std::move(s)), cause(std::move(c)) {}
+        parts(const parts&) = default;
+        parts& operator=(const parts&) = delete;
+        virtual ~parts() = default;
         std::string lock, server, cause;
-        detail::error_origin origin;
     };
 
+    /// An error of `code` made of `p` (not null).
     error(errc code, std::shared_ptr<const parts> p)
         : std::system_error(make_error_code(code), compose(*p)), parts_(std::move(p)) {}
 
+    /// What `e` is made of.
+    static const parts& parts_of(const error& e) noexcept { return *e.parts_; }
+
+private:
     static std::string compose(const parts& p);
 
     std::shared_ptr<const parts> parts_;
 };
-
-namespace detail {
-
-/// rlock's internal view of an error: the origin make_error recorded, and the same error
-/// re-addressed (naming the lock a connection was opened for, the cluster node that failed).
-struct error_access {
-    static error with_origin(errc code, std::string_view lock, std::string_view server,
-                             std::string_view cause, error_origin origin);
-    static const error_origin& origin(const error& e) noexcept { return e.parts_->origin; }
-    /// `e`, naming `lock` when it named none.
-    static error about(const error& e, std::string_view lock);
-    /// `e`, naming `server` instead of the server it named.
-    static error on(const error& e, std::string_view server);
-    /// "<server>: <cause>" (or the cause alone): `e` told inside another error's cause.
-    static std::string brief(const error& e);
-    /// `e`, naming `lock` (when it named none), marked as met before anything was sent.
-    static error unsent(const error& e, std::string_view lock);
-    /// `e` without its redirection: an error a redirection must not be followed for.
-    static error unredirected(const error& e);
-};
-
-/// True for the errors after which a command may or may not have run: the connection broke
-/// (connection_failed) or the reply did not come in time (timeout).
-inline bool is_ambiguous(const error& e) noexcept {
-    return e.value() == errc::connection_failed || e.value() == errc::timeout;
-}
-
-}  // namespace detail
 
 }  // namespace rlock
 
@@ -165,50 +114,36 @@ struct std::is_error_code_enum<rlock::errc> : std::true_type {};
 // <rlock/src.hpp> (rlock/config.hpp).
 #if RLOCK_DEFINE_RUNTIME
 
-namespace rlock::detail {
-
-RLOCK_DECL std::string error_category_impl::message(int value) const {
-    switch (static_cast<errc>(value)) {
-        case errc::invalid_argument:
-            return "invalid argument";
-        case errc::connection_failed:
-            return "connection failed";
-        case errc::timeout:
-            return "timed out";
-        case errc::auth_failed:
-            return "authentication failed";
-        case errc::wrong_type:
-            return "key holds the wrong kind of value";
-        case errc::server_error:
-            return "server error";
-        case errc::protocol_error:
-            return "protocol error";
-        case errc::not_owner:
-            return "not the owner of the lock";
-        case errc::would_deadlock:
-            return "would deadlock";
-        case errc::lock_lost:
-            return "lock lost";
-        case errc::quorum_not_reached:
-            return "quorum not reached";
-        case errc::replica_sync_failed:
-            return "replica sync failed";
-        case errc::operation_aborted:
-            return "operation aborted";
-    }
-    return "unknown rlock error";
-}
-
-}  // namespace rlock::detail
-
 namespace rlock {
 
 RLOCK_DECL const std::error_category& error_category() noexcept {
+    class category final : public std::error_category {
+    public:
+        const char* name() const noexcept override { return "rlock"; }
+        std::string message(int value) const override {
+            switch (static_cast<errc>(value)) {
+                case errc::invalid_argument: return "invalid argument";
+                case errc::connection_failed: return "connection failed";
+                case errc::timeout: return "timed out";
+                case errc::auth_failed: return "authentication failed";
+                case errc::wrong_type: return "key holds the wrong kind of value";
+                case errc::server_error: return "server error";
+                case errc::protocol_error: return "protocol error";
+                case errc::not_owner: return "not the owner of the lock";
+                case errc::would_deadlock: return "would deadlock";
+                case errc::lock_lost: return "lock lost";
+                case errc::quorum_not_reached: return "quorum not reached";
+                case errc::replica_sync_failed: return "replica sync failed";
+                case errc::operation_aborted: return "operation aborted";
+            }
+            return "unknown rlock error";
+        }
+    };
     // Never destroyed: an error made on a thread that is still at work while the process exits
     // (one opening a connection to a red_lock node that hangs) must still find it whole.
-    static const detail::error_category_impl* const category =
-        new detail::error_category_impl();  // NOLINT(cppcoreguidelines-owning-memory,bugprone-unhandled-exception-at-new)
-    return *category;
+    static const category* const instance =
+        new category();  // NOLINT(cppcoreguidelines-owning-memory,bugprone-unhandled-exception-at-new)
+    return *instance;
 }
 
 RLOCK_DECL std::string error::compose(const parts& p) {
@@ -224,43 +159,5 @@ RLOCK_DECL std::string error::compose(const parts& p) {
 }
 
 }  // namespace rlock
-
-namespace rlock::detail {
-
-RLOCK_DECL error error_access::with_origin(errc code, std::string_view lock,
-                                           std::string_view server, std::string_view cause,
-                                           error_origin origin) {
-    return error(
-        code, std::make_shared<const error::parts>(error::parts{
-                  std::string(lock), std::string(server), std::string(cause), std::move(origin)}));
-}
-
-RLOCK_DECL error error_access::about(const error& e, std::string_view lock) {
-    if (!e.lock().empty() || lock.empty()) return e;
-    return with_origin(e.value(), lock, e.server(), e.cause(), origin(e));
-}
-
-RLOCK_DECL error error_access::on(const error& e, std::string_view server) {
-    return with_origin(e.value(), e.lock(), server, e.cause(), origin(e));
-}
-
-RLOCK_DECL std::string error_access::brief(const error& e) {
-    return e.server().empty() ? e.cause() : e.server() + ": " + e.cause();
-}
-
-RLOCK_DECL error error_access::unsent(const error& e, std::string_view lock) {
-    error_origin o = origin(e);
-    o.unsent = true;
-    return with_origin(e.value(), e.lock().empty() ? lock : e.lock(), e.server(), e.cause(),
-                       std::move(o));
-}
-
-RLOCK_DECL error error_access::unredirected(const error& e) {
-    error_origin o = origin(e);
-    o.to = redirect{};
-    return with_origin(e.value(), e.lock(), e.server(), e.cause(), std::move(o));
-}
-
-}  // namespace rlock::detail
 
 #endif  // RLOCK_DEFINE_RUNTIME

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "rlock/config.hpp"
+#include "rlock/detail/redis/error_origin.hpp"
 #include "rlock/errors.hpp"
 #include "rlock/options.hpp"
 

@@ -21,6 +21,7 @@
 
 #include "rlock/config.hpp"
 #include "rlock/detail/redis/cluster.hpp"
+#include "rlock/detail/redis/error_origin.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock::detail {
