@@ -14,54 +14,16 @@
 // docs/api.md, "Asynchronous acquisition", has the whole model.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "rlock/config.hpp"
-#include "rlock/detail/redis/random.hpp"
-#include "rlock/detail/runtime/completion.hpp"
-#include "rlock/detail/runtime/engine.hpp"
-#include "rlock/detail/runtime/registry.hpp"
 #include "rlock/errors.hpp"
 
 namespace rlock {
-
-namespace detail {
-
-/// What a hold handle needs of the lock it came from (lock_site<Kind> is one).
-class held_site {
-public:
-    virtual ~held_site() = default;
-    /// Releases one level of `h` (lock_site::unlock_hold); `lost_at_last` is set when the last
-    /// level found the hold lost (the owner was told).
-    virtual void unlock_one(const std::shared_ptr<hold>& h, bool& lost_at_last) const = 0;
-    virtual registry& holds() const = 0;
-    /// Whether `h` (this site's hold record for the handle) is lost. A lock of several keys
-    /// (red_lock, multi_lock) answers for all of them.
-    virtual bool is_lost(hold& h) const { return holds().is_lost(h); }
-    virtual const std::string& lock_name() const = 0;
-    virtual const std::string& server_name() const = 0;
-    virtual bool fenced() const = 0;
-    /// Runs `task` on the client's engine thread; false once the client is destroyed.
-    virtual bool post(unique_callback<> task) const = 0;
-};
-
-/// What a lock of several keys (multi_lock) reads of the holds of its parts.
-struct hold_access;
-
-/// An unlock's signature.
-using unlock_signature = void(std::exception_ptr);
-
-/// An operation a pending handle can cancel.
-class cancellable {
-public:
-    virtual ~cancellable() = default;
-    virtual void cancel() noexcept = 0;
-};
-
-}  // namespace detail
 
 /// Who holds a reentrant lock taken asynchronously: what a thread is to lock(). An owner that
 /// asks again re-enters (one more level, Redisson's count); another owner waits. Copies are the
@@ -71,12 +33,19 @@ public:
 /// second acquire with would_deadlock; without one, each acquire is its own owner.
 class owner {
 public:
-    owner() noexcept : number_(detail::next_owner_number()) {}
+    owner() noexcept : number_(next_number()) {}
     std::uint64_t number() const noexcept { return number_; }
     friend bool operator==(const owner& a, const owner& b) noexcept { return a.number_ == b.number_; }
     friend bool operator!=(const owner& a, const owner& b) noexcept { return !(a == b); }
 
 private:
+    // One sequence for owners and threads (a thread's number is drawn as an owner's): never 0,
+    // never reused within the process.
+    static std::uint64_t next_number() noexcept {
+        static std::atomic<std::uint64_t> next{1};
+        return next.fetch_add(1, std::memory_order_relaxed);
+    }
+
     std::uint64_t number_;
 };
 
@@ -89,9 +58,15 @@ private:
 /// thread's; a loss is told through on_lock_lost and lost(), never thrown.
 class hold {
 public:
+    /// rlock's own, not for users: what a handle needs of the lock it came from (below), and the
+    /// client's record of the hold (rlock/detail/runtime/registry.hpp).
+    class site;
+    struct record;
+
     hold() noexcept = default;
-    hold(std::shared_ptr<const detail::held_site> site, std::shared_ptr<detail::hold> h) noexcept
-        : site_(std::move(site)), h_(std::move(h)) {}
+    /// rlock's lock types make holds.
+    hold(std::shared_ptr<const site> s, std::shared_ptr<record> h) noexcept
+        : site_(std::move(s)), h_(std::move(h)) {}
     hold(hold&& other) noexcept
         : site_(std::move(other.site_)), h_(std::move(other.h_)),
           unlocked_(std::exchange(other.unlocked_, false)),
@@ -120,18 +95,10 @@ public:
     /// the completion has no error for a lost hold or an unreachable Redis (told through
     /// on_lock_lost). Throws `error`: not_owner for an empty handle; connection_failed when the
     /// client is destroyed (the level is then released, blocking, before the throw).
+    ///
+    /// Defined with the asynchronous forms (every lock type's header has it).
     template <class Token>
-    auto async_unlock(Token&& token) {
-        if (!owns_lock()) {
-            throw error(errc::not_owner, h_ ? h_->name : "", h_ ? site_->server_name() : "",
-                        "unlock of an rlock::hold that holds nothing");
-        }
-        return detail::initiate<detail::unlock_signature>(
-            std::forward<Token>(token),
-            [held = std::move(*this)](detail::completion_t<detail::unlock_signature> done) mutable {
-                held.post_unlock(std::move(done));
-            });
-    }
+    auto async_unlock(Token&& token);
 
     /// True when the hold is lost: the watchdog found it gone, or its lease ran out by this
     /// client's clock; after unlock, whether unlock found it lost. False for an empty handle.
@@ -144,52 +111,80 @@ public:
 
     /// The hold's id, as on_lock_lost is told it (lost_hold::hold_id); shared by the levels of
     /// one owner's hold. Throws `error` (not_owner) for an empty handle.
-    [[nodiscard]] std::uint64_t hold_id() const {
-        check("hold_id");
-        return h_->id;
-    }
+    [[nodiscard]] std::uint64_t hold_id() const;
 
     /// The lock's name; empty for an empty handle.
-    const std::string& name() const noexcept {
-        static const std::string none;
-        return h_ ? h_->name : none;
-    }
+    const std::string& name() const noexcept;
 
 private:
-    void post_unlock(detail::completion_t<detail::unlock_signature> done);
+    template <class Done>
+    void post_unlock(Done done);
 
     void check(const char* what) const;
     void release_quietly() noexcept;
 
-    friend struct detail::hold_access;
-    std::shared_ptr<const detail::held_site> site_;
-    std::shared_ptr<detail::hold> h_;
+    std::shared_ptr<const site> site_;
+    std::shared_ptr<record> h_;
     bool unlocked_ = false;
     bool lost_at_unlock_ = false;
 };
 
-namespace detail {
-struct hold_access {
-    static const held_site& site(const rlock::hold& h) { return *h.site_; }
-    static const std::shared_ptr<hold>& record(const rlock::hold& h) { return h.h_; }
+/// What an rlock::hold needs of the lock it came from. rlock's lock types implement it
+/// (rlock/detail/acquisition); it is not for users, and may change in any release.
+class hold::site {
+public:
+    virtual ~site() = default;
+    /// Releases one level of `h`; `lost_at_last` is set when the last level found the hold
+    /// lost (the owner was told).
+    virtual void unlock_one(const std::shared_ptr<record>& h, bool& lost_at_last) const = 0;
+    /// Whether `h` is lost. A lock of several keys (red_lock, multi_lock) answers for all of them.
+    virtual bool is_lost(record& h) const = 0;
+    /// What hold's name(), hold_id() and fencing_token() return for `h`.
+    virtual const std::string& name_of(const record& h) const noexcept = 0;
+    virtual std::uint64_t id_of(const record& h) const noexcept = 0;
+    virtual std::uint64_t fencing_token_of(const record& h) const = 0;
+    /// The server as messages name it.
+    virtual const std::string& server_name() const = 0;
+
+    /// The site and the record of `h` (rlock's locks of several keys read their parts' holds).
+    static const site& of(const hold& h) noexcept { return *h.site_; }
+    static const std::shared_ptr<record>& record_of(const hold& h) noexcept { return h.h_; }
+
+protected:
+    site() = default;
+    site(const site&) = default;
+    site& operator=(const site&) = default;
 };
-}  // namespace detail
 
 /// The cancel handle of an asynchronous call made with a callback. Copyable; outliving the
 /// operation is harmless.
 class pending {
 public:
+    /// rlock's own, not for users: an operation that can be cancelled (its asynchronous acquires).
+    class operation {
+    public:
+        virtual ~operation() = default;
+        virtual void cancel() noexcept = 0;
+
+    protected:
+        operation() = default;
+        operation(const operation&) = default;
+        operation& operator=(const operation&) = default;
+    };
+
     pending() noexcept = default;
-    explicit pending(std::weak_ptr<detail::cancellable> op) noexcept : op_(std::move(op)) {}
+    explicit pending(std::weak_ptr<operation> op) noexcept : op_(std::move(op)) {}
 
     /// Asks the operation to stop. A pending acquire then completes, once, with `error`
     /// (operation_aborted) and leaves nothing behind: no queue entry, no subscription, no key.
     /// An operation that has completed, or whose completion is under way, is not affected (its
     /// handler gets what it got). Never blocks, never throws.
-    void cancel() const noexcept;
+    void cancel() const noexcept {
+        if (std::shared_ptr<operation> op = op_.lock()) op->cancel();
+    }
 
 private:
-    std::weak_ptr<detail::cancellable> op_;
+    std::weak_ptr<operation> op_;
 };
 
 /// The token that makes an async call return a std::future<rlock::hold> (an empty hold when a
@@ -218,7 +213,7 @@ RLOCK_DECL hold& hold::operator=(hold&& other) noexcept {
 
 RLOCK_DECL void hold::unlock() {
     if (!owns_lock()) {
-        throw error(errc::not_owner, h_ ? h_->name : "", h_ ? site_->server_name() : "",
+        throw error(errc::not_owner, h_ ? site_->name_of(*h_) : "", h_ ? site_->server_name() : "",
                     "unlock of an rlock::hold that holds nothing");
     }
     unlocked_ = true;
@@ -233,27 +228,17 @@ RLOCK_DECL bool hold::lost() const {
 
 RLOCK_DECL std::uint64_t hold::fencing_token() const {
     check("fencing_token");
-    if (!site_->fenced()) {
-        throw error(errc::invalid_argument, h_->name, site_->server_name(),
-                    "fencing is off for this lock (lock_options::fencing)");
-    }
-    return site_->holds().with([&] { return h_->fencing; });
+    return site_->fencing_token_of(*h_);
 }
 
-RLOCK_DECL void hold::post_unlock(detail::completion_t<detail::unlock_signature> done) {
-    if (!owns_lock()) return;
-    unlocked_ = true;  // the task's from here
-    const bool posted = site_->post([site = site_, h = h_, done = std::move(done)]() mutable {
-        bool lost = false;
-        site->unlock_one(h, lost);  // throws only for an empty handle
-        done(nullptr);
-    });
-    if (!posted) {
-        unlocked_ = false;
-        release_quietly();
-        throw error(errc::connection_failed, h_->name, site_->server_name(),
-                    "async_unlock after the client was destroyed (the level was released here)");
-    }
+RLOCK_DECL std::uint64_t hold::hold_id() const {
+    check("hold_id");
+    return site_->id_of(*h_);
+}
+
+RLOCK_DECL const std::string& hold::name() const noexcept {
+    static const std::string none;
+    return h_ ? site_->name_of(*h_) : none;
 }
 
 RLOCK_DECL void hold::check(const char* what) const {
@@ -266,10 +251,6 @@ RLOCK_DECL void hold::release_quietly() noexcept {
         unlock();
     } catch (...) {  // unlock throws only for an empty handle; a loss was told
     }
-}
-
-RLOCK_DECL void pending::cancel() const noexcept {
-    if (std::shared_ptr<detail::cancellable> op = op_.lock()) op->cancel();
 }
 
 }  // namespace rlock

@@ -21,6 +21,7 @@
 #include "rlock/detail/runtime/local_gate.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/errors.hpp"
+#include "rlock/detail/runtime/held_site.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
 

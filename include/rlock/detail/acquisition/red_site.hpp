@@ -25,6 +25,7 @@
 #include "rlock/detail/runtime/fan_out.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/errors.hpp"
+#include "rlock/detail/runtime/held_site.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
 

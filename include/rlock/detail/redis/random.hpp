@@ -20,6 +20,7 @@
 #endif
 
 #include "rlock/config.hpp"
+#include "rlock/hold.hpp"
 
 namespace rlock::detail {
 
@@ -52,9 +53,10 @@ RLOCK_DECL bool is_rlock_token(std::string_view value) noexcept;
 /// A random (version 4) UUID string, the client id in holder ids, as Redisson makes them.
 RLOCK_DECL std::string random_uuid();
 
-/// Threads and rlock::owner objects are numbered from one counter, so that an owner never
-/// shares a number (a registry key, a Redisson holder id "<client id>:<number>") with a thread.
-RLOCK_DECL std::uint64_t next_owner_number() noexcept;
+/// Threads and rlock::owner objects are numbered from one counter (rlock::owner's), so that an
+/// owner never shares a number (a registry key, a Redisson holder id "<client id>:<number>")
+/// with a thread.
+inline std::uint64_t next_owner_number() noexcept { return owner().number(); }
 
 /// A number unique to the calling thread within this process, never reused: the threadId part
 /// of a holder id. A thread that ends cannot pass its holds on to a thread that starts later.
@@ -171,11 +173,6 @@ RLOCK_DECL std::string random_uuid() {
         from += group;
     }
     return out;
-}
-
-RLOCK_DECL std::uint64_t next_owner_number() noexcept {
-    static std::atomic<std::uint64_t> next{1};
-    return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 RLOCK_DECL std::string owner_name(std::uint64_t n) {

@@ -24,10 +24,11 @@
 
 #include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
+#include "rlock/hold.hpp"
 
 namespace rlock::detail {
 
-struct hold;  // registry.hpp
+using hold = rlock::hold::record;  // registry.hpp defines it
 
 /// What a pass hands on: the hold's Redis side, unchanged, and the record it comes from.
 struct passed_hold {

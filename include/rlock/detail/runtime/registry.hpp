@@ -21,6 +21,7 @@
 #include "rlock/detail/redis/script.hpp"
 #include "rlock/detail/runtime/local_gate.hpp"
 #include "rlock/errors.hpp"
+#include "rlock/hold.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock::detail {
@@ -59,11 +60,15 @@ struct hold_terms {
     std::chrono::steady_clock::time_point sent;
 };
 
+}  // namespace rlock::detail
+
+namespace rlock {
+
 /// One thread's hold on one lock.
-struct hold {
+struct hold::record {
     using clock = std::chrono::steady_clock;
 
-    const kind_info* kind = nullptr;
+    const detail::kind_info* kind = nullptr;
     std::string name;   // the lock's name (its key)
     std::string value;  // mutex token, or holder id "<clientId>:<threadId>"; a permit's ids
     std::string key;    // the key a renewal names when it is not `name` (a permit: the timeout set)
@@ -71,14 +76,14 @@ struct hold {
     std::chrono::milliseconds lease{0};
     bool watched = false;
     std::uint64_t fencing = 0;
-    std::uint64_t id = next_hold_id();  // what hold_id() returns and on_lock_lost is told
+    std::uint64_t id = detail::next_hold_id();  // what hold_id() returns and on_lock_lost is told
     clock::time_point taken;            // when it was acquired, for released_event (stamped
                                         // only with a listener: event_sink::stamp)
-    std::shared_ptr<hold_group> group;  // set for the parts of a red_lock
-    gate_place gate;                    // taken through this client's gate (local hand-off)
+    std::shared_ptr<detail::hold_group> group;  // set for the parts of a red_lock
+    detail::gate_place gate;                    // taken through this client's gate (local hand-off)
     // Local hand-off: the hold this one was handed by (and so on back), each with when it was
     // handed on; kept while a loss found now may have happened during its tenure.
-    std::shared_ptr<hold> handed_from;
+    std::shared_ptr<record> handed_from;
     clock::time_point handed_at;
 
     /// The key a renewal (and a check of the hold) names: `key` when set, else `name`.
@@ -96,6 +101,13 @@ struct hold {
     bool armed = false;         // its key read on the watchdog's tracked connection since the
                                 // last write there (loss_watch.hpp)
 };
+
+}  // namespace rlock
+
+namespace rlock::detail {
+
+/// A hold as the registry records it (rlock::hold::record, above).
+using hold = rlock::hold::record;
 
 /// Where the registry finds a hold: a thread's by kind, thread and name; a handle's (thread 0),
 /// which a thread may have several of on one name, by its hold id. `name` views the recorded

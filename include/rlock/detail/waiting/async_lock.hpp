@@ -50,6 +50,7 @@
 #include "rlock/detail/waiting/wait_pacing.hpp"
 #include "rlock/detail/waiting/wait_policy.hpp"
 #include "rlock/errors.hpp"
+#include "rlock/detail/runtime/held_site.hpp"
 #include "rlock/hold.hpp"
 
 namespace rlock::detail {

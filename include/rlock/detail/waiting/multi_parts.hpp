@@ -26,6 +26,7 @@
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/waiting/async_lock.hpp"
 #include "rlock/errors.hpp"
+#include "rlock/detail/runtime/held_site.hpp"
 #include "rlock/hold.hpp"
 
 namespace rlock::detail {
