@@ -9,7 +9,10 @@
 //
 // What the headers use: RLOCK_DECL on each function defined out of its class (`inline`, or
 // nothing with RLOCK_SEPARATE_COMPILATION), and RLOCK_DEFINE_RUNTIME around those definitions
-// (1 where they are compiled). Includes nothing.
+// (1 where they are compiled). A virtual function defined out of its class is declared
+// RLOCK_DECL in the class too: declared inline there, it is not its class's key function, so a
+// header-only unit emits the class's vtable (and with it every virtual function) only where the
+// class is used, not in every unit that includes the header. Includes nothing.
 #pragma once
 
 #define RLOCK_CONFIG_SEEN

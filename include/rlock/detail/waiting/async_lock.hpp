@@ -102,7 +102,7 @@ public:
     /// exception_ptr count is not seen by TSan, so a release here raced its reader there).
     /// What the handler throws is dropped.
     virtual void deliver() noexcept = 0;
-    void cancel() noexcept override;
+    RLOCK_DECL void cancel() noexcept override;
 
     async_waits& waits;
     const clock::time_point deadline;

@@ -97,13 +97,13 @@ class multi_held final : public held_site {
 public:
     explicit multi_held(std::vector<rlock::hold> parts) : parts_(std::move(parts)) {}
 
-    void unlock_one(const std::shared_ptr<hold>& /*record*/, bool& lost_at_last) const override;
+    RLOCK_DECL void unlock_one(const std::shared_ptr<hold>& /*record*/, bool& lost_at_last) const override;
     registry& holds() const override { return hold_access::site(parts_.front()).holds(); }
-    bool is_lost(hold& /*record*/) const override;
+    RLOCK_DECL bool is_lost(hold& /*record*/) const override;
     const std::string& lock_name() const override { return parts_.front().name(); }
     const std::string& server_name() const override { return hold_access::site(parts_.front()).server_name(); }
     bool fenced() const override { return false; }
-    bool post(unique_callback<> task) const override;
+    RLOCK_DECL bool post(unique_callback<> task) const override;
 
 private:
     mutable std::vector<rlock::hold> parts_;  // unlock_one empties them; only the owner calls it
@@ -135,7 +135,7 @@ public:
     /// is the call's to throw, so no handler runs inside it.
     void begin();
 
-    void cancel() noexcept override;
+    RLOCK_DECL void cancel() noexcept override;
 
 private:
     completion step(std::size_t i);

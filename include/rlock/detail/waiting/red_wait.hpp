@@ -35,14 +35,14 @@ public:
     /// The initiating task, on the first node's engine thread.
     void start() noexcept;
 
-    attempt_outcome attempt_waiting(wait_hint& hint, bool /*woken*/) override;
+    RLOCK_DECL attempt_outcome attempt_waiting(wait_hint& hint, bool /*woken*/) override;
     std::chrono::microseconds pause_before_try() const override { return std::chrono::microseconds(0); }
     void give_up() noexcept override {}  // a round undoes itself
     const std::string& lock_name() const noexcept override { return site_->name(); }
     const std::string& server() const noexcept override { return no_server_; }
     const char* event_kind() const noexcept override { return red_lock_info.name; }
     unsigned tries() const noexcept override { return op_ ? op_->tries() : 0; }
-    void deliver() noexcept override;
+    RLOCK_DECL void deliver() noexcept override;
 
 private:
     // One round; on `acquired` the result is set and `hint` carries the lease.
