@@ -7,6 +7,7 @@
 #   run.sh add_subdirectory <rlock source> <work dir>   consumer via add_subdirectory(rlock)
 #   run.sh pkg_config       <rlock source> <work dir>   consumer via `pkg-config --cflags --libs`
 #   run.sh recipes          <rlock source> <work dir>   vcpkg/Conan recipe checks, Conan test_package
+#   run.sh headers          <rlock source> <work dir>   each public header compiles on its own
 #   run.sh with_redis <program> [args...]               run <program> <redis uri> [args...]
 #
 # Every consumer is linked and then run against a throwaway redis-server on a free loopback
@@ -143,6 +144,48 @@ install_tool)
         ! -path './bin/rlock' | sed 's|^\./||')
     [ -z "$extra" ] || fail "installed besides the package and bin/rlock: $extra"
     say "bin/rlock installed: $work/tool-prefix/bin/rlock"
+    ;;
+headers)
+    # Every public header compiles on its own, header-only and with RLOCK_SEPARATE_COMPILATION
+    # (a user may include any one of them first), and <rlock/src.hpp> refuses, with its own
+    # message, a unit it cannot serve.
+    src=$1 work=$2
+    mkdir -p "$work/headers"
+    flags=$(pkg-config --cflags hiredis 2>/dev/null || true)
+    one=$work/headers/one.cpp
+    asio=0
+    printf '#include <asio.hpp>\n' >"$one"
+    # shellcheck disable=SC2086
+    if "$cxx" -std=c++17 -fsyntax-only $flags "$one" 2>/dev/null; then asio=1; fi
+    for h in "$src"/include/rlock/*.hpp; do
+        name=rlock/$(basename "$h")
+        case $name in
+            rlock/src.hpp) continue ;;
+            rlock/asio.hpp) [ "$asio" = 1 ] || continue ;;
+        esac
+        printf '#include <%s>\n' "$name" >"$one"
+        for mode in "" -DRLOCK_SEPARATE_COMPILATION; do
+            # shellcheck disable=SC2086
+            "$cxx" -std=c++17 -fsyntax-only $mode -I"$src/include" $flags "$one" ||
+                fail "<$name> does not compile on its own (${mode:-header-only})"
+        done
+    done
+    printf '#include <rlock/src.hpp>\n' >"$one"
+    # shellcheck disable=SC2086
+    if out=$("$cxx" -std=c++17 -fsyntax-only -I"$src/include" $flags "$one" 2>&1); then
+        fail "<rlock/src.hpp> compiled without RLOCK_SEPARATE_COMPILATION"
+    fi
+    case $out in *"is for programs built with RLOCK_SEPARATE_COMPILATION"*) ;;
+        *) fail "<rlock/src.hpp> without RLOCK_SEPARATE_COMPILATION: $out" ;; esac
+    printf '#include <rlock/mutex.hpp>\n#include <rlock/src.hpp>\n' >"$one"
+    # shellcheck disable=SC2086
+    if out=$("$cxx" -std=c++17 -fsyntax-only -DRLOCK_SEPARATE_COMPILATION -I"$src/include" $flags \
+            "$one" 2>&1); then
+        fail "<rlock/src.hpp> compiled after another rlock header"
+    fi
+    case $out in *"must come before any other rlock header"*) ;;
+        *) fail "<rlock/src.hpp> after another rlock header: $out" ;; esac
+    say "every public header compiles on its own, both ways; <rlock/src.hpp> refuses misuse"
     ;;
 find_package)
     src=$1 work=$2
