@@ -945,6 +945,49 @@ TEST_F(local_handoff, an_asynchronous_waiter_that_is_cancelled_or_runs_out_leave
     m.unlock();
 }
 
+// A hold handed to an asynchronous acquire whose cancellation crossed the hand-over is
+// released through Redis unclaimed; when that release finds the key gone, the owner that
+// handed it on is told: it may have held a lock that was gone. The engine is kept busy by a
+// handler so that the cancellation and the turn are queued behind it, in that order. Failed
+// before: the release's answer was dropped and the owner was never told.
+TEST_F(local_handoff, a_hold_handed_to_a_cancelled_asynchronous_acquire_and_found_gone_is_told_to_its_owner) {
+    rlock::client_options o = patient(options(3000ms));  // the watchdog looks every second
+    o.loss_tracking = false;
+    rlock::client c(o);
+    rlock::mutex m(c, name()), other(c, name() + "-busy");
+    m.lock();
+    std::promise<std::exception_ptr> ended;
+    const rlock::pending p =
+        m.async_lock([&](std::exception_ptr e, rlock::hold) { ended.set_value(std::move(e)); });
+    std::this_thread::sleep_for(200ms);  // it waits at the gate
+    std::promise<void> busy, free_engine;
+    std::shared_future<void> go = free_engine.get_future().share();
+    other.async_lock([&busy, go](std::exception_ptr, rlock::hold) {
+        busy.set_value();
+        go.wait();
+    });
+    ASSERT_EQ(busy.get_future().wait_for(5s), std::future_status::ready);
+    p.cancel();                       // queued behind the handler
+    server().cmd({"DEL", name()});    // the hold is gone; this client does not know yet
+    m.unlock();                       // handed to the waiter: its turn is queued after the cancel
+    free_engine.set_value();
+    auto e = ended.get_future();
+    ASSERT_EQ(e.wait_for(5s), std::future_status::ready);
+    try {
+        std::rethrow_exception(e.get());
+    } catch (const rlock::error& err) {
+        EXPECT_EQ(err.value(), rlock::errc::operation_aborted);
+    } catch (...) {
+        ADD_FAILURE() << "the cancelled acquire did not complete with operation_aborted";
+    }
+    EXPECT_TRUE(eventually([&] { return lost.calls.load() >= 1; }, 5s))
+        << "the owner that handed the gone hold on was not told";
+    EXPECT_EQ(lost.last_lock, name());
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+    EXPECT_TRUE(m.try_lock()) << "the gate was left taken";
+    m.unlock();
+}
+
 TEST_F(local_handoff, an_asynchronous_waiter_in_the_process_completes_with_connection_failed_when_the_client_is_destroyed) {
     auto c = std::make_unique<rlock::client>(options());
     rlock::mutex m(*c, name());

@@ -522,12 +522,25 @@ private:
     }
 
     // A hold handed to this acquire after it ended: on to the next local waiter, or released
-    // through Redis (the gate's next waiter then leads). Best effort: a release that fails
-    // leaves the key to its lease.
+    // through Redis (the gate's next waiter then leads). A release that finds the key gone
+    // within the hold's lease tells the owners it was handed on from, as an unlock that finds
+    // it gone does (lock_site::release_level): they may have held a lock that was gone. A
+    // release that fails leaves the key to its lease.
     void give_back(passed_hold& pass) noexcept {
-        if (clock::now() < pass.sent + pass.lease && gate_->hand_over(pass)) return;
+        const bool in_lease = clock::now() < pass.sent + pass.lease;
+        if (in_lease && gate_->hand_over(pass)) return;
         try {
-            (void)site_->release(pass.value, on_break::retry);
+            if (site_->release(pass.value, on_break::retry) < 0 && in_lease) {
+                hold passed;  // what tell_handed_from reads: whom it came from, confirmed when
+                passed.name = site_->name();
+                passed.lease = pass.lease;
+                passed.expires = pass.sent + pass.lease;
+                passed.handed_from = pass.from;
+                site_->core_->reg.tell_handed_from(
+                    passed, error(errc::lock_lost, site_->name(), site_->server(),
+                                  "released unclaimed (its asynchronous acquire had ended), the "
+                                  "lock was no longer held by this client"));
+            }
         } catch (...) {
         }
         gate_->released();
