@@ -89,6 +89,9 @@ protected:
         parts(const parts&) = default;
         parts& operator=(const parts&) = delete;
         virtual ~parts() = default;
+        /// Null for the parts error makes; a derived type's parts may answer a tag of their
+        /// own, so that it knows them from others' without RTTI.
+        virtual const void* tag() const noexcept { return nullptr; }
         std::string lock, server, cause;
     };
 

@@ -147,8 +147,8 @@ install_tool)
     ;;
 headers)
     # Every public header compiles on its own, header-only and with RLOCK_SEPARATE_COMPILATION
-    # (a user may include any one of them first), and <rlock/src.hpp> refuses, with its own
-    # message, a unit it cannot serve.
+    # (a user may include any one of them first), the umbrella header also with -fno-rtti, and
+    # <rlock/src.hpp> refuses, with its own message, a unit it cannot serve.
     src=$1 work=$2
     mkdir -p "$work/headers"
     flags=$(pkg-config --cflags hiredis 2>/dev/null || true)
@@ -169,6 +169,13 @@ headers)
             "$cxx" -std=c++17 -fsyntax-only $mode -I"$src/include" $flags "$one" ||
                 fail "<$name> does not compile on its own (${mode:-header-only})"
         done
+    done
+    # Nor does rlock need RTTI (a program built with -fno-rtti).
+    printf '#include <rlock/rlock.hpp>\n' >"$one"
+    for mode in "" -DRLOCK_SEPARATE_COMPILATION; do
+        # shellcheck disable=SC2086
+        "$cxx" -std=c++17 -fsyntax-only -fno-rtti $mode -I"$src/include" $flags "$one" ||
+            fail "<rlock/rlock.hpp> does not compile with -fno-rtti (${mode:-header-only})"
     done
     printf '#include <rlock/src.hpp>\n' >"$one"
     # shellcheck disable=SC2086

@@ -58,6 +58,8 @@ private:
     struct located final : parts {
         located(std::string l, std::string s, std::string c, error_origin o)
             : parts(std::move(l), std::move(s), std::move(c)), origin(std::move(o)) {}
+        const void* tag() const noexcept override { return &mark; }
+        static constexpr char mark = 0;  // its address tells located parts from others'
         error_origin origin;
     };
     using error::error;
@@ -89,8 +91,8 @@ RLOCK_DECL error error_access::with_origin(errc code, std::string_view lock,
 
 RLOCK_DECL const error_origin& error_access::origin(const error& e) noexcept {
     static const error_origin none;
-    const auto* l = dynamic_cast<const located*>(&parts_of(e));
-    return l != nullptr ? l->origin : none;
+    const parts& p = parts_of(e);
+    return p.tag() == &located::mark ? static_cast<const located&>(p).origin : none;
 }
 
 RLOCK_DECL error error_access::about(const error& e, std::string_view lock) {
