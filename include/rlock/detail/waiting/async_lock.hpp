@@ -68,6 +68,14 @@ enum class attempt_outcome : unsigned char { acquired, refused, failed };
 class async_waits;
 struct wait_group;
 
+/// The waiter's own exception object for `e` when it is an rlock::error: a copy with its own
+/// parts and message, which async_waiter::deliver hands on. The error it copies may have been
+/// given to several waiters (a refused subscription fails a whole group) or still be held on
+/// the engine thread (a catch block), and libstdc++ counts an exception object's owners, and
+/// its message's, where TSan cannot see: a release there after the waiter's thread read it was
+/// reported as a race. Another exception is handed on as it is.
+RLOCK_DECL std::exception_ptr own_copy(std::exception_ptr e) noexcept;
+
 /// One pending asynchronous acquire; its state is the engine thread's.
 class async_waiter : public cancellable, public std::enable_shared_from_this<async_waiter> {
 public:
@@ -627,11 +635,27 @@ rlock::pending start_acquire(const std::shared_ptr<const lock_site<Kind>>& site,
 
 namespace rlock::detail {
 
+RLOCK_DECL std::exception_ptr own_copy(std::exception_ptr e) noexcept {
+    if (!e) return e;
+    try {
+        std::rethrow_exception(e);
+    } catch (const error& err) {
+        try {
+            return std::make_exception_ptr(error_access::with_origin(
+                err.value(), err.lock(), err.server(), err.cause(), error_access::origin(err)));
+        } catch (...) {  // bad_alloc: the shared one, as before
+            return e;
+        }
+    } catch (...) {
+        return e;
+    }
+}
+
 RLOCK_DECL void async_waiter::settle(std::exception_ptr e) noexcept {
     if (settled) return;
     settled = true;
     if (!e && !outage) tell_wait_ended(false);
-    failure = e ? std::move(e) : std::move(outage);
+    failure = own_copy(e ? std::move(e) : std::exchange(outage, nullptr));
 }
 
 RLOCK_DECL wait_group* async_waits::find(const std::string& key) {
