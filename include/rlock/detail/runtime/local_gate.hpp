@@ -28,7 +28,8 @@
 
 namespace rlock::detail {
 
-using hold = rlock::hold::record;  // registry.hpp defines it
+/// A hold as the registry records it (rlock::hold::record, which registry.hpp defines).
+using hold = rlock::hold::record;
 
 /// What a pass hands on: the hold's Redis side, unchanged, and the record it comes from.
 struct passed_hold {

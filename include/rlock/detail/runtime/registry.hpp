@@ -106,9 +106,6 @@ struct hold::record {
 
 namespace rlock::detail {
 
-/// A hold as the registry records it (rlock::hold::record, above).
-using hold = rlock::hold::record;
-
 /// Where the registry finds a hold: a thread's by kind, thread and name; a handle's (thread 0),
 /// which a thread may have several of on one name, by its hold id. `name` views the recorded
 /// hold's own name, which does not change while it is recorded, so a lookup allocates nothing.
@@ -151,6 +148,11 @@ public:
     /// too when they handed it on after its last confirmation (the acquire or renewal its
     /// expiry counts from) — the key may have been gone while they held it. Never throws.
     void tell_handed_from(const hold& h, const error& reason) noexcept;
+
+    /// The same for a hold that has no record of its own (one handed to an ended asynchronous
+    /// acquire and released unclaimed): `from` is the record it was handed on from, and
+    /// `confirmed` when its expiry was last set.
+    void tell_handed_from(const hold_ptr& from, clock::time_point confirmed, const error& reason) noexcept;
 
     /// A group's owner is told `why` (as `code`), once for the group, whoever tells first.
     static void tell_group(hold_group& group, const std::string& why, errc code = errc::lock_lost,
@@ -362,12 +364,16 @@ RLOCK_DECL void registry::tell_hold(const hold& h, const error& reason,
 }
 
 RLOCK_DECL void registry::tell_handed_from(const hold& h, const error& reason) noexcept {
+    tell_handed_from(h.handed_from, h.expires - h.lease, reason);
+}
+
+RLOCK_DECL void registry::tell_handed_from(const hold_ptr& from, clock::time_point confirmed,
+                                           const error& reason) noexcept {
     try {
         std::vector<hold_ptr> tell;
         {
             std::lock_guard<std::mutex> g(mu_);
-            const clock::time_point confirmed = h.expires - h.lease;
-            for (hold_ptr p = h.handed_from; p && p->handed_at > confirmed; p = p->handed_from) {
+            for (hold_ptr p = from; p && p->handed_at > confirmed; p = p->handed_from) {
                 if (p->told) continue;
                 p->told = true;
                 p->lost = true;

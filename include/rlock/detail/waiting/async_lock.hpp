@@ -539,13 +539,8 @@ private:
         if (in_lease && gate_->hand_over(pass)) return;
         try {
             if (site_->release(pass.value, on_break::retry) < 0 && in_lease) {
-                hold passed;  // what tell_handed_from reads: whom it came from, confirmed when
-                passed.name = site_->name();
-                passed.lease = pass.lease;
-                passed.expires = pass.sent + pass.lease;
-                passed.handed_from = pass.from;
                 site_->core_->reg.tell_handed_from(
-                    passed, error(errc::lock_lost, site_->name(), site_->server(),
+                    pass.from, pass.sent, error(errc::lock_lost, site_->name(), site_->server(),
                                   "released unclaimed (its asynchronous acquire had ended), the "
                                   "lock was no longer held by this client"));
             }
