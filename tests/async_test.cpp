@@ -917,6 +917,35 @@ TEST_F(asio_tokens, a_handler_on_a_legacy_strand_is_dropped_with_its_io_context)
     busy.unlock();
 }
 
+// A semaphore's asynchronous acquire completes with a plain bool, which owns nothing: its
+// handler, dropped unrun with its io_context, could never release the permits taken for it,
+// and a semaphore's permits do not expire. They are given back, as a dropped handler's hold is
+// released. Before, they stayed taken for good ("the permits ... stayed taken").
+TEST_F(asio_tokens, permits_taken_for_a_handler_dropped_with_its_io_context_are_given_back) {
+    rlock::client c(options());
+    rlock::semaphore s(c, name());
+    ASSERT_TRUE(s.try_set_permits(3));
+    int calls = 0;
+    for (int round = 0; round < 3; ++round) {
+        {
+            asio::io_context io;
+            s.async_acquire(2, asio::bind_executor(io, [&calls](std::exception_ptr, bool) { ++calls; }));
+            ASSERT_TRUE(eventually([&] { return s.available_permits() == 1; }));
+        }  // the io_context goes with the completion unrun
+        EXPECT_EQ(calls, 0) << "a handler ran after its io_context was destroyed";
+        ASSERT_TRUE(eventually([&] { return s.available_permits() == 3; }))
+            << "the permits taken for the dropped handler stayed taken (round " << round << ")";
+    }
+    // One that runs keeps them: the handler owns them now.
+    asio::io_context io;
+    bool taken = false;
+    s.async_try_acquire_for(10s, 2, asio::bind_executor(io, [&taken](std::exception_ptr, bool t) { taken = t; }));
+    io.run();
+    EXPECT_TRUE(taken);
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(s.available_permits(), 1) << "permits delivered to a handler were given back";
+}
+
 // A handler class that names its executor (executor_type, get_executor(): Asio's idiom) runs
 // there, and io.run() waits for it, as one bound with bind_executor does.
 TEST_F(asio_tokens, a_handler_class_naming_its_executor_runs_there) {

@@ -172,7 +172,9 @@ public:
         auto ex = asio_ns::get_associated_executor(*handler_);
         asio_ns::dispatch(ex, [h = std::move(*handler_), e = std::move(e),
                                got = std::make_tuple(std::move(got)...)]() mutable {
-            std::apply([&](auto&&... g) { std::move(h)(std::move(e), std::move(g)...); }, std::move(got));
+            // A result not delivered (this dropped unrun with its context) gives back what it
+            // owns (owned_result); one delivered is the handler's.
+            std::apply([&](auto&... g) { std::move(h)(std::move(e), deliver(g)...); }, got);
         });
         handler_.reset();
         work_.reset();
@@ -258,9 +260,9 @@ asio_ns::execution_context* context_of(const Executor& ex) {
 
 template <class Token, class... R>
 struct token_adapter<Token, void(std::exception_ptr, R...),
-                     std::enable_if_t<is_asio_token<Token, void(std::exception_ptr, R...)>::value>> {
+                     std::enable_if_t<is_asio_token<Token, handler_signature_t<void(std::exception_ptr, R...)>>::value>> {
     static constexpr bool defined = true;
-    using signature = void(std::exception_ptr, R...);
+    using signature = handler_signature_t<void(std::exception_ptr, R...)>;
 
     template <class T, class Start>
     static auto initiate(T&& token, Start&& start) {
@@ -275,7 +277,7 @@ struct token_adapter<Token, void(std::exception_ptr, R...),
                 // A context already shutting down gets no completion: the operation is
                 // cancelled and its handler destroyed, as if it had been pending there.
                 const bool watched = !ctx || asio_ns::use_service<context_watch>(*ctx).watch(op);
-                completion_t<signature> done(
+                completion_t<void(std::exception_ptr, R...)> done(
                     [op](std::exception_ptr e, R... got) { op->complete(std::move(e), std::move(got)...); });
                 if constexpr (std::is_same_v<decltype(begin(std::move(done))), rlock::pending>) {
                     // The slot is connected before the operation starts: once started, it may

@@ -172,10 +172,11 @@ private:
                 return detail::take_permits(*core, c, name, channel, n, cap);
             });
         };
-        detail::told_bool_op<decltype(take)> op{std::move(take), core_, name_, kind_name,
-                                                core_->events.begin()};
-        return synchronizer::async_wait_until<bool>(deadline, detail::repeat::unsafe, std::move(op),
-                                                    std::forward<Token>(token));
+        // Its result owns the permits until the handler is told (detail::owned_result).
+        detail::told_permits_op<decltype(take)> op{
+            {std::move(take), core_, name_, kind_name, core_->events.begin()}, channel_, permits, capacity_};
+        return synchronizer::async_wait_until<detail::owned_result>(deadline, detail::repeat::unsafe,
+                                                                    std::move(op), std::forward<Token>(token));
     }
 
     void check_positive(long long permits, std::string_view op) const;
@@ -204,27 +205,7 @@ namespace rlock {
 
 RLOCK_DECL void semaphore::release(long long permits) {
     check_positive(permits, "release");
-    // Local hand-off: threads of this client waiting for permits take them first.
-    const std::shared_ptr<detail::permit_gate> gate =
-        core_->permit_gates.find(detail::semaphore_gate_kind, name_);
-    const long long left = gate ? gate->hand_over(permits) : permits;
-    if (left == 0) {
-        core_->events.released(kind_name, name_, 0, {}, /*handed_on=*/true);
-        return;
-    }
-    const count_change c = add_to_count(left, capacity_);
-    core_->events.released(kind_name, name_, 0, {});
-    const long long untold = core_->counts.released(name_, left, c.over);
-    if (untold > 0) {
-        detail::registry::tell(
-            core_->ep.options.on_lock_lost, lost_hold{name_, 0, 0},
-            error(errc::lock_lost, name_, server(),
-                  std::to_string(untold) + " of the " + std::to_string(permits) +
-                      " permits released did not fit under the semaphore's capacity " +
-                      std::to_string(capacity_) +
-                      ": taken before the server lost its count (set back to the capacity since), "
-                      "or released twice"));
-    }
+    detail::release_permits(*core_, name_, channel_, capacity_, permits, kind_name);
 }
 
 RLOCK_DECL bool semaphore::try_set_permits(long long permits) {

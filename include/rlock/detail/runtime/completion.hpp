@@ -1,7 +1,7 @@
 // How an asynchronous call completes, for each kind of completion token: a callback, the
 // rlock::use_future token, or (token_adapter, defined by rlock/asio.hpp) an Asio token. An
 // operation's signature is `void(std::exception_ptr, R...)`: an acquire's R is rlock::hold, an
-// unlock's is nothing.
+// unlock's is nothing, a semaphore acquire's an owned_result (its handler is told a bool).
 #pragma once
 
 #include <exception>
@@ -16,6 +16,72 @@ struct use_future_t;
 }  // namespace rlock
 
 namespace rlock::detail {
+
+/// A result its handler must receive to own it: a semaphore's `true`, whose permits nothing
+/// else releases (they do not expire). Dropped undelivered — its handler destroyed unrun with
+/// its io_context, or completing after that context went — it runs `give_back`, as a dropped
+/// rlock::hold releases itself. The handler is told the plain bool (handler_signature_t).
+class owned_result {
+public:
+    owned_result() noexcept = default;
+    owned_result(bool value, unique_callback<> give_back) noexcept
+        : value_(value), give_back_(std::move(give_back)) {}
+    owned_result(const owned_result&) = delete;
+    owned_result& operator=(const owned_result&) = delete;
+    owned_result(owned_result&&) noexcept = default;
+    owned_result& operator=(owned_result&& o) noexcept {
+        if (this != &o) {
+            give_back();
+            value_ = o.value_;
+            give_back_ = std::move(o.give_back_);
+        }
+        return *this;
+    }
+    ~owned_result() { give_back(); }
+
+    /// The value, for the handler, which owns what it says from now on.
+    bool take() noexcept {
+        give_back_ = unique_callback<>();
+        return value_;
+    }
+
+private:
+    void give_back() noexcept {
+        try {
+            give_back_();  // once: the call lets it go
+        } catch (...) {
+        }
+    }
+
+    bool value_ = false;
+    unique_callback<> give_back_;
+};
+
+/// What a handler is called with for an operation's result `R`: R itself, but an owned_result's
+/// plain bool (deliver takes it).
+template <class R>
+struct delivered {
+    using type = R;
+};
+template <>
+struct delivered<owned_result> {
+    using type = bool;
+};
+template <class R>
+R&& deliver(R& r) noexcept {
+    return std::move(r);
+}
+inline bool deliver(owned_result& r) noexcept { return r.take(); }
+
+/// The signature a handler of an operation of `Signature` has (delivered).
+template <class Signature>
+struct handler_signature;
+template <class... R>
+struct handler_signature<void(std::exception_ptr, R...)> {
+    using type = void(std::exception_ptr, typename delivered<R>::type...);
+};
+template <class Signature>
+using handler_signature_t = typename handler_signature<Signature>::type;
 
 /// A completion handler as the engine keeps it, for an operation of `Signature`.
 template <class Signature>
@@ -60,25 +126,32 @@ struct initiator<void(std::exception_ptr, R...)> {
     static auto run(Token&& token, Start&& start) {
         using T = std::decay_t<Token>;
         if constexpr (std::is_same_v<T, use_future_t>) {
-            using value = typename first_or_void<R...>::type;
+            using value = typename first_or_void<typename delivered<R>::type...>::type;
             std::promise<value> promise;
             std::future<value> f = promise.get_future();
             (void)start(completion([p = std::move(promise)](std::exception_ptr e, R... r) mutable {
                 if (e) {
                     p.set_exception(std::move(e));
                 } else {
-                    p.set_value(std::move(r)...);
+                    p.set_value(deliver(r)...);
                 }
             }));
             return f;
         } else if constexpr (token_adapter<T, signature>::defined) {
             return token_adapter<T, signature>::initiate(std::forward<Token>(token), std::forward<Start>(start));
         } else {
-            static_assert(is_handler_for<T, signature>::value,
+            static_assert(is_handler_for<T, handler_signature_t<signature>>::value,
                           "an rlock async call takes a callback (std::exception_ptr[, rlock::hold]), "
                           "rlock::use_future, or, with <rlock/asio.hpp> included, an Asio completion "
                           "token");
-            return start(completion(std::forward<Token>(token)));
+            if constexpr (std::is_same_v<handler_signature_t<signature>, signature>) {
+                return start(completion(std::forward<Token>(token)));
+            } else {
+                // Called on the engine thread, always: what it is told is its own.
+                return start(completion([h = T(std::forward<Token>(token))](std::exception_ptr e, R... r) mutable {
+                    h(std::move(e), deliver(r)...);
+                }));
+            }
         }
     }
 };

@@ -274,6 +274,43 @@ private:
     Result result_{};
 };
 
+/// What add_to_count did: the new count, and the permits that did not fit under the capacity
+/// (0 without one).
+struct count_change {
+    long long now = 0;
+    long long over = 0;
+};
+
+/// Adds `n` (may be negative) to the count `name` and publishes the new count on `channel`
+/// when positive (semaphore_scripts::add), never above `capacity` when one is given (> 0).
+/// Not repeated after a broken connection.
+RLOCK_DECL count_change add_to_count(client_core& core, const std::string& name, const std::string& channel,
+                                     long long n, long long capacity);
+
+/// Releases `permits` of the semaphore `name` (semaphore::release): to this client's threads
+/// waiting for it in the process first (local hand-off), the rest to Redis, never above
+/// `capacity`; the listener is told (as `kind`), and the owners are told of permits that did
+/// not fit (on_lock_lost).
+RLOCK_DECL void release_permits(client_core& core, const std::string& name, const std::string& channel,
+                                long long capacity, long long permits, const char* kind);
+
+/// A semaphore's asynchronous acquisition: told_bool_op whose result owns the permits taken
+/// until its handler is told (owned_result): a handler dropped unrun (its io_context destroyed
+/// first) cannot release them, so they are released for it.
+template <class F>
+struct told_permits_op : told_bool_op<F> {
+    std::string channel;
+    long long permits = 0;
+    long long capacity = 0;
+    owned_result finish() {
+        (void)told_bool_op<F>::finish();
+        return owned_result(true, [core = this->core, name = this->name, channel = channel, n = permits,
+                                   cap = capacity, kind = this->kind] {
+            release_permits(*core, name, channel, cap, n, kind);
+        });
+    }
+};
+
 /// The base of a synchronizer: the client it was made from, its key (`name`) and its channel.
 class synchronizer {
 public:
@@ -304,12 +341,7 @@ protected:
     /// channel (count_scripts::try_set); true when this call set it.
     bool set_count_if_absent(long long count, std::string_view message) const;
 
-    /// What add_to_count did: the new count, and the permits that did not fit under the
-    /// capacity (0 without one).
-    struct count_change {
-        long long now = 0;
-        long long over = 0;
-    };
+    using count_change = detail::count_change;
 
     /// Adds `n` to the count (may be negative) and publishes the new count when positive
     /// (semaphore_scripts::add), never above `capacity` when one is given (> 0). Not repeated
@@ -405,21 +437,50 @@ RLOCK_DECL bool synchronizer::set_count_if_absent(long long count, std::string_v
 }
 
 RLOCK_DECL auto synchronizer::add_to_count(long long n, long long capacity) const -> count_change {
+    core_->throw_if_destroyed(name_, "the client this object was made from has been destroyed");
+    return detail::add_to_count(*core_, name_, channel_, n, capacity);
+}
+
+RLOCK_DECL count_change add_to_count(client_core& core, const std::string& name, const std::string& channel,
+                                     long long n, long long capacity) {
     const std::string by = std::to_string(n), cap = std::to_string(capacity);
-    return run(on_break::fail, [&](const connection& c) {
-        script_call call(semaphore_scripts::add(), {name_}, {by, channel_, cap});
-        const reply_ptr r = run_script(c, call, name_, server());
+    return core.pool.run(name, on_break::fail, [&](const connection& c) {
+        script_call call(semaphore_scripts::add(), {name}, {by, channel, cap});
+        const reply_ptr r = run_script(c, call, name, core.ep.name);
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            (void)count_from(r.get(), name_, server());  // an error reply, as itself
-            throw error(errc::protocol_error, name_, server(),
-                        "unexpected reply to a semaphore's add");
+            (void)count_from(r.get(), name, core.ep.name);  // an error reply, as itself
+            throw error(errc::protocol_error, name, core.ep.name, "unexpected reply to a semaphore's add");
         }
         count_change out;
-        out.now = count_from(r->element[0], name_, server());
-        out.over = count_from(r->element[1], name_, server());
-        core_->counts.saw(name_);
+        out.now = count_from(r->element[0], name, core.ep.name);
+        out.over = count_from(r->element[1], name, core.ep.name);
+        core.counts.saw(name);
         return out;
     });
+}
+
+RLOCK_DECL void release_permits(client_core& core, const std::string& name, const std::string& channel,
+                                long long capacity, long long permits, const char* kind) {
+    // Local hand-off: threads of this client waiting for permits take them first.
+    const std::shared_ptr<permit_gate> gate = core.permit_gates.find(semaphore_gate_kind, name);
+    const long long left = gate ? gate->hand_over(permits) : permits;
+    if (left == 0) {
+        core.events.released(kind, name, 0, {}, /*handed_on=*/true);
+        return;
+    }
+    core.throw_if_destroyed(name, "the client this object was made from has been destroyed");
+    const count_change c = add_to_count(core, name, channel, left, capacity);
+    core.events.released(kind, name, 0, {});
+    const long long untold = core.counts.released(name, left, c.over);
+    if (untold > 0) {
+        registry::tell(core.ep.options.on_lock_lost, lost_hold{name, 0, 0},
+                       error(errc::lock_lost, name, core.ep.name,
+                             std::to_string(untold) + " of the " + std::to_string(permits) +
+                                 " permits released did not fit under the semaphore's capacity " +
+                                 std::to_string(capacity) +
+                                 ": taken before the server lost its count (set back to the capacity since), "
+                                 "or released twice"));
+    }
 }
 
 RLOCK_DECL bool take_permits(client_core& core, const connection& c, const std::string& name,
