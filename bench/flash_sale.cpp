@@ -29,6 +29,14 @@
 //              request's stock key; nothing is sold). Its req/s bounds a lock whose every
 //              request acquires at Redis; only holds passed within a process (two commands)
 //              can go above it
+//   queue      a hand-written directed hand-over, the floor of any lock whose release wakes one
+//              waiter, not every waiting process: the acquire script takes the lock (SET NX PX)
+//              or appends the caller to a list beside it; a waiter blocks in BLPOP on a list of
+//              its own; the release script gives the lock to the list's head (SET to its token)
+//              and pushes to that head's list, or deletes the key when nobody waits. Waiting
+//              costs no CPU and no try is ever refused (a request that waits costs one BLPOP
+//              more than four-trips). A floor, not a lock: a waiter that dies in the list
+//              stalls the lock until its lease runs out, which a real lock has to prevent
 //   mutex, reentrant, fair
 //              rlock's kinds, one rlock::client per process, a lock object per request
 //   semaphore  rlock::semaphore of one permit per key
@@ -103,7 +111,7 @@ struct sale {
 
 [[noreturn]] void usage(const char* why) {
     bench::usage_exit("flash_sale",
-                      "[--kinds lua,setnx,setnx-1ms,four-trips,mutex,reentrant,fair,semaphore,async-mutex] [--procs N] [--threads N] [--keys N] [--zipf S] [--stock N] [--seconds S] [--setnx-sleep-ms MS] [--handoff-passes N] [--handoff-ms MS] [--uri redis://127.0.0.1:PORT] [--detail]",
+                      "[--kinds lua,setnx,setnx-1ms,four-trips,queue,mutex,reentrant,fair,semaphore,async-mutex] [--procs N] [--threads N] [--keys N] [--zipf S] [--stock N] [--seconds S] [--setnx-sleep-ms MS] [--handoff-passes N] [--handoff-ms MS] [--uri redis://127.0.0.1:PORT] [--detail]",
                       why);
 }
 
@@ -218,6 +226,7 @@ public:
         if (kind == "setnx") return setnx(k, o_.setnx_sleep_ms);
         if (kind == "setnx-1ms") return setnx(k, 1);
         if (kind == "four-trips") return four_trips(k);
+        if (kind == "queue") return queue(k);
         if (kind == "mutex") return locked<rlock::mutex>(k);
         if (kind == "reentrant") return locked<rlock::reentrant_lock>(k);
         if (kind == "fair") return locked<rlock::fair_lock>(k);
@@ -293,6 +302,28 @@ private:
         return 0;
     }
 
+    // The directed hand-over floor (queue above): KEYS lock, its waiters' list; ARGV the token.
+    long long queue(std::uint32_t k) {
+        static const std::string acquire =
+            "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', 10000) then return 1 end "
+            "redis.call('rpush', KEYS[2], ARGV[1]) return 0";
+        static const std::string release =
+            "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
+            "local next = redis.call('lpop', KEYS[2]) "
+            "if next then redis.call('set', KEYS[1], next, 'PX', 10000) "
+            "redis.call('rpush', 'fs:q:wake:' .. next, 1) else redis.call('del', KEYS[1]) end return 1";
+        const std::string key = "fs:q:{" + std::to_string(k) + "}";
+        const std::string waiters = key + ":waiters";
+        const std::string token = token_ + ":" + std::to_string(++n_);
+        if (integer_of(*command(conn_.get(), {"EVAL", acquire, "2", key, waiters, token})) != 1) {
+            reply_ptr r = command(conn_.get(), {"BLPOP", "fs:q:wake:" + token, "10"});
+            if (r->type != REDIS_REPLY_ARRAY) throw std::runtime_error("flash_sale: queue: no hand-over in 10 s");
+        }
+        const long long v = read_and_take(k);
+        (void)command(conn_.get(), {"EVAL", release, "2", key, waiters, token});
+        return v;
+    }
+
     const options& o_;
     rlock::client* c_;
     std::unique_ptr<redisContext, decltype(&redisFree)> conn_;
@@ -309,7 +340,7 @@ struct thread_result {
 int worker_main(const options& o) {
     const rlock::client_options co = rlock::client_options::from_uri(o.uri, o.client);
     std::optional<rlock::client> c;
-    if (o.kind != "lua" && o.kind != "setnx" && o.kind != "setnx-1ms" && o.kind != "four-trips") c.emplace(co);
+    if (o.kind != "lua" && o.kind != "setnx" && o.kind != "setnx-1ms" && o.kind != "four-trips" && o.kind != "queue") c.emplace(co);
     const zipf pick(o.keys, o.zipf);
     std::vector<thread_result> results(static_cast<std::size_t>(o.threads));
     std::atomic<int> ready{0};
@@ -532,9 +563,9 @@ int parent_main(options o) {
         ok = ok && got[kind].ok;
     }
     for (const std::string& kind : o.kinds) {
-        if (kind == "lua" || kind == "setnx" || kind == "setnx-1ms" || kind == "four-trips") continue;
+        if (kind == "lua" || kind == "setnx" || kind == "setnx-1ms" || kind == "four-trips" || kind == "queue") continue;
         std::printf("ratio kind=%s", kind.c_str());
-        for (const char* floor : {"lua", "setnx", "setnx-1ms", "four-trips"}) {
+        for (const char* floor : {"lua", "setnx", "setnx-1ms", "four-trips", "queue"}) {
             auto it = got.find(floor);
             if (it != got.end() && it->second.rps > 0) std::printf(" vs_%s=%.2f", floor, got[kind].rps / it->second.rps);
         }
