@@ -49,7 +49,7 @@ std::atomic<long long> allocations{0};
 namespace {
 
 const char* const synopsis =
-    "--kind floor|floor-own-format|mutex|reentrant|read|write|fair[+events] [--cycles N] | --check";
+    "--kind floor|floor-own-format|mutex|reentrant|read|write|fair[+events][+nohandoff] [--cycles N] | --check";
 
 [[noreturn]] void usage(const char* why) { bench::usage_exit("cycle_cost", synopsis, why); }
 
@@ -160,10 +160,22 @@ struct counting_listener : rlock::lock_listener {
 double cycle(std::string_view kind, rlock_test::redis_server& server, int n) {
     if (kind == "floor" || kind == "floor-own-format") return run(floor_lock(server.port(), kind != "floor"), n);
     rlock::client_options options = server.options();
-    constexpr std::string_view with_events = "+events";
-    if (kind.size() > with_events.size() && kind.substr(kind.size() - with_events.size()) == with_events) {
-        kind.remove_suffix(with_events.size());
-        options.listener = std::make_shared<counting_listener>();
+    // Suffixes, in any order: +events (a listener set), +nohandoff (the local hand-off off).
+    const auto strip = [&kind](std::string_view suffix) {
+        if (kind.size() <= suffix.size() || kind.substr(kind.size() - suffix.size()) != suffix) return false;
+        kind.remove_suffix(suffix.size());
+        return true;
+    };
+    for (bool more = true; more;) {
+        more = false;
+        if (strip("+events")) {
+            options.listener = std::make_shared<counting_listener>();
+            more = true;
+        }
+        if (strip("+nohandoff")) {
+            options.local_handoff_passes = 0;
+            more = true;
+        }
     }
     rlock::client c(options);
     const std::string name = "cycle:" + std::string(kind);

@@ -4,6 +4,9 @@
 //   ping        one PING round trip
 //   floor       hand-written hiredis: SET key token NX PX 30000, then EVALSHA compare-and-delete
 //   mutex       rlock::mutex lock() + unlock()          (target: <= 1.10 x floor)
+//   mutex_nohandoff
+//               the same with the local hand-off turned off (local_handoff_passes = 0): the
+//               row "mutex x mutex_nohandoff" is what the hand-off costs an uncontended lock
 //   reentrant   rlock::reentrant_lock lock() + unlock() (target: <= 1.20 x floor)
 //   read        rlock::read_write_lock lock_shared() + unlock_shared() (target: <= 1.25 x floor)
 //   write       rlock::read_write_lock lock() + unlock() (target: <= 1.25 x floor)
@@ -99,6 +102,14 @@ template <class Lock>
 void bm_lock(benchmark::State& state) {
     lock_cycles<Lock>(state, server->options(),
                       std::string("bench:") + (std::is_same_v<Lock, rlock::mutex> ? "mutex" : "reentrant"));
+}
+
+// The mutex with the local hand-off turned off (client_options::local_handoff_passes = 0): what
+// the hand-off's gate costs a lock that is never contended (mutex against it).
+void bm_mutex_no_handoff(benchmark::State& state) {
+    rlock::client_options o = server->options();
+    o.local_handoff_passes = 0;
+    lock_cycles<rlock::mutex>(state, o, "bench:mutex-no-handoff");
 }
 
 void bm_rw_read(benchmark::State& state) {
@@ -269,6 +280,7 @@ int main(int argc, char** argv) {
     const std::pair<const char*, case_fn> order[] = {{"ping", bm_ping},
                                                      {"floor", bm_floor},
                                                      {"mutex", bm_lock<rlock::mutex>},
+                                                     {"mutex_nohandoff", bm_mutex_no_handoff},
                                                      {"reentrant", bm_lock<rlock::reentrant_lock>},
                                                      {"read", bm_rw_read},
                                                      {"write", bm_rw_write},
@@ -295,13 +307,14 @@ int main(int argc, char** argv) {
     benchmark::Shutdown();
 
     std::printf("\n%d interleaved rounds (lock+unlock, uncontended, loopback; *_net: 1 ms each way):\n", rounds);
-    std::printf("%-11s %12s %25s %8s\n", "case", "median us/op", "ratio (median)", "target");
+    std::printf("%-15s %12s %29s %8s\n", "case", "median us/op", "ratio (median)", "target");
     struct row {
         const char* name;
         const char* baseline;  // each round's ratio is to this case in the same round
         double target;
     };
     const row rows[] = {{"ping", "floor", 0},      {"floor", "floor", 0},   {"mutex", "floor", 1.10},
+                        {"mutex_nohandoff", "floor", 0}, {"mutex", "mutex_nohandoff", 0},
                         {"reentrant", "floor", 1.20}, {"read", "floor", 1.25}, {"write", "floor", 1.25},
                         {"red5", "mutex", 1.5},    {"red5seq", "mutex", 0},
                         {"red5", "red5seq", 0},    {"multi5", "mutex", 1.3},
@@ -315,7 +328,7 @@ int main(int argc, char** argv) {
         std::vector<double> ratios;
         for (std::size_t i = 0; i < times.size(); ++i) ratios.push_back(times[i] / base[i]);
         const double ratio = median(ratios);
-        std::printf("%-11s %12.1f %13.3f x %-9s %8s\n", r.name, median(times) * 1e6, ratio, r.baseline,
+        std::printf("%-15s %12.1f %13.3f x %-15s %8s\n", r.name, median(times) * 1e6, ratio, r.baseline,
                     r.target > 0 ? (ratio <= r.target ? "met" : "MISSED") : "");
     }
     return 0;
