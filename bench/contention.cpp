@@ -36,7 +36,7 @@
 // server's commands per acquisition (INFO commandstats, reset after the warm-up).
 //
 //   contention [--kind mutex|reentrant|fair|rw-write|async-mutex|...] [--workers 4] [--threads 1]
-//              [--hold-ms 1] [--away-ms 1]
+//              [--hold-ms 1] [--away-ms 1] [--handoff-passes N (the client's local hand-off; 0: off)]
 //              [--seconds 5] [--uri redis://127.0.0.1:PORT] [--name LOCK] [--observe] [--detail]
 //
 // Without --uri it starts its own redis-server on a free loopback port. Workers are this program
@@ -96,6 +96,7 @@ struct options {
     double away_ms = 1;
     double seconds = 5;
     int permits = 1;  // --kind semaphore: the semaphore's permits (holders at once)
+    int handoff_passes = -1;  // client_options::local_handoff_passes (-1: the client's default)
     std::string uri;
     std::string name;
     bool observe = false;
@@ -115,7 +116,7 @@ struct turn {
 
 [[noreturn]] void usage(const char* why) {
     bench::usage_exit("contention",
-                      "[--kind mutex|reentrant|fair|rw-write|semaphore|permits|async-mutex|async-reentrant|async-fair|async-rw-write|floor] [--workers N] [--threads N] [--permits N] [--hold-ms MS] [--away-ms MS] [--seconds S] [--uri redis://127.0.0.1:PORT] [--name LOCK] [--observe] [--detail]",
+                      "[--kind mutex|reentrant|fair|rw-write|semaphore|permits|async-mutex|async-reentrant|async-fair|async-rw-write|floor] [--workers N] [--threads N] [--permits N] [--hold-ms MS] [--away-ms MS] [--seconds S] [--handoff-passes N] [--uri redis://127.0.0.1:PORT] [--name LOCK] [--observe] [--detail]",
                       why);
 }
 
@@ -132,6 +133,8 @@ options parse(int argc, char** argv) {
             o.threads = static_cast<int>(args.number(1));
         } else if (a == "--permits") {
             o.permits = static_cast<int>(args.number(1));
+        } else if (a == "--handoff-passes") {
+            o.handoff_passes = static_cast<int>(args.number(0));
         } else if (a == "--hold-ms") {
             o.hold_ms = args.number(0);
         } else if (a == "--away-ms") {
@@ -164,7 +167,9 @@ nanoseconds from_ms(double ms) { return nanoseconds(static_cast<std::int64_t>(ms
 
 template <class Lock>
 int run_worker(const options& o) {
-    rlock::client c(o.uri);
+    rlock::client_options co = rlock::client_options::from_uri(o.uri);
+    if (o.handoff_passes >= 0) co.local_handoff_passes = static_cast<unsigned>(o.handoff_passes);
+    rlock::client c(co);
     const auto hold = from_ms(o.hold_ms), away = from_ms(o.away_ms);
     const auto n_threads = static_cast<std::size_t>(o.threads);
     std::vector<std::vector<turn>> turns(n_threads);
@@ -361,6 +366,10 @@ worker_proc spawn(const options& o, int go_read) {
                                      "--seconds",            bench::fmt_double(o.seconds),
                                      "--threads",            std::to_string(o.threads),
                                      "--permits",            std::to_string(o.permits)};
+    if (o.handoff_passes >= 0) {
+        args.emplace_back("--handoff-passes");
+        args.emplace_back(std::to_string(o.handoff_passes));
+    }
     worker_proc w;
     w.pid = bench::spawn_self(std::move(args), go_read, w.results);
     return w;
