@@ -307,7 +307,11 @@ RLOCK_DECL bool semaphore::acquire_until(clock::time_point deadline, long long p
             ++story.tries;
             return take(permits);
         },
-        &detail::semaphore_turns, permits, /*subscribe_first=*/leading || refused);
+        &detail::semaphore_turns, permits, /*subscribe_first=*/leading || refused,
+        // Other clients' waiters race this one's for the permits a release announces: while
+        // this client loses those races, its waiters' tries are held back by their youth
+        // (race_pacing), as a mutex's are.
+        &core_->races(name_));
     return got ? acquired_here(false) : ended();
 }
 

@@ -286,18 +286,7 @@ public:
     // the waiters a new one races with (race_pacing). -1 when the server does not say (an ACL
     // without PUBSUB, a broken connection): pacing then keeps what it had. Reads only.
     long long subscribers(const std::string& channel) const noexcept {
-        try {
-            return core_->pool.run(name(), on_break::fail, [&](const connection& c) {
-                reply_ptr r = command(c, {"PUBSUB", c.sharded_publish ? "SHARDNUMSUB" : "NUMSUB", channel});
-                if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-                    r->element[1]->type != REDIS_REPLY_INTEGER) {
-                    return -1LL;
-                }
-                return r->element[1]->integer;
-            }, Kind::follows_ask);
-        } catch (...) {
-            return -1;
-        }
+        return channel_subscribers(*core_, name(), channel, Kind::follows_ask);
     }
 
     // A waiter that gives up leaves nothing behind (fair_lock: its queue entry). Best effort:
@@ -362,6 +351,7 @@ public:
     long long turn_need() const noexcept { return 0; }
     bool shared() const noexcept { return Kind::shared; }
     bool subscribes_first() const noexcept { return false; }  // a racing newcomer may (race_pacing)
+    bool paces_newcomer() const noexcept { return true; }
     std::chrono::milliseconds heartbeat() const noexcept { return Kind::heartbeat(site_->options_); }
     /// The client's record of races for this lock, where the kind's waiters race (else null).
     race_record* races() const {

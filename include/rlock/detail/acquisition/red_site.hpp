@@ -157,6 +157,7 @@ public:
     std::chrono::milliseconds heartbeat() const noexcept { return std::chrono::milliseconds(0); }
     race_record* races() const noexcept { return nullptr; }  // Redlock's random delay paces it
     bool subscribes_first() const noexcept { return false; }
+    bool paces_newcomer() const noexcept { return true; }
     long long subscribers(const std::string& /*channel*/) const noexcept { return -1; }
 
     try_result attempt(try_phase /*phase*/);

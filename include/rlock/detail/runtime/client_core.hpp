@@ -222,6 +222,13 @@ struct client_access {
 /// handles like any broken connection. A handler or disposition the program set is left alone.
 RLOCK_DECL void ignore_default_sigpipe() noexcept;
 
+/// How many clients listen on `channel` (PUBSUB NUMSUB; SHARDNUMSUB with sharded pub/sub), on
+/// the server of `name`: the waiters a new one races with (race_pacing). -1 when the server does
+/// not say (an ACL without PUBSUB, a broken connection): pacing then keeps what it had. Reads
+/// only; `follow_ask` as pool::run's.
+RLOCK_DECL long long channel_subscribers(client_core& core, std::string_view name, const std::string& channel,
+                                         bool follow_ask = true) noexcept;
+
 }  // namespace detail
 
 }  // namespace rlock
@@ -473,6 +480,25 @@ RLOCK_DECL void ignore_default_sigpipe() noexcept {
     ignore.sa_handler = SIG_IGN;
     sigemptyset(&ignore.sa_mask);
     ::sigaction(SIGPIPE, &ignore, nullptr);
+}
+
+RLOCK_DECL long long channel_subscribers(client_core& core, std::string_view name, const std::string& channel,
+                                         bool follow_ask) noexcept {
+    try {
+        return core.pool.run(
+            name, on_break::fail,
+            [&](const connection& c) {
+                reply_ptr r = command(c, {"PUBSUB", c.sharded_publish ? "SHARDNUMSUB" : "NUMSUB", channel});
+                if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                    r->element[1]->type != REDIS_REPLY_INTEGER) {
+                    return -1LL;
+                }
+                return r->element[1]->integer;
+            },
+            follow_ask);
+    } catch (...) {
+        return -1;
+    }
 }
 
 }  // namespace rlock::detail

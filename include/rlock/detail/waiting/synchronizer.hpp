@@ -50,10 +50,14 @@ public:
     /// tries at every message.
     /// `subscribe_first`: its first try comes after it subscribed (a caller that was refused
     /// just before, or whose turn follows another waiter's success: one try, not two).
+    /// `races`: where this client's waiters race other clients' for what a message announces
+    /// (a semaphore's permits), with `core` to count them: the driver then paces them by age
+    /// (race_pacing) as it does a mutex's; null: they do not race.
     channel_acquisition(F& attempt, std::string_view name, const std::string& channel,
-                        const void* turns = nullptr, long long need = 0, bool subscribe_first = false)
+                        const void* turns = nullptr, long long need = 0, bool subscribe_first = false,
+                        race_record* races = nullptr, client_core* core = nullptr)
         : attempt_(attempt), name_(name), channel_(channel), turns_(turns), need_(need),
-          subscribe_first_(subscribe_first) {}
+          subscribe_first_(subscribe_first), races_(core ? races : nullptr), core_(core) {}
 
     std::string_view name() const noexcept { return name_; }
     std::string channel() const { return channel_; }
@@ -61,9 +65,16 @@ public:
     long long turn_need() const noexcept { return need_; }
     bool shared() const noexcept { return true; }
     std::chrono::milliseconds heartbeat() const noexcept { return std::chrono::milliseconds(0); }
-    race_record* races() const noexcept { return nullptr; }  // its waiters do not race
+    race_record* races() const noexcept { return races_; }
     bool subscribes_first() const noexcept { return subscribe_first_; }
-    long long subscribers(const std::string& /*channel*/) const noexcept { return -1; }
+    // A semaphore's newcomer tries at once: held back (400 µs while the client loses races),
+    // it cost the flash sale 8-12 % of its requests per second for no shorter tail; its
+    // waiters' tries are paced by age (race_pacing::before_try), which cut the tail
+    // (docs/benchmarks.md).
+    bool paces_newcomer() const noexcept { return false; }
+    long long subscribers(const std::string& channel) const noexcept {
+        return core_ ? channel_subscribers(*core_, name_, channel) : -1;
+    }
     try_result attempt(try_phase /*phase*/) { return of(attempt_()); }
     void undo() noexcept {}
     void give_up() noexcept {}
@@ -85,6 +96,8 @@ private:
     const void* turns_;
     long long need_;
     bool subscribe_first_;
+    race_record* races_;
+    client_core* core_;
 };
 
 /// Calls `attempt()` until it is done (then true) or `deadline` has passed (then false):
@@ -102,13 +115,15 @@ private:
 /// `attempt` is thrown at once, and connection_failed (naming `name`) once the client is
 /// destroyed.
 ///
-/// `turns`, `need` and `subscribe_first`: as channel_acquisition's (a semaphore's waiters, each
-/// for `need` permits, woken as far as a release message's count goes).
+/// `turns`, `need`, `subscribe_first` and `races`: as channel_acquisition's (a semaphore's
+/// waiters, each for `need` permits, woken as far as a release message's count goes, paced by
+/// age against other clients' waiters).
 template <class F>
 bool wait_on_channel(client_core& core, const std::string& channel, std::string_view name,
                      std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt,
-                     const void* turns = nullptr, long long need = 0, bool subscribe_first = false) {
-    channel_acquisition<F> op(attempt, name, channel, turns, need, subscribe_first);
+                     const void* turns = nullptr, long long need = 0, bool subscribe_first = false,
+                     race_record* races = nullptr) {
+    channel_acquisition<F> op(attempt, name, channel, turns, need, subscribe_first, races, &core);
     return wait_blocking(core, op, deadline, repeatable);
 }
 
@@ -375,9 +390,10 @@ protected:
     /// message's count goes).
     template <class F>
     bool wait_until(std::chrono::steady_clock::time_point deadline, repeat repeatable, F&& attempt,
-                    const void* turns = nullptr, long long need = 0, bool subscribe_first = false) const {
+                    const void* turns = nullptr, long long need = 0, bool subscribe_first = false,
+                    race_record* races = nullptr) const {
         return wait_on_channel(*core_, channel_, name_, deadline, repeatable, std::forward<F>(attempt), turns,
-                               need, subscribe_first);
+                               need, subscribe_first, races);
     }
 
     std::shared_ptr<client_core> core_;

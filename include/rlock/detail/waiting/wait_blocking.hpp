@@ -33,6 +33,8 @@ namespace rlock::detail {
 ///   std::chrono::milliseconds heartbeat() const; a queued waiter's heartbeat (0: none)
 ///   bool subscribes_first() const;               its first try comes after it subscribed
 ///                                                (a racing one's newcomer may ask too)
+///   bool paces_newcomer() const;                 a racing one's newcomer pauses before its
+///                                                first try (race_pacing::newcomer_pause)
 ///   race_record* races() const;                  where its waiters race other clients' (else
 ///                                                null), and then
 ///   long long subscribers(channel) const;        how many clients wait on the channel
@@ -41,8 +43,8 @@ namespace rlock::detail {
 ///                                                left, before the next try
 ///   void give_up() noexcept;                     the wait ends without success
 ///
-/// A racing operation's newcomer first lets the waiters a release has just woken go first
-/// (race_pacing::newcomer_pause), and may subscribe before its first try
+/// A racing operation's newcomer (where it paces_newcomer) first lets the waiters a release has
+/// just woken go first (race_pacing::newcomer_pause), and may subscribe before its first try
 /// (race_pacing::subscribes_first); each try in the wait is paced by race_pacing. After a
 /// refusal the driver subscribes to the channel and makes each next try when a message arrives
 /// or at wait_policy::next_try; a try that fails in an outage is made again after
@@ -57,7 +59,7 @@ bool wait_blocking(client_core& core, Op& op, std::chrono::steady_clock::time_po
     if (race_record* record = op.races()) race.emplace(*record);
     // Whether this newcomer subscribes before its first try (race_pacing::subscribes_first).
     bool subscribe_first = false;
-    if (race && clock::now() < deadline) {
+    if (race && op.paces_newcomer() && clock::now() < deadline) {
         // A newcomer lets the waiters a release has just woken go first: those of this
         // client's own release (note_woken), and, while this client loses races for the lock,
         // whoever is woken as it arrives (race_pacing::newcomer_pause). A sleep, not a wait for
