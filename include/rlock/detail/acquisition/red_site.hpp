@@ -282,6 +282,19 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
             h->taken = taken;  // read by the owner's release only
             if (!out.held) out.held = std::move(h);
         }
+        // A node sent the SET but not waited for (the round was decided first) or out of time
+        // may set the key after the round: recorded unconfirmed, it is renewed (or read) by its
+        // watchdog like the others and counts for the hold from the first renewal that finds
+        // it. Otherwise a round decided a moment before the last replies (a loaded machine)
+        // would leave keys nobody renews, and a hold tolerating fewer node losses than its
+        // nodes promise.
+        hold_terms maybe = terms;
+        maybe.confirmed = false;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (results[i].unanswered)
+                nodes_[i]->add_hold(red_lock_info, name_, token, owner, maybe, 0, group)->taken =
+                    taken;
+        }
         return out;
     }
     release_all(token);  // a failed round: undo on every node, answered or not
@@ -412,7 +425,11 @@ RLOCK_DECL auto red_site::validity_end(std::uint64_t owner) const
         if (!h) continue;
         any = true;
         lease = h->lease;
-        if (!n->reg.is_lost(*h)) alive.push_back(n->reg.with([&] { return h->expires; }));
+        if (n->reg.is_lost(*h)) continue;
+        const auto confirmed = n->reg.with([&] {
+            return h->unconfirmed ? std::optional<clock::time_point>() : h->expires;
+        });
+        if (confirmed) alive.push_back(*confirmed);
     }
     if (!any) return std::nullopt;
     if (alive.size() < quorum()) return clock::time_point{};

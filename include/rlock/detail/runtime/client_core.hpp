@@ -442,6 +442,7 @@ RLOCK_DECL registry::hold_ptr make_hold(const kind_info& kind, std::string name,
     h->lease = terms.lease;
     h->watched = terms.renewal == renewal::watched;
     h->expires = terms.sent + terms.lease;
+    h->unconfirmed = h->refused = !terms.confirmed;
     return h;
 }
 

@@ -31,6 +31,8 @@ struct node_result {
     std::optional<error> failure; // set when it could not be asked or did not answer in time
     bool abandoned = false;       // no answer yet when `decided` ended the round: not a failure
                                   // of the node, just not waited for
+    bool unanswered = false;      // sent but not answered (abandoned, or out of time): the
+                                  // node may still run the command
 };
 
 /// Sends `make(node index)` (argv of one command) to every node, reads the replies until each
@@ -193,6 +195,7 @@ RLOCK_DECL std::vector<node_result> fan_out(
     for (std::size_t i = 0; i < n; ++i) {
         if (at[i] == stage::done) continue;
         out[i].abandoned = early;
+        out[i].unanswered = at[i] == stage::asked;
         const std::string waited = std::to_string(per_node.count()) + " ms";
         out[i].failure = error(
             errc::timeout, lock, nodes[i]->ep.name,

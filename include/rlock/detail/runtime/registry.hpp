@@ -53,11 +53,13 @@ struct hold_group {
 enum class renewal : unsigned char { leased, watched };
 
 /// How a hold was taken: for how long, from when (the send time of the acquire that made it),
-/// and whether the watchdog renews it.
+/// whether the watchdog renews it, and whether its acquire was answered (a red_lock node that
+/// was sent the acquire but did not answer in the round may still have set the key).
 struct hold_terms {
     std::chrono::milliseconds lease{0};
     detail::renewal renewal = renewal::leased;
     std::chrono::steady_clock::time_point sent;
+    bool confirmed = true;
 };
 
 }  // namespace rlock::detail
@@ -97,7 +99,12 @@ struct hold::record {
     bool told = false;          // on_lock_lost already called
     bool in_flight = false;     // inside a watchdog renewal batch right now
     bool released = false;      // unlocked: no renewal, no report
-    bool refused = false;       // a renewal was refused with an error; the owner was told
+    bool refused = false;       // counted out of its group (and not told again) until a
+                                // renewal works: a renewal was refused with an error (the
+                                // owner was told), or the hold is unconfirmed (below)
+    bool unconfirmed = false;   // (a red_lock part) its acquire was sent but not answered in
+                                // the round: the key may or may not be there until a renewal
+                                // finds it; no part of the hold's validity meanwhile
     bool armed = false;         // its key read on the watchdog's tracked connection since the
                                 // last write there (loss_watch.hpp)
 };
@@ -181,7 +188,10 @@ public:
     void add(hold_ptr h);
 
     /// Takes a hold out of the registry for its final unlock, and waits for a renewal batch that
-    /// carries it to finish, so that no renewal of it reaches Redis after unlock returns.
+    /// carries it to finish, so that no renewal of it reaches Redis after unlock returns —
+    /// except an unconfirmed red_lock part's: its node did not answer the acquire and may be
+    /// paused, and the unlock does not wait on it (a late renewal there can only extend our own
+    /// key, which the unlock's release deletes or its lease ends).
     void remove(const hold_ptr& h);
 
     /// The watchdog's idle state (loss_watch.hpp): with `idle` true it stops polling when no
@@ -439,7 +449,7 @@ RLOCK_DECL void registry::remove(const hold_ptr& h) {
     // The record under h's key is h's (add() keeps one per key): one lookup, not two.
     if (holds_.erase(key_of(*h)) != 0) held_.fetch_sub(1);
     h->released = true;
-    quiet_.wait(g, [&] { return !h->in_flight; });
+    if (!h->unconfirmed) quiet_.wait(g, [&] { return !h->in_flight; });
 }
 
 RLOCK_DECL bool registry::idle() noexcept {
@@ -511,6 +521,7 @@ RLOCK_DECL std::vector<std::size_t> registry::renewed(const std::vector<hold_ptr
                 h.expires = sent + h.lease;
                 if (h.refused && h.group) h.group->part_back();
                 h.refused = false;
+                h.unconfirmed = false;
             } else if ((gone[i] || ok[i] || now >= h.expires) && mark_lost_locked(h)) {
                 tell.push_back(i);
             }
