@@ -42,6 +42,8 @@
 //   semaphore  rlock::semaphore of one permit per key
 //   async-mutex
 //              rlock::mutex's async_lock (waited on through a future per request)
+//   async-semaphore
+//              rlock::semaphore's async_acquire, one permit per key (a future per request)
 //
 // After the kinds, the ratios against the floors measured in the same run:
 //   ratio kind=mutex vs_lua=... vs_setnx=... vs_four-trips=...
@@ -112,7 +114,7 @@ struct sale {
 
 [[noreturn]] void usage(const char* why) {
     bench::usage_exit("flash_sale",
-                      "[--kinds lua,setnx,setnx-1ms,four-trips,queue,mutex,reentrant,fair,semaphore,async-mutex] [--procs N] [--threads N] [--keys N] [--zipf S] [--stock N] [--seconds S] [--setnx-sleep-ms MS] [--handoff-passes N] [--handoff-ms MS] [--uri redis://127.0.0.1:PORT] [--detail]",
+                      "[--kinds lua,setnx,setnx-1ms,four-trips,queue,mutex,reentrant,fair,semaphore,async-mutex,async-semaphore] [--procs N] [--threads N] [--keys N] [--zipf S] [--stock N] [--seconds S] [--setnx-sleep-ms MS] [--handoff-passes N] [--handoff-ms MS] [--uri redis://127.0.0.1:PORT] [--detail]",
                       why);
 }
 
@@ -242,6 +244,14 @@ public:
         if (kind == "semaphore") {
             rlock::semaphore s(*c_, lock_name(k));
             s.acquire();
+            const long long v = read_and_take(k);
+            s.release();
+            return v;
+        }
+        if (kind == "async-semaphore") {
+            rlock::semaphore s(*c_, lock_name(k));
+            if (!s.async_acquire(rlock::use_future).get())
+                throw std::runtime_error("flash_sale: async_acquire without a deadline returned false");
             const long long v = read_and_take(k);
             s.release();
             return v;
@@ -409,6 +419,8 @@ struct run_result {
     bool ok = false;
 };
 
+bool semaphore_kind(const std::string& kind) { return kind == "semaphore" || kind == "async-semaphore"; }
+
 // The initial state of a run: every key's stock, no lock left, a semaphore's permit.
 void set_up(const options& o, const rlock::client_options& co, const std::string& kind) {
     std::unique_ptr<redisContext, decltype(&redisFree)> c(redisConnect(co.host.c_str(), co.port), redisFree);
@@ -420,11 +432,11 @@ void set_up(const options& o, const rlock::client_options& co, const std::string
         if (k < o.keys) {
             redisAppendCommand(c.get(), "SET %s %lld", stock_key(static_cast<std::uint32_t>(k)).c_str(), o.stock);
         }
-        if (kind == "semaphore") {
+        if (semaphore_kind(kind)) {
             redisAppendCommand(c.get(), "SET %s 1", lock_name(static_cast<std::uint32_t>(k)).c_str());
         }
     }
-    const int replies = kind == "semaphore" ? 2 * o.keys + 1 : o.keys;
+    const int replies = semaphore_kind(kind) ? 2 * o.keys + 1 : o.keys;
     for (int i = 0; i < replies; ++i) {
         void* r = nullptr;
         if (redisGetReply(c.get(), &r) != REDIS_OK) throw std::runtime_error("flash_sale: set-up failed");

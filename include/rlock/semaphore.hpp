@@ -175,8 +175,10 @@ private:
         // Its result owns the permits until the handler is told (detail::owned_result).
         detail::told_permits_op<decltype(take)> op{
             {std::move(take), core_, name_, kind_name, core_->events.begin()}, channel_, permits, capacity_};
-        return synchronizer::async_wait_until<detail::owned_result>(deadline, detail::repeat::unsafe,
-                                                                    std::move(op), std::forward<Token>(token));
+        // Paced by age against other clients' waiters, as a blocking acquire's are.
+        return synchronizer::async_wait_until<detail::owned_result>(
+            deadline, detail::repeat::unsafe, std::move(op), std::forward<Token>(token),
+            &core_->races(name_));
     }
 
     void check_positive(long long permits, std::string_view op) const;

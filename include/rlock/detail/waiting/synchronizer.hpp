@@ -177,16 +177,23 @@ struct is_told_op<Op, std::void_t<decltype(std::declval<const Op&>().event_kind(
 /// `op.finish()` makes the result; a wait that ends otherwise (an error, its deadline, a
 /// cancellation, the client's destruction) calls `op.undo()` first (undo what an attempt that
 /// may have run took) and completes with Result{}.
+///
+/// `races`: where this client's waiters race other clients' for what a message announces (a
+/// semaphore's permits): each try of the wait is then paced by age as a blocking waiter's
+/// (race_pacing, on a timer: async_waiter::pause_before_try); null: they do not race.
 template <class Op, class Result>
 class async_channel_wait final : public async_waiter {
 public:
     using signature = void(std::exception_ptr, Result);
 
     async_channel_wait(async_waits& waits, clock::time_point deadline, std::string name, std::string channel,
-                       repeat repeatable, Op op, completion_t<signature> done)
+                       repeat repeatable, Op op, completion_t<signature> done,
+                       race_record* races = nullptr)
         : async_waiter(waits, deadline), name_(std::move(name)), channel_(std::move(channel)),
           step_(repeatable, waits.core.ep.follows_failovers()), op_(std::move(op)),
-          done_(std::move(done)) {}
+          done_(std::move(done)) {
+        if (races) race_.emplace(*races);
+    }
 
     /// The initiating task, on the engine thread.
     void start() noexcept {
@@ -213,6 +220,8 @@ public:
             std::string key("synchronizer");
             key += '\0';
             key += channel_;
+            // Before joining (and subscribing): the clients already waiting are its rivals.
+            if (race_) race_->count_rivals([&] { return channel_subscribers(waits.core, name_, channel_); });
             waits.join(shared_from_this(), key, channel_, true, std::chrono::milliseconds(0), &hint);
         } catch (...) {
             give_up();
@@ -224,9 +233,10 @@ public:
         if (failed) deliver();
     }
 
-    attempt_outcome attempt_waiting(wait_hint& hint, bool /*woken*/) override {
+    attempt_outcome attempt_waiting(wait_hint& hint, bool woken) override {
         try {
             const attempt_result r = try_once();
+            if (race_) race_->after_try(try_result{r.done, hint_of(r)}, woken);
             if (r.done) {
                 result_ = op_.finish();
                 settled = true;
@@ -241,7 +251,9 @@ public:
             return attempt_outcome::failed;
         }
     }
-    std::chrono::microseconds pause_before_try() const override { return std::chrono::microseconds(0); }
+    std::chrono::microseconds pause_before_try() const override {
+        return race_ ? race_->pause() : std::chrono::microseconds(0);
+    }
     void give_up() noexcept override { op_.undo(); }
     const std::string& lock_name() const noexcept override { return name_; }
     const std::string& server() const noexcept override { return waits.core.ep.name; }
@@ -287,6 +299,7 @@ private:
     Op op_;
     completion_t<signature> done_;
     Result result_{};
+    std::optional<race_pacing> race_;  // against other clients' waiters (else empty)
 };
 
 /// What add_to_count did: the new count, and the permits that did not fit under the capacity
@@ -365,19 +378,19 @@ protected:
 
     /// async_channel_wait on this object's channel, for `token` (a callback, rlock::use_future,
     /// an Asio token), completing with a Result: `op` (attempt, finish, undo) must own what it
-    /// uses, since the object may be destroyed first. Throws `error` (connection_failed) once
-    /// the client is destroyed.
+    /// uses, since the object may be destroyed first; `races` as async_channel_wait's. Throws
+    /// `error` (connection_failed) once the client is destroyed.
     template <class Result, class Token, class Op>
     auto async_wait_until(std::chrono::steady_clock::time_point deadline, repeat repeatable, Op op,
-                          Token&& token) const {
+                          Token&& token, race_record* races = nullptr) const {
         core_->throw_if_destroyed(name_, "the client this object was made from has been destroyed");
         using wait = async_channel_wait<Op, Result>;
         return initiate<typename wait::signature>(
             std::forward<Token>(token),
             [core = core_, deadline, repeatable, name = name_, channel = channel_,
-             op = std::move(op)](completion_t<typename wait::signature> done) mutable {
+             op = std::move(op), races](completion_t<typename wait::signature> done) mutable {
                 auto w = std::make_shared<wait>(waits_of(*core), deadline, name, channel, repeatable,
-                                                std::move(op), std::move(done));
+                                                std::move(op), std::move(done), races);
                 if (!core->eng.post([w] { w->start(); })) {
                     throw error(errc::connection_failed, name, core->ep.name,
                                 "the client this object was made from has been destroyed");
