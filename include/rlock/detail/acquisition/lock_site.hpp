@@ -282,9 +282,7 @@ public:
                         " ms; it was undone");
     }
 
-    // How many clients listen on `channel` (PUBSUB NUMSUB; SHARDNUMSUB with sharded pub/sub):
-    // the waiters a new one races with (race_pacing). -1 when the server does not say (an ACL
-    // without PUBSUB, a broken connection): pacing then keeps what it had. Reads only.
+    // How many clients listen on `channel` (channel_subscribers, following ASK as the kind does).
     long long subscribers(const std::string& channel) const noexcept {
         return channel_subscribers(*core_, name(), channel, Kind::follows_ask);
     }

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "rlock/config.hpp"
+#include "rlock/detail/acquisition/try_result.hpp"
 #include "rlock/detail/protocol/synchronizer_scripts.hpp"
 #include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
@@ -36,6 +37,16 @@ struct attempt_result {
     attempt_result(bool done, clock::time_point again) : done(done), again(again) {}
     bool done = false;
     clock::time_point again = clock::time_point::max();
+
+    /// As the drivers (blocking and asynchronous) read it: no holder (-3), so messages, the
+    /// fallback while no message can be counted on, and the attempt's own `again`.
+    try_result read() const {
+        try_result t;
+        t.done = done;
+        t.hint.ttl = -3;
+        t.hint.again = again;
+        return t;
+    }
 };
 
 /// The acquisition operation of a synchronizer's wait, as the blocking driver runs it
@@ -75,19 +86,9 @@ public:
     long long subscribers(const std::string& channel) const noexcept {
         return core_ ? channel_subscribers(*core_, name_, channel) : -1;
     }
-    try_result attempt(try_phase /*phase*/) { return of(attempt_()); }
+    try_result attempt(try_phase /*phase*/) { return attempt_result(attempt_()).read(); }
     void undo() noexcept {}
     void give_up() noexcept {}
-
-    /// An attempt_result as the drivers read it: no holder (-3), so messages, the fallback
-    /// while no message can be counted on, and the attempt's own `again`.
-    static try_result of(const attempt_result& r) {
-        try_result t;
-        t.done = r.done;
-        t.hint.ttl = -3;
-        t.hint.again = r.again;
-        return t;
-    }
 
 private:
     F& attempt_;
@@ -216,7 +217,7 @@ public:
                 deliver();
                 return;
             }
-            const wait_hint hint = hint_of(r);
+            const wait_hint hint = r.read().hint;
             std::string key("synchronizer");
             key += '\0';
             key += channel_;
@@ -236,14 +237,14 @@ public:
     attempt_outcome attempt_waiting(wait_hint& hint, bool woken) override {
         try {
             const attempt_result r = try_once();
-            if (race_) race_->after_try(try_result{r.done, hint_of(r)}, woken);
+            if (race_) race_->after_try(r.read(), woken);
             if (r.done) {
                 result_ = op_.finish();
                 settled = true;
                 hint.ttl = -3;
                 return attempt_outcome::acquired;
             }
-            hint = hint_of(r);
+            hint = r.read().hint;
             return attempt_outcome::refused;
         } catch (...) {
             give_up();
@@ -285,12 +286,6 @@ private:
         outage = step_.last_failure();
         if (r) return *r;
         return {false, again};
-    }
-    static wait_hint hint_of(const attempt_result& r) {
-        wait_hint h;
-        h.ttl = -3;  // no holder: messages, the fallback and the attempt's own `again`
-        h.again = r.again;
-        return h;
     }
 
     std::string name_;
