@@ -283,11 +283,11 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
             if (!out.held) out.held = std::move(h);
         }
         // A node sent the SET but not waited for (the round was decided first) or out of time
-        // may set the key after the round: recorded unconfirmed, it is renewed (or read) by its
-        // watchdog like the others and counts for the hold from the first renewal that finds
-        // it. Otherwise a round decided a moment before the last replies (a loaded machine)
-        // would leave keys nobody renews, and a hold tolerating fewer node losses than its
-        // nodes promise.
+        // may set the key after the round: recorded unconfirmed, it is renewed by its watchdog
+        // like the others (a watched hold) and counts for the hold from the first renewal that
+        // finds it; a leased hold's is only released with it. Otherwise a round decided a
+        // moment before the last replies (a loaded machine) would leave keys nobody renews, and
+        // a hold tolerating fewer node losses than its nodes promise.
         hold_terms maybe = terms;
         maybe.confirmed = false;
         for (std::size_t i = 0; i < n; ++i) {
