@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <future>
+#include <iostream>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -619,6 +621,182 @@ TEST(fair_lock, a_newcomer_does_not_overtake_a_queued_waiter) {
     server().cmd({"ZADD", timeouts_of(name()), std::to_string(now_ms - 1), "ghost:1"});
     EXPECT_TRUE(lock.try_lock());
     lock.unlock();
+    expect_no_fair_keys(name());
+}
+
+// Issue 32: the fair lock's local hand-off. A final unlock whose queue's next waiter is a thread
+// of its own client passes the hold to it in the release's script: no unlock message, no
+// acquire script by the waiter. The queue's order is kept: a waiter of another client ahead in
+// the queue gets the lock first, and a pass never goes past it.
+TEST(fair_lock, an_unlock_passes_the_hold_to_the_next_queued_thread_of_its_client_in_one_script) {
+    auto log = std::make_shared<rlock_test::event_log>();
+    rlock::client_options o = server().options();
+    o.listener = log;
+    rlock::client c(o), other(server().options());
+    rlock::fair_lock mine(c, name()), local(c, name()), theirs(other, name());
+    mine.lock();
+    std::promise<std::string> local_saw;  // the hash's fields while the local waiter holds
+    std::promise<void> local_may_unlock;
+    std::vector<std::string> order;
+    std::mutex order_mu;
+    auto record = [&](const char* who) {
+        std::lock_guard<std::mutex> g(order_mu);
+        order.push_back(who);
+    };
+    std::thread t_local([&] {
+        local.lock();
+        record("local");
+        auto f = server().cmd({"HKEYS", name()});
+        local_saw.set_value(f->elements == 1 ? std::string(rlock::detail::reply_text(f->element[0])) : "");
+        local_may_unlock.get_future().wait();
+        local.unlock();
+    });
+    ASSERT_TRUE(eventually([&] { return server().integer({"LLEN", queue_of(name())}) == 1; }));
+    const std::string local_id = server().text({"LINDEX", queue_of(name()), "0"});
+    // The local waiter is waiting (subscribed, its try after subscribing made), not trying: a
+    // try of its own racing the pass would take the hold as a re-entry.
+    auto waiting = [&](const std::string& id) {
+        const std::string channel = "redisson_lock__channel:{" + name() + "}:" + id;
+        const bool subscribed = eventually([&] {
+            auto r = server().cmd({"PUBSUB", "NUMSUB", channel});
+            return r && r->elements == 2 && r->element[1]->integer == 1;
+        });
+        std::this_thread::sleep_for(200ms);
+        return subscribed;
+    };
+    ASSERT_TRUE(waiting(local_id));
+    std::thread t_other([&] {
+        theirs.lock();
+        record("other");
+        theirs.unlock();
+    });
+    ASSERT_TRUE(eventually([&] { return server().integer({"LLEN", queue_of(name())}) == 2; }));
+    const std::string other_id = server().text({"LINDEX", queue_of(name()), "1"});
+    ASSERT_TRUE(waiting(other_id));
+    const long long other_due = std::atoll(server().text({"ZSCORE", timeouts_of(name()), other_id}).c_str());
+    // Scripts that ran: EVALSHA's NOSCRIPT failures (a script's first use on this server) are
+    // answered by an EVAL.
+    auto scripts_run = [] {
+        const std::string info = server().text({"INFO", "commandstats"});
+        const auto at = info.find("cmdstat_evalsha:");
+        const auto failed = info.find("failed_calls=", at);
+        const long long failed_calls =
+            at == std::string::npos || failed == std::string::npos ? 0 : std::atoll(info.c_str() + failed + 13);
+        return rlock_test::calls_of("evalsha") - failed_calls + rlock_test::calls_of("eval");
+    };
+    const long long evals = scripts_run();
+    const long long publishes = rlock_test::calls_of("publish");
+    mine.unlock();
+    auto saw = local_saw.get_future();
+    ASSERT_EQ(saw.wait_for(5s), std::future_status::ready) << "the local waiter did not get the lock";
+    EXPECT_EQ(saw.get(), local_id) << "the hash does not name the local waiter alone";
+    // The unlock's script, and the watchdog's first renewal of the new hold (it reads every new
+    // hold's key on its tracked connection): not the waiter's acquire.
+    EXPECT_LE(scripts_run() - evals, 2) << "the waiter ran its acquire after the unlock";
+    const auto acquired = log->of("acquired");
+    ASSERT_EQ(acquired.size(), 2u);
+    EXPECT_TRUE(acquired[1].local) << "the local waiter's hold is not told as handed locally";
+    const auto released = log->of("released");
+    ASSERT_GE(released.size(), 1u);
+    EXPECT_TRUE(released[0].local) << "the unlock is not told as handed on";
+    EXPECT_EQ(rlock_test::calls_of("publish") - publishes, 0) << "the hand-over published";
+    // The local waiter left the queue as its acquisition would have: the other client's waiter
+    // is the head now, its deadline moved by one wait (5 min).
+    EXPECT_EQ(server().integer({"LLEN", queue_of(name())}), 1);
+    EXPECT_EQ(server().text({"LINDEX", queue_of(name()), "0"}), other_id);
+    EXPECT_LE(std::atoll(server().text({"ZSCORE", timeouts_of(name()), other_id}).c_str()),
+              other_due - 300000 + 1000);  // (+ its renewals meanwhile, a few ms)
+    // Watched: the hash's expiry is the watchdog's lease, as for a hold taken at Redis.
+    EXPECT_GT(server().integer({"PTTL", name()}), 20000);
+    local_may_unlock.set_value();
+    t_local.join();
+    t_other.join();
+    EXPECT_EQ(order, (std::vector<std::string>{"local", "other"}));
+    expect_no_fair_keys(name());
+}
+
+TEST(fair_lock, a_pass_never_overtakes_another_clients_waiter_ahead_in_the_queue) {
+    rlock::client c(server().options()), other(server().options());
+    rlock::fair_lock mine(c, name()), local(c, name()), theirs(other, name());
+    mine.lock();
+    std::vector<std::string> order;
+    std::mutex order_mu;
+    auto record = [&](const char* who) {
+        std::lock_guard<std::mutex> g(order_mu);
+        order.push_back(who);
+    };
+    std::thread t_other([&] {
+        theirs.lock();
+        record("other");
+        std::this_thread::sleep_for(100ms);
+        theirs.unlock();
+    });
+    ASSERT_TRUE(eventually([&] { return server().integer({"LLEN", queue_of(name())}) == 1; }));
+    std::thread t_local([&] {
+        local.lock();
+        record("local");
+        local.unlock();
+    });
+    ASSERT_TRUE(eventually([&] { return server().integer({"LLEN", queue_of(name())}) == 2; }));
+    mine.unlock();
+    t_other.join();
+    t_local.join();
+    EXPECT_EQ(order, (std::vector<std::string>{"other", "local"}));
+    expect_no_fair_keys(name());
+}
+
+TEST(fair_lock, a_waiter_that_gave_up_is_passed_nothing_and_the_unlock_frees_the_lock) {
+    rlock::client c(server().options());
+    rlock::fair_lock mine(c, name()), local(c, name());
+    mine.lock();
+    std::thread t([&] { EXPECT_FALSE(local.try_lock_for(300ms)); });
+    t.join();
+    mine.unlock();
+    expect_no_fair_keys(name());
+    // Hand-off off for the client: the waiter acquires at Redis (its own acquire script).
+    rlock::client_options o = server().options();
+    o.local_handoff_passes = 0;
+    rlock::client off(o);
+    rlock::fair_lock a(off, name()), b(off, name());
+    a.lock();
+    std::thread w([&] {
+        b.lock();
+        b.unlock();
+    });
+    ASSERT_TRUE(eventually([&] { return server().integer({"LLEN", queue_of(name())}) == 1; }));
+    const long long publishes = rlock_test::calls_of("publish");
+    a.unlock();
+    w.join();
+    EXPECT_EQ(rlock_test::calls_of("publish") - publishes, 1) << "the unlock did not wake the waiter at Redis";
+    expect_no_fair_keys(name());
+}
+
+// A waiter whose wait runs out just as the unlock passes it the hold: whichever comes first,
+// the hold is not left to nobody (the waiter releases a pass it found as it left, or the
+// unlock releases one whose waiter had gone), and the lock is free at the end, at once.
+TEST(fair_lock, a_pass_racing_the_waiters_give_up_never_leaves_the_lock_held_by_nobody) {
+    rlock::client c(server().options());
+    rlock::fair_lock mine(c, name()), local(c, name());
+    int got = 0;
+    for (int i = 0; i < 40; ++i) {
+        mine.lock();
+        std::atomic<bool> queued{false};
+        bool won = false;
+        std::thread t([&] {
+            queued = true;
+            won = local.try_lock_for(std::chrono::milliseconds(20 + i % 5));
+            if (won) local.unlock();
+        });
+        while (!queued) std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::microseconds(17000 + 997 * (i % 7)));
+        mine.unlock();
+        t.join();
+        got += won ? 1 : 0;
+        ASSERT_EQ(server().integer({"EXISTS", name()}), 0) << "iteration " << i << ": held by "
+                                                           << only_field_except_mode(name());
+        ASSERT_EQ(server().integer({"LLEN", queue_of(name())}), 0) << "iteration " << i;
+    }
+    std::cout << "[ info     ] the waiter got the lock in " << got << " of 40 races\n";
     expect_no_fair_keys(name());
 }
 

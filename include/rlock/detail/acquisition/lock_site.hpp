@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 #include <utility>
 
@@ -99,11 +101,11 @@ public:
                 return;
             }
         }
-        release_level(h, last, std::forward<F>(lost_last));
+        const bool passed = release_level(h, last, std::forward<F>(lost_last));
         // The gate's next waiter leads (had the release thrown, the record's going would free it).
         if (last) {
             h->gate.release();
-            core_->events.released(Kind::info.name, name(), h->id, h->taken);
+            core_->events.released(Kind::info.name, name(), h->id, h->taken, /*handed_on=*/passed);
         }
     }
 
@@ -116,13 +118,16 @@ public:
     }
 
 private:
+    // Releases one level of `h`; true when the last one passed the hold to a queued waiter of
+    // this client (fair_lock, pass_in_queue) instead.
     template <class F>
-    void release_level(const registry::hold_ptr& h, bool last, F&& lost_last) const {
+    bool release_level(const registry::hold_ptr& h, bool last, F&& lost_last) const {
         registry& reg = core_->reg;
         long long left = 0;
         long long woken = 0;  // subscribers the final release's message reached
+        bool passed = false;
         try {
-            left = release(h->value, last ? on_break::retry : on_break::fail, &woken);
+            left = last ? release_last(*h, &woken, passed) : release(h->value, on_break::fail, &woken);
             // Redis still counts levels after this thread's last one: a re-entry whose reply was
             // lost (the connection broke after the script ran) added a level this thread never
             // counted. It is this thread's, so the final unlock drains it; left alone, the lock
@@ -135,7 +140,7 @@ private:
             if (!last) --h->count;
             if (last) lost_last();
             reg.report(*h, e);  // unreachable: the hold is lost to its owner either way
-            return;
+            return false;
         }
         if (!last) --h->count;
         if (last && left == 0 && woken > 0) core_->note_woken(name());
@@ -155,6 +160,57 @@ private:
             reg.tell_hold(*h, error(errc::lock_lost, name(), server(),
                                     "the lease ran out before the watchdog could renew it"));
         }
+        return passed;
+    }
+
+    // The last level's release. A fair_lock's may pass the hold to the queue's next waiter
+    // when that is a thread of this client (queue_pass.hpp): one script, nothing published,
+    // the waiter told here; `passed` says it did. The bound of the mutex's hand-off does not
+    // apply: the queue's order decides, and the pass goes where the release's message would
+    // have. An ambiguous failure of that script (its reply lost) leaves the candidates to look
+    // again at Redis (their acquire finds the hold theirs if it passed) and releases as usual,
+    // where finding the hold gone then means the pass ran.
+    long long release_last(hold& h, long long* woken, bool& passed) const {
+        if constexpr (Kind::passes_in_queue) {
+            if (core_->gates.enabled() && options_.local_handoff && !core_->reg.is_lost(h)) {
+                const std::vector<queue_passes::offered> offered = core_->fair_passes.offer(name());
+                if (!offered.empty()) return release_or_pass(h, offered, woken, passed);
+            }
+        }
+        (void)passed;
+        return release(h.value, on_break::retry, woken);
+    }
+
+    // release_last's pass: the script with the offered waiters as candidates, then each of them
+    // settled (queue_passes), the one passed to told at once.
+    long long release_or_pass(const hold& h, const std::vector<queue_passes::offered>& offered,
+                              long long* woken, bool& passed) const {
+        std::vector<std::string> candidates;
+        candidates.reserve(offered.size());
+        for (const queue_passes::offered& o : offered) candidates.push_back(o.value);
+        const std::string lease = std::to_string(core_->ep.options.lock_watchdog_timeout.count());
+        const std::string wait = std::to_string(options_.fair_lock_wait_timeout.count());
+        const queued_pass pass{clock::now(), core_->ep.options.lock_watchdog_timeout};
+        typename Kind::pass_result r;
+        try {
+            r = core_->pool.run(name(), on_break::fail, [&](const connection& c) {
+                return Kind::release_or_pass(c, keys_, h.value, candidates, lease, wait, server());
+            }, Kind::follows_ask);
+        } catch (const error& e) {
+            core_->fair_passes.settle(name(), offered, {}, pass);
+            if (!is_ambiguous(e)) throw;
+            for (const std::string& id : candidates) {
+                core_->sub->notify_local(Kind::wait_channel(keys_, id));
+            }
+            const long long left = release(h.value, on_break::retry, woken);
+            return left < 0 ? 0 : left;
+        }
+        core_->fair_passes.settle(name(), offered, r.passed_to, pass);
+        if (!r.passed_to.empty()) {
+            passed = true;
+            core_->sub->notify_local(Kind::wait_channel(keys_, r.passed_to));
+        }
+        return r.left;
     }
 
 public:
@@ -259,7 +315,24 @@ public:
     /// repeat. Throws what the release throws.
     void undo(const std::string& value) const {
         give_up(value);
+        if constexpr (Kind::passes_in_queue) {
+            // A hold passed to this waiter before it left the queue is undone too, whole.
+            if (core_->fair_passes.clear(name(), value)) {
+                release_all(value);
+                return;
+            }
+        }
         release(value, on_break::retry);
+    }
+
+    /// Releases every level `value` holds (a hold passed to a waiter that did not keep it, with
+    /// the level its own acquire may have added after the pass). Best effort: its lease ends it.
+    void release_all(const std::string& value) const noexcept {
+        try {
+            long long left = release(value, on_break::retry);
+            for (int extra = 0; left > 0 && extra < 64; ++extra) left = release(value, on_break::retry);
+        } catch (const error&) {
+        }
     }
 
     /// Replica sync after an acquire on `c`: too few acknowledgements undo it (one level, so a
@@ -342,6 +415,28 @@ public:
     /// `value`: what the hold is stored under; `lease`: what each try asks for (never 0).
     lock_acquisition(const site_type& site, std::string value, std::chrono::milliseconds lease)
         : site_(&site), value_(std::move(value)), lease_(lease) {}
+    lock_acquisition(const lock_acquisition&) = delete;
+    lock_acquisition& operator=(const lock_acquisition&) = delete;
+    ~lock_acquisition() {
+        if (enrolled_) (void)site_->core_->fair_passes.withdraw(name(), value_);
+    }
+
+    /// A blocking fair_lock waiter with a watched, unfenced hold asked for may be passed the
+    /// hold by a final unlock of this client when it is the queue's next (queue_pass.hpp): each
+    /// try looks for such a pass first. Nothing for the other kinds, or with hand-off off.
+    void enroll_for_passes() {
+        if constexpr (Kind::passes_in_queue) {
+            const lock_options& o = site_->options_;
+            if (!site_->core_->gates.enabled() || !o.local_handoff || o.fencing ||
+                lease_ != site_->core_->ep.options.lock_watchdog_timeout) {
+                return;
+            }
+            site_->core_->fair_passes.enroll(name(), value_);
+            enrolled_ = true;
+        }
+    }
+    /// Whether the hold came by a pass within the client (acquired_event::handed_locally).
+    bool handed() const noexcept { return handed_; }
 
     const std::string& name() const noexcept { return site_->name(); }
     std::string channel() const { return Kind::wait_channel(site_->keys_, value_); }
@@ -365,14 +460,38 @@ public:
         const try_kind kind = phase == try_phase::only    ? try_kind::only
                               : phase == try_phase::first ? try_kind::first
                                                           : try_kind::waiting;
+        if (enrolled_) {
+            if (std::optional<queued_pass> pass = site_->core_->fair_passes.take(name(), value_)) {
+                enrolled_ = false;
+                handed_ = true;
+                sent_ = pass->sent;
+                fencing_ = 0;
+                return {true, wait_hint{}};
+            }
+        }
         sent_ = clock::now();
         ++tries_;
         acquire_result r = site_->attempt(value_, lease_, kind);
+        if (r.acquired && enrolled_) {
+            // Out of the table now (value() may be moved from next). A pass that raced this
+            // acquire is one more level of this holder's, which its final unlock drains
+            // (lock_site::release_level).
+            enrolled_ = false;
+            (void)site_->core_->fair_passes.withdraw(name(), value_);
+        }
         fencing_ = r.fencing;
         return {r.acquired, wait_hint{r.ttl, r.holder_publishes, std::move(r.holder)}};
     }
     void undo() { site_->undo(value_); }
-    void give_up() noexcept { site_->give_up(value_); }
+    /// Leaves the queue (fair_lock). A waiter that was passed the hold just as it gave up
+    /// releases it (which wakes the queue's next).
+    void give_up() noexcept {
+        if (enrolled_) {
+            enrolled_ = false;
+            if (site_->core_->fair_passes.withdraw(name(), value_)) site_->release_all(value_);
+        }
+        site_->give_up(value_);
+    }
 
     /// What the winning try left: its value, when it was sent (a lease runs from then) and
     /// its fencing token.
@@ -389,6 +508,8 @@ private:
     clock::time_point sent_{};
     std::uint64_t fencing_ = 0;
     unsigned tries_ = 0;
+    bool enrolled_ = false;  // in the client's fair_passes
+    bool handed_ = false;
 };
 
 }  // namespace rlock::detail

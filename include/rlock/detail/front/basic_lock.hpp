@@ -230,6 +230,7 @@ private:
         } lead{gate.get(), beside.get()};
         if (beside) beside->began_beside();
         lock_acquisition<Kind> op(*this, Kind::value_for(core_->id, thread, Kind::reentrant), lease.duration(watchdog));
+        op.enroll_for_passes();  // fair_lock: a final unlock of this client may pass it the hold
         // The wait (wait_blocking): until the unlock message or the holder's TTL, paced against
         // other clients' waiters, riding out an outage (each try after one undoes what the one
         // before may have taken: a release with the same value, so that nothing sent twice
@@ -246,7 +247,7 @@ private:
                             op.fencing(), nullptr, gate);
         lead.acquired = true;
         forget_lost_at_unlock(thread);
-        events.acquired(Kind::info.name, name(), h->id, story);
+        events.acquired(Kind::info.name, name(), h->id, story, /*handed_locally=*/op.handed());
         return true;
     }
 

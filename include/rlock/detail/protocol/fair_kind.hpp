@@ -37,6 +37,7 @@
 #include <chrono>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind.hpp"
@@ -215,6 +216,54 @@ return 0
         return s;
     }
 
+    /// A final unlock that may pass the hold to a waiter of its own client (queue_pass.hpp):
+    /// as release_script, except that when the queue's head (after evicting) is one of
+    /// ARGV[4..] (the client's waiters that may be passed a hold) the hold goes to it instead
+    /// of being released: its field replaces the holder's, with one level, the hash's expiry
+    /// becomes ARGV[2] ms, and it leaves the queue as its own acquisition would take it off
+    /// (the deadlines left move by -ARGV[3]). Nothing is published then: the client tells its
+    /// waiter. KEYS as the release; ARGV[1] holder id. Returns {-1} not held, {n} (n > 0 levels
+    /// left, one released), {0} released, {0, head} passed to head. Everything that can fail is
+    /// read first: this holder's count, the channel's ACL, the queue keys' types (evict reads
+    /// them before it writes).
+    static const script& pass_script() {
+        static const script s(with_fair_helpers(R"lua(
+local count = redis.pcall('hget', KEYS[1], ARGV[1])
+if read_failed(count) then return count end
+if type(count) ~= 'string' then return {-1} end
+if (tonumber(count) or 0) > 1 then return {redis.call('hincrby', KEYS[1], ARGV[1], -1)} end
+local refused = channel_refused(KEYS[4] .. ':' .. ARGV[1])
+if refused then return refused end
+if redis.call('exists', KEYS[2]) == 0 then
+    redis.call('del', KEYS[1])
+    return {0}
+end
+local now = now_ms()
+local head = evict(KEYS[2], KEYS[3], now)
+if head then
+    for i = 4, #ARGV do
+        if ARGV[i] == head then
+            redis.call('hdel', KEYS[1], ARGV[1])
+            redis.call('hset', KEYS[1], head, 1)
+            redis.call('pexpire', KEYS[1], ARGV[2])
+            redis.call('zrem', KEYS[3], head)
+            redis.call('lpop', KEYS[2])
+            local wait = tonumber(ARGV[3])
+            for _, w in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+                redis.call('zincrby', KEYS[3], -wait, w)
+            end
+            keep(KEYS[2], KEYS[3], now, wait)
+            return {0, head}
+        end
+    end
+end
+redis.call('del', KEYS[1])
+wake(KEYS[4], head)
+return {0}
+)lua"));
+        return s;
+    }
+
     /// A waiter gives up: out of the queue and the deadlines at once; if that (or an eviction)
     /// changed the head while the lock is free, the new head is woken. Same KEYS/ARGV as the
     /// release. Returns 0. A user whose ACL refuses the channel still leaves the queue (a
@@ -275,6 +324,21 @@ return held
     static void abandon(const connection& c, const lock_keys& k, std::string_view holder,
                         std::string_view server);
 
+    static constexpr bool passes_in_queue = true;
+    /// What release_or_pass did: the levels left (-1: not held), and to whom the hold passed
+    /// (empty: released, or levels left).
+    struct pass_result {
+        long long left = 0;
+        std::string passed_to;
+    };
+    /// The final unlock by `holder`, passing the hold to the queue's head with `lease` ms when it
+    /// is one of `candidates` (pass_script); `wait`: fair_lock_wait_timeout in ms.
+    static pass_result release_or_pass(const connection& c, const lock_keys& k,
+                                       std::string_view holder,
+                                       const std::vector<std::string>& candidates,
+                                       std::string_view lease, std::string_view wait,
+                                       std::string_view server);
+
     static bool held(const connection& c, const lock_keys& k, std::string_view holder,
                      std::string_view server) {
         return reentrant_kind::held(c, k, holder, server);
@@ -304,6 +368,30 @@ RLOCK_DECL long long fair_kind::release(const connection& c, const lock_keys& k,
                                         long long* /*woken*/) {
     return eval_integer(c, release_script(), {k.name, k.queue, k.timeouts, k.channel}, {holder},
                         k.name, server);
+}
+
+RLOCK_DECL fair_kind::pass_result fair_kind::release_or_pass(
+    const connection& c, const lock_keys& k, std::string_view holder,
+    const std::vector<std::string>& candidates, std::string_view lease, std::string_view wait,
+    std::string_view server) {
+    script_call call;
+    call.reserve(3 + 4 + 3 + candidates.size());
+    call.start(pass_script(), 4);
+    for (std::string_view part : {std::string_view(k.name), std::string_view(k.queue),
+                                  std::string_view(k.timeouts), std::string_view(k.channel), holder,
+                                  lease, wait}) {
+        call.push(part);
+    }
+    for (const std::string& id : candidates) call.push(id);
+    const reply_ptr r = run_script(c, call, k.name, server);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER) {
+        throw error(errc::protocol_error, k.name, server, "unexpected reply from the release script");
+    }
+    pass_result out;
+    out.left = r->element[0]->integer;
+    if (r->elements > 1) out.passed_to = std::string(reply_text(r->element[1]));
+    return out;
 }
 
 RLOCK_DECL void fair_kind::abandon(const connection& c, const lock_keys& k, std::string_view holder,

@@ -145,6 +145,9 @@ struct kind_defaults {
     /// random token). A kind whose value names the holding thread (Redisson's hash fields)
     /// would need a write per pass.
     static constexpr bool hands_off = false;
+    /// A final unlock may pass the hold, in its own script, to the queue's next waiter when that
+    /// waiter is a thread of this client (fair_lock; queue_pass.hpp): release_or_pass.
+    static constexpr bool passes_in_queue = false;
     /// Longest single wait: a queued fair waiter must refresh its place (0: no limit).
     static std::chrono::milliseconds heartbeat(const lock_options&) {
         return std::chrono::milliseconds(0);

@@ -31,6 +31,7 @@
 #include "rlock/detail/runtime/engine.hpp"
 #include "rlock/detail/runtime/event_sink.hpp"
 #include "rlock/detail/runtime/loss_watch.hpp"
+#include "rlock/detail/runtime/queue_pass.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/runtime/subscriber.hpp"
 #include "rlock/detail/runtime/watchdog.hpp"
@@ -155,6 +156,9 @@ public:
     gate_table gates;
     /// Where this client's threads meet before Redis for a semaphore's permits (local hand-off).
     permit_gate_table permit_gates;
+    /// This client's fair_lock waiters that a final unlock may pass the hold to when they are
+    /// next in the lock's queue (local hand-off; used while gates.enabled()).
+    queue_passes fair_passes;
     /// The semaphore counts this client saw set, and the permits it holds of each.
     count_memory counts;
     /// The renewal thread (bench/footprint times its ticks).

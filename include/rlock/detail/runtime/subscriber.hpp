@@ -110,6 +110,11 @@ public:
     /// one, to the new master, subscribed to every channel again.
     void master_switched() noexcept { poke(); }
 
+    /// Wakes `channel`'s waiters as a message without a count would, with nothing received:
+    /// news told within the process (a fair_lock hold passed to a waiter, queue_pass.hpp). A
+    /// channel nobody waits on is left alone (a waiter looks before it waits).
+    void notify_local(const std::string& channel);
+
     /// True once stop() has begun: waiters must not wait for messages any more.
     bool stopped() const {
         std::lock_guard<std::mutex> g(mu_);
@@ -319,6 +324,12 @@ RLOCK_DECL subscriber::subscriber(const endpoint& ep, std::function<void()> on_r
             run();
         }
     });
+}
+
+RLOCK_DECL void subscriber::notify_local(const std::string& channel) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = channels_.find(channel);
+    if (it != channels_.end()) bump_locked(*it->second);
 }
 
 RLOCK_DECL void subscriber::stop() {
