@@ -624,6 +624,16 @@ TEST(fair_lock, a_newcomer_does_not_overtake_a_queued_waiter) {
     expect_no_fair_keys(name());
 }
 
+/// The order in which threads took a lock, each recording itself once it holds it.
+struct acquisition_order {
+    std::mutex mu;
+    std::vector<std::string> seen;
+    void operator()(const char* who) {
+        std::lock_guard<std::mutex> g(mu);
+        seen.emplace_back(who);
+    }
+};
+
 // Issue 32: the fair lock's local hand-off. A final unlock whose queue's next waiter is a thread
 // of its own client passes the hold to it in the release's script: no unlock message, no
 // acquire script by the waiter. The queue's order is kept: a waiter of another client ahead in
@@ -637,12 +647,7 @@ TEST(fair_lock, an_unlock_passes_the_hold_to_the_next_queued_thread_of_its_clien
     mine.lock();
     std::promise<std::string> local_saw;  // the hash's fields while the local waiter holds
     std::promise<void> local_may_unlock;
-    std::vector<std::string> order;
-    std::mutex order_mu;
-    auto record = [&](const char* who) {
-        std::lock_guard<std::mutex> g(order_mu);
-        order.push_back(who);
-    };
+    acquisition_order record;
     std::thread t_local([&] {
         local.lock();
         record("local");
@@ -711,7 +716,7 @@ TEST(fair_lock, an_unlock_passes_the_hold_to_the_next_queued_thread_of_its_clien
     local_may_unlock.set_value();
     t_local.join();
     t_other.join();
-    EXPECT_EQ(order, (std::vector<std::string>{"local", "other"}));
+    EXPECT_EQ(record.seen, (std::vector<std::string>{"local", "other"}));
     expect_no_fair_keys(name());
 }
 
@@ -719,12 +724,7 @@ TEST(fair_lock, a_pass_never_overtakes_another_clients_waiter_ahead_in_the_queue
     rlock::client c(server().options()), other(server().options());
     rlock::fair_lock mine(c, name()), local(c, name()), theirs(other, name());
     mine.lock();
-    std::vector<std::string> order;
-    std::mutex order_mu;
-    auto record = [&](const char* who) {
-        std::lock_guard<std::mutex> g(order_mu);
-        order.push_back(who);
-    };
+    acquisition_order record;
     std::thread t_other([&] {
         theirs.lock();
         record("other");
@@ -741,7 +741,7 @@ TEST(fair_lock, a_pass_never_overtakes_another_clients_waiter_ahead_in_the_queue
     mine.unlock();
     t_other.join();
     t_local.join();
-    EXPECT_EQ(order, (std::vector<std::string>{"other", "local"}));
+    EXPECT_EQ(record.seen, (std::vector<std::string>{"other", "local"}));
     expect_no_fair_keys(name());
 }
 

@@ -85,6 +85,16 @@ local function keep(queue, deadlines, now, wait)
     redis.call('pexpire', queue, ttl)
     redis.call('pexpire', deadlines, ttl)
 end
+-- Redisson's acquisition step, once the head takes the lock: it leaves the queue and every
+-- deadline left moves by -wait, the slot the new holder used (each waiter's deadline holds one
+-- slot per waiter ahead of it, see the acquire script).
+local function head_leaves(queue, deadlines, now, wait)
+    redis.call('lpop', queue)
+    for _, w in ipairs(redis.call('zrange', deadlines, 0, -1)) do
+        redis.call('zincrby', deadlines, -wait, w)
+    end
+    keep(queue, deadlines, now, wait)
+end
 local function wake(prefix, head)
     if head then redis.call('publish', prefix .. ':' .. head, '0') end
 end
@@ -131,17 +141,7 @@ if redis.call('exists', KEYS[1]) == 0 then
     if ARGV[5] == '1' then return {0, -2} end
     if head == false or head == ARGV[2] then
         if now then redis.call('zrem', KEYS[3], ARGV[2]) end
-        if head then
-            -- Redisson's acquisition step: the head leaves and every deadline left moves by
-            -- -wait, the slot the new holder used (each waiter's deadline holds one slot per
-            -- waiter ahead of it, see below).
-            redis.call('lpop', KEYS[2])
-            local wait = tonumber(ARGV[3])
-            for _, w in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
-                redis.call('zincrby', KEYS[3], -wait, w)
-            end
-            keep(KEYS[2], KEYS[3], now, wait)
-        end
+        if head then head_leaves(KEYS[2], KEYS[3], now, tonumber(ARGV[3])) end
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
         return {1, 1, token()}
@@ -247,12 +247,7 @@ if head then
             redis.call('hset', KEYS[1], head, 1)
             redis.call('pexpire', KEYS[1], ARGV[2])
             redis.call('zrem', KEYS[3], head)
-            redis.call('lpop', KEYS[2])
-            local wait = tonumber(ARGV[3])
-            for _, w in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
-                redis.call('zincrby', KEYS[3], -wait, w)
-            end
-            keep(KEYS[2], KEYS[3], now, wait)
+            head_leaves(KEYS[2], KEYS[3], now, tonumber(ARGV[3]))
             return {0, head}
         end
     end

@@ -79,9 +79,8 @@ private:
         std::optional<queued_pass> pass;
     };
     using list = std::vector<entry>;
-    // `value`'s entry in `lock`'s list once no offer to it is in flight (null: none).
-    entry* settled_locked(std::unique_lock<std::mutex>& g, const std::string& lock,
-                          const std::string& value);
+    // withdraw() (`stay` false) and clear() (true).
+    std::optional<queued_pass> leave(const std::string& lock, const std::string& value, bool stay);
     entry* find_locked(const std::string& lock, const std::string& value);
     void erase_locked(const std::string& lock, const std::string& value);
 
@@ -148,33 +147,31 @@ RLOCK_DECL std::optional<queued_pass> queue_passes::take(const std::string& lock
 
 RLOCK_DECL std::optional<queued_pass> queue_passes::withdraw(const std::string& lock,
                                                              const std::string& value) {
-    std::unique_lock<std::mutex> g(mu_);
-    entry* e = settled_locked(g, lock, value);
-    if (!e) return std::nullopt;
-    std::optional<queued_pass> got = e->pass;
-    erase_locked(lock, value);
-    return got;
+    return leave(lock, value, /*stay=*/false);
 }
 
 RLOCK_DECL std::optional<queued_pass> queue_passes::clear(const std::string& lock,
                                                           const std::string& value) {
-    std::unique_lock<std::mutex> g(mu_);
-    entry* e = settled_locked(g, lock, value);
-    if (!e) return std::nullopt;
-    std::optional<queued_pass> got = e->pass;
-    e->pass.reset();
-    return got;
+    return leave(lock, value, /*stay=*/true);
 }
 
-RLOCK_DECL queue_passes::entry* queue_passes::settled_locked(std::unique_lock<std::mutex>& g,
-                                                             const std::string& lock,
-                                                             const std::string& value) {
+RLOCK_DECL std::optional<queued_pass> queue_passes::leave(const std::string& lock,
+                                                          const std::string& value, bool stay) {
+    std::unique_lock<std::mutex> g(mu_);
     // Offers in flight end with their script (bounded by command_timeout, one retry at most).
     settled_.wait(g, [&] {
         const entry* e = find_locked(lock, value);
         return !e || e->offers == 0;
     });
-    return find_locked(lock, value);
+    entry* e = find_locked(lock, value);
+    if (!e) return std::nullopt;
+    std::optional<queued_pass> got = e->pass;
+    if (stay) {
+        e->pass.reset();
+    } else {
+        erase_locked(lock, value);
+    }
+    return got;
 }
 
 RLOCK_DECL queue_passes::entry* queue_passes::find_locked(const std::string& lock,
