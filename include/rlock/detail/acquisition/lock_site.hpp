@@ -422,17 +422,15 @@ public:
     }
 
     /// A blocking fair_lock waiter with a watched, unfenced hold asked for may be passed the
-    /// hold by a final unlock of this client when it is the queue's next (queue_pass.hpp): each
-    /// try looks for such a pass first. Nothing for the other kinds, or with hand-off off.
+    /// hold by a final unlock of this client when it is the queue's next (queue_pass.hpp): once
+    /// a try has queued it, it enrolls, and each later try looks for such a pass first (an
+    /// acquisition that finds the lock free costs nothing more). Nothing for the other kinds,
+    /// or with hand-off off.
     void enroll_for_passes() {
         if constexpr (Kind::passes_in_queue) {
             const lock_options& o = site_->options_;
-            if (!site_->core_->gates.enabled() || !o.local_handoff || o.fencing ||
-                lease_ != site_->core_->ep.options.lock_watchdog_timeout) {
-                return;
-            }
-            site_->core_->fair_passes.enroll(name(), value_);
-            enrolled_ = true;
+            may_enroll_ = site_->core_->gates.enabled() && o.local_handoff && !o.fencing &&
+                          lease_ == site_->core_->ep.options.lock_watchdog_timeout;
         }
     }
     /// Whether the hold came by a pass within the client (acquired_event::handed_locally).
@@ -478,6 +476,10 @@ public:
             // (lock_site::release_level).
             enrolled_ = false;
             (void)site_->core_->fair_passes.withdraw(name(), value_);
+        } else if (!r.acquired && may_enroll_ && !enrolled_ && kind != try_kind::only) {
+            // Queued (or its place renewed): from now on the head may be passed the hold.
+            site_->core_->fair_passes.enroll(name(), value_);
+            enrolled_ = true;
         }
         fencing_ = r.fencing;
         return {r.acquired, wait_hint{r.ttl, r.holder_publishes, std::move(r.holder)}};
@@ -508,7 +510,8 @@ private:
     clock::time_point sent_{};
     std::uint64_t fencing_ = 0;
     unsigned tries_ = 0;
-    bool enrolled_ = false;  // in the client's fair_passes
+    bool may_enroll_ = false;  // enroll_for_passes() allowed it
+    bool enrolled_ = false;    // in the client's fair_passes
     bool handed_ = false;
 };
 
