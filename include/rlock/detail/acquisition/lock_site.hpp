@@ -185,6 +185,20 @@ private:
     // settled (queue_passes), the one passed to told at once.
     long long release_or_pass(const hold& h, const std::vector<queue_passes::offered>& offered,
                               long long* woken, bool& passed) const {
+        // Settled however this ends: a waiter leaving waits for its offers to be.
+        struct settling {
+            queue_passes& table;
+            const std::string& lock;
+            const std::vector<queue_passes::offered>& offered;
+            bool done = false;
+            void operator()(const std::string& passed_to, const queued_pass& p) {
+                done = true;
+                table.settle(lock, offered, passed_to, p);
+            }
+            ~settling() {
+                if (!done) table.settle(lock, offered, {}, {});
+            }
+        } settle{core_->fair_passes, name(), offered};
         std::vector<std::string> candidates;
         candidates.reserve(offered.size());
         for (const queue_passes::offered& o : offered) candidates.push_back(o.value);
@@ -197,7 +211,7 @@ private:
                 return Kind::release_or_pass(c, keys_, h.value, candidates, lease, wait, server());
             }, Kind::follows_ask);
         } catch (const error& e) {
-            core_->fair_passes.settle(name(), offered, {}, pass);
+            settle({}, pass);
             if (!is_ambiguous(e)) throw;
             for (const std::string& id : candidates) {
                 core_->sub->notify_local(Kind::wait_channel(keys_, id));
@@ -205,7 +219,7 @@ private:
             const long long left = release(h.value, on_break::retry, woken);
             return left < 0 ? 0 : left;
         }
-        core_->fair_passes.settle(name(), offered, r.passed_to, pass);
+        settle(r.passed_to, pass);
         if (!r.passed_to.empty()) {
             passed = true;
             core_->sub->notify_local(Kind::wait_channel(keys_, r.passed_to));
