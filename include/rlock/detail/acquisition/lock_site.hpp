@@ -172,7 +172,8 @@ private:
     // where finding the hold gone then means the pass ran.
     long long release_last(hold& h, long long* woken, bool& passed) const {
         if constexpr (Kind::passes_in_queue) {
-            if (core_->gates.enabled() && options_.local_handoff && !core_->reg.is_lost(h)) {
+            if (core_->fair_passes.any() && options_.local_handoff && core_->gates.enabled() &&
+                !core_->reg.is_lost(h)) {
                 const std::vector<queue_passes::offered> offered = core_->fair_passes.offer(name());
                 if (!offered.empty()) return release_or_pass(h, offered, woken, passed);
             }

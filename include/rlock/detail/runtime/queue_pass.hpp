@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -45,6 +46,9 @@ class queue_passes {
 public:
     /// A waiter, stored in the queue under `value`, may be passed a hold of `lock` from now on.
     void enroll(const std::string& lock, const std::string& value);
+
+    /// Whether any waiter is enrolled (for any lock): one load, no lock.
+    bool any() const noexcept { return entries_.load(std::memory_order_relaxed) != 0; }
 
     /// One candidate of an offer: a waiter's value and its acquisition's serial.
     struct offered {
@@ -85,6 +89,10 @@ private:
     void erase_locked(const std::string& lock, const std::string& value);
 
     std::mutex mu_;
+    // How many entries there are, read without the lock by offer(): an unlock with nobody
+    // enrolled (most of them) costs one load. A waiter enrolling just then is not offered this
+    // pass; the release wakes it as before.
+    std::atomic<std::size_t> entries_{0};
     std::condition_variable settled_;
     std::uint64_t next_serial_ = 0;
     std::unordered_map<std::string, list> by_lock_;
@@ -102,10 +110,12 @@ RLOCK_DECL void queue_passes::enroll(const std::string& lock, const std::string&
     std::lock_guard<std::mutex> g(mu_);
     if (find_locked(lock, value)) return;
     by_lock_[lock].push_back(entry{value, ++next_serial_, 0, std::nullopt});
+    entries_.fetch_add(1, std::memory_order_relaxed);
 }
 
 RLOCK_DECL std::vector<queue_passes::offered> queue_passes::offer(const std::string& lock) {
     std::vector<offered> out;
+    if (entries_.load(std::memory_order_relaxed) == 0) return out;
     std::lock_guard<std::mutex> g(mu_);
     auto it = by_lock_.find(lock);
     if (it == by_lock_.end()) return out;
@@ -188,8 +198,9 @@ RLOCK_DECL void queue_passes::erase_locked(const std::string& lock, const std::s
     auto it = by_lock_.find(lock);
     if (it == by_lock_.end()) return;
     list& l = it->second;
-    l.erase(std::remove_if(l.begin(), l.end(), [&](const entry& e) { return e.value == value; }),
-            l.end());
+    const auto gone = std::remove_if(l.begin(), l.end(), [&](const entry& e) { return e.value == value; });
+    entries_.fetch_sub(static_cast<std::size_t>(l.end() - gone), std::memory_order_relaxed);
+    l.erase(gone, l.end());
     if (l.empty()) by_lock_.erase(it);
 }
 
