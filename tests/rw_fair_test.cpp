@@ -682,12 +682,8 @@ TEST(fair_lock, an_unlock_passes_the_hold_to_the_next_queued_thread_of_its_clien
     // Scripts that ran: EVALSHA's NOSCRIPT failures (a script's first use on this server) are
     // answered by an EVAL.
     auto scripts_run = [] {
-        const std::string info = server().text({"INFO", "commandstats"});
-        const auto at = info.find("cmdstat_evalsha:");
-        const auto failed = info.find("failed_calls=", at);
-        const long long failed_calls =
-            at == std::string::npos || failed == std::string::npos ? 0 : std::atoll(info.c_str() + failed + 13);
-        return rlock_test::calls_of("evalsha") - failed_calls + rlock_test::calls_of("eval");
+        return rlock_test::calls_of("evalsha") - rlock_test::failed_calls_of(server(), "evalsha") +
+               rlock_test::calls_of("eval");
     };
     const long long evals = scripts_run();
     const long long publishes = rlock_test::calls_of("publish");
