@@ -679,21 +679,16 @@ TEST(fair_lock, an_unlock_passes_the_hold_to_the_next_queued_thread_of_its_clien
     const std::string other_id = server().text({"LINDEX", queue_of(name()), "1"});
     ASSERT_TRUE(waiting(other_id));
     const long long other_due = std::atoll(server().text({"ZSCORE", timeouts_of(name()), other_id}).c_str());
-    // Scripts that ran: EVALSHA's NOSCRIPT failures (a script's first use on this server) are
-    // answered by an EVAL.
-    auto scripts_run = [] {
-        return rlock_test::calls_of("evalsha") - rlock_test::failed_calls_of(server(), "evalsha") +
-               rlock_test::calls_of("eval");
-    };
-    const long long evals = scripts_run();
+    // The waiter's acquire takes the lock with HINCRBY; the pass writes the field with HSET.
+    const long long hincrbys = rlock_test::calls_of("hincrby");
+    const long long hsets = rlock_test::calls_of("hset");
     const long long publishes = rlock_test::calls_of("publish");
     mine.unlock();
     auto saw = local_saw.get_future();
     ASSERT_EQ(saw.wait_for(5s), std::future_status::ready) << "the local waiter did not get the lock";
     EXPECT_EQ(saw.get(), local_id) << "the hash does not name the local waiter alone";
-    // The unlock's script, and the watchdog's first renewal of the new hold (it reads every new
-    // hold's key on its tracked connection): not the waiter's acquire.
-    EXPECT_LE(scripts_run() - evals, 2) << "the waiter ran its acquire after the unlock";
+    EXPECT_EQ(rlock_test::calls_of("hincrby") - hincrbys, 0) << "the waiter ran its acquire";
+    EXPECT_EQ(rlock_test::calls_of("hset") - hsets, 1) << "the unlock did not pass the hold";
     const auto acquired = log->of("acquired");
     ASSERT_EQ(acquired.size(), 2u);
     EXPECT_TRUE(acquired[1].local) << "the local waiter's hold is not told as handed locally";

@@ -360,17 +360,6 @@ inline long long calls_of(const redis_server& s, std::string_view command) {
 /// The same, on server().
 inline long long calls_of(std::string_view command) { return calls_of(server(), command); }
 
-/// How many of those calls failed (INFO commandstats' failed_calls: an EVALSHA answered
-/// NOSCRIPT, say).
-inline long long failed_calls_of(const redis_server& s, std::string_view command) {
-    const std::string info = s.text({"INFO", "commandstats"});
-    const std::size_t at = info.find("cmdstat_" + std::string(command) + ":");
-    if (at == std::string::npos) return 0;
-    const std::size_t end = info.find('\n', at);
-    const std::size_t failed = info.find("failed_calls=", at);
-    return failed == std::string::npos || failed > end ? 0 : std::atoll(info.c_str() + failed + 13);
-}
-
 inline std::string keys_left(const redis_server& s, std::string_view except = "") {
     std::string out;
     rlock::detail::reply_ptr keys = s.cmd({"KEYS", "*"});
