@@ -762,6 +762,35 @@ TEST(fair_lock, a_waiter_that_gave_up_is_passed_nothing_and_the_unlock_frees_the
     expect_no_fair_keys(name());
 }
 
+// The pass script checks what can fail before its first write (Redis does not roll a script
+// back): a queue key of another type fails the unlock's script with every key as it was.
+TEST(fair_lock, a_pass_failing_on_a_queue_key_of_another_type_writes_nothing) {
+    rlock::client c(server().options());
+    rlock::fair_lock mine(c, name()), local(c, name());
+    mine.lock();
+    const std::string holder = only_field_except_mode(name());
+    std::thread t([&] {
+        try {
+            EXPECT_FALSE(local.try_lock_for(1500ms));
+        } catch (const rlock::error& e) {  // its next try meets the queue key too
+            EXPECT_EQ(e.code(), rlock::errc::wrong_type) << e.what();
+        }
+    });
+    ASSERT_TRUE(eventually([&] { return server().integer({"LLEN", queue_of(name())}) == 1; }));
+    const std::string waiter = server().text({"LINDEX", queue_of(name()), "0"});
+    std::this_thread::sleep_for(200ms);  // enrolled: its try has queued it
+    const std::string due = server().text({"ZSCORE", timeouts_of(name()), waiter});
+    server().cmd({"DEL", queue_of(name())});
+    server().cmd({"SET", queue_of(name()), "not a list"});
+    EXPECT_NO_THROW(mine.unlock());  // told to the owner as a loss (the hold cannot be released)
+    EXPECT_EQ(server().text({"HGET", name(), holder}), "1") << "the holder's field was written";
+    EXPECT_EQ(server().integer({"HLEN", name()}), 1) << "the hold was passed";
+    EXPECT_EQ(server().text({"GET", queue_of(name())}), "not a list");
+    EXPECT_EQ(server().text({"ZSCORE", timeouts_of(name()), waiter}), due) << "the deadlines moved";
+    t.join();
+    server().cmd({"DEL", name(), queue_of(name()), timeouts_of(name())});
+}
+
 // A waiter whose wait runs out just as the unlock passes it the hold: whichever comes first,
 // the hold is not left to nobody (the waiter releases a pass it found as it left, or the
 // unlock releases one whose waiter had gone), and the lock is free at the end, at once.
