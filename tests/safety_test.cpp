@@ -117,11 +117,13 @@ struct section {
     std::string write;       // accepted | refused | error | "" (never got there)
     long long value = 0;     // the value the write tried to set
     bool sent = false;       // a W line: the write was sent (its verdict may be unlogged)
+    std::string why;         // the T line: the error on_lock_lost was given
 };
 
 struct worker_log {
     std::vector<section> sections;
     int acquire_errors = 0;
+    std::vector<std::string> acquire_lines;  // the A lines (the error of each failed acquire)
     std::vector<std::string> other;  // unexpected lines: unlock threw, lock() found a lost hold
 };
 
@@ -135,6 +137,7 @@ worker_log read_log(const std::string& path, int worker) {
         f >> tag >> id;
         if (tag == "A") {
             ++out.acquire_errors;
+            out.acquire_lines.push_back(line);
             int code = 0;
             f >> code;
             // Every section unlocks all it took: lock() has no hold of this thread to call lost.
@@ -155,6 +158,8 @@ worker_log read_log(const std::string& path, int worker) {
             f >> pid >> token >> start >> s.end >> s.write_at >> lost >> s.write >> s.value;
             s.ended = true;
             s.lost = s.told = lost != 0;
+        } else if (tag == "T" && !out.sections.empty()) {
+            std::getline(f >> std::ws, out.sections.back().why);
         } else if (tag == "D" && !out.sections.empty()) {
             int told = 0;
             f >> told;
@@ -191,6 +196,7 @@ std::string describe(const section& s) {
     o << "worker " << s.worker << " token " << s.token << " [" << s.start << ", " << s.end
       << "] write=" << (s.write.empty() ? "-" : s.write) << " lost=" << s.lost
       << " told=" << s.told;
+    if (!s.why.empty()) o << " (" << s.why << ")";
     return o.str();
 }
 
@@ -335,6 +341,8 @@ protected:
                 }
             }
             acquire_errors += log.acquire_errors;
+            for (const std::string& line : log.acquire_lines)
+                acquire_lines_.push_back("worker " + std::to_string(w) + ": " + line);
             for (section& s : log.sections) {
                 if (!s.ended) {
                     EXPECT_TRUE(w == f.target && f.killed != 0) << "open section: " << describe(s);
@@ -353,6 +361,7 @@ protected:
     redis_server res_;   // the protected resource: never touched by a fault
     rlock::detail::context_ptr res_conn_;
     std::string dir_;
+    mutable std::vector<std::string> acquire_lines_;  // every worker's A lines (read_sections)
 };
 
 
@@ -469,7 +478,14 @@ TEST_P(safety_checker, holds) {
         case scenario::redis_pause_short:
         case scenario::script_flush:
             // Nothing here may cost a hold: a pause well within the lease, scripts reloaded.
-            if (told != 0) violations.push_back(std::to_string(told) + " holds lost");
+            if (told != 0) {
+                std::string which;
+                for (const section& s : all) {
+                    if (s.told) which += "\n  " + describe(s);
+                }
+                for (const std::string& line : acquire_lines_) which += "\n  acquire: " + line;
+                violations.push_back(std::to_string(told) + " holds lost:" + which);
+            }
             break;
         case scenario::redis_pause_long: {
             // A section that outlived its key (it ran on past the pause's start + a lease, when
