@@ -367,6 +367,58 @@ TEST_F(network, a_final_unlock_whose_reply_comes_too_late_is_retried_without_a_f
     EXPECT_EQ(lost.calls, 0) << last_message(lost);
 }
 
+// A fair_lock unlock passes the hold to a waiter of its own client (the queue's head), and the
+// pass script's reply comes too late (this connection's replies are slowed past
+// command_timeout): the script ran, the hash now names the waiter, and the unlock cannot know.
+// It wakes the waiter and releases its own hold as usual, finding it gone (the pass's work, not
+// a loss); the waiter's next try finds its field and takes it. Whether the waiter then holds
+// (the usual end) or its wait ran out first, the lock is free once it is done, the unlock
+// returned, and nobody was told of a loss.
+TEST_F(network, a_fair_pass_whose_reply_comes_too_late_leaves_the_lock_to_the_waiter_or_free) {
+    rlock::client c(through_proxy(30s, 400ms));
+    rlock::client direct(server.options());
+    rlock::fair_lock mine(c, name()), local(c, name());
+    const std::string queue = "redisson_lock_queue:{" + name() + "}";
+    // One pass first, replies on time: the pass script is cached, so the slowed one below runs
+    // (an uncached one would be refused NOSCRIPT, and nothing passed).
+    mine.lock();
+    std::thread first([&] {
+        local.lock();
+        local.unlock();
+    });
+    ASSERT_TRUE(rlock_test::eventually([&] { return server.integer({"LLEN", queue}) == 1; }));
+    std::this_thread::sleep_for(50ms);  // its try's reply is in: it may be passed the hold
+    const long long passes = rlock_test::calls_of(server, "hset");
+    mine.unlock();
+    first.join();
+    ASSERT_EQ(rlock_test::calls_of(server, "hset") - passes, 1) << "no pass: nothing was tested";
+    mine.lock();
+    bool won = false;
+    std::thread waiter([&] {
+        won = local.try_lock_for(2s);
+        if (won) {
+            EXPECT_FALSE(local.lost());
+            local.unlock();
+        }
+    });
+    ASSERT_TRUE(rlock_test::eventually([&] { return server.integer({"LLEN", queue}) == 1; }));
+    std::this_thread::sleep_for(50ms);
+    proxy.slow_replies_on_open_connections(1500ms);
+    const long long before = rlock_test::calls_of(server, "hset");
+    EXPECT_NO_THROW(mine.unlock());
+    waiter.join();
+    proxy.slow_replies_on_open_connections(0ms);
+    EXPECT_EQ(rlock_test::calls_of(server, "hset") - before, 1) << "the slowed unlock did not pass";
+    EXPECT_TRUE(won) << "the waiter was woken and found its field: it holds";
+    EXPECT_TRUE(rlock_test::eventually([&] { return server.integer({"EXISTS", name()}) == 0; }, 2s))
+        << "the lock is held by nobody: TTL " << server.integer({"PTTL", name()}) << " ms";
+    EXPECT_EQ(server.integer({"LLEN", queue}), 0);
+    rlock::fair_lock other(direct, name());
+    EXPECT_TRUE(other.try_lock());
+    other.unlock();
+    EXPECT_EQ(lost.calls, 0) << last_message(lost);
+}
+
 // A watched hold whose renewal's reply is late: its lease runs out by the client's clock while
 // the renewal (which the server ran) is on its way, lost() says so, and the owner unlocks
 // before the reply comes. The unlock finds the key still there (the late renewal extended it),

@@ -820,6 +820,34 @@ TEST(fair_lock, a_pass_racing_the_waiters_give_up_never_leaves_the_lock_held_by_
     expect_no_fair_keys(name());
 }
 
+// The table the fair pass shares between the unlock and its waiters: when the pass script's
+// reply is lost, the unlock cannot know whether it passed the hold to its head, so a waiter that
+// leaves before any try of its own has found its field is told it may hold (and releases every
+// level of its id: lock_acquisition::give_up, lock_site::undo); one that stays (take) is handed
+// nothing, and tries at Redis. Without the ambiguous settle a waiter that gave up just then left
+// the passed field to nobody until the watchdog's lease ran out.
+TEST(fair_lock, a_waiter_leaving_after_an_ambiguous_pass_is_told_it_may_hold_the_lock) {
+    rlock::detail::queue_passes table;
+    table.enroll("lock", "a:1");
+    table.enroll("lock", "a:2");
+    const auto offered = table.offer("lock");
+    ASSERT_EQ(offered.size(), 2u);
+    table.settle("lock", offered, {}, {}, /*ambiguous=*/true);
+    EXPECT_FALSE(table.take("lock", "a:1")) << "a pass that may not have run is not a hold to keep";
+    const auto left = table.withdraw("lock", "a:1");
+    ASSERT_TRUE(left) << "a waiter leaving after an ambiguous pass was not told it may hold";
+    EXPECT_TRUE(left->maybe);
+    const auto undone = table.clear("lock", "a:2");  // an acquire undone: it stays enrolled
+    ASSERT_TRUE(undone);
+    EXPECT_TRUE(undone->maybe);
+    EXPECT_FALSE(table.withdraw("lock", "a:2")) << "told twice";
+    // A pass that did not go to it (the script answered): nothing to release.
+    table.enroll("lock", "a:3");
+    table.settle("lock", table.offer("lock"), {}, {});
+    EXPECT_FALSE(table.withdraw("lock", "a:3"));
+    EXPECT_FALSE(table.any());
+}
+
 TEST(fair_lock, an_expired_head_or_an_out_of_sync_queue_never_hangs_lock_or_errors) {
     // Redisson failure modes: a dead head whose deadline passed with the lock free (Redisson's
     // enqueue path then returns a negative TTL and lock() waits for ever), and a queue entry

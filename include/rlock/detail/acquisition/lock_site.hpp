@@ -9,9 +9,9 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <vector>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "rlock/detail/acquisition/lease_request.hpp"
 #include "rlock/detail/acquisition/try_result.hpp"
@@ -20,10 +20,10 @@
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
+#include "rlock/detail/runtime/held_site.hpp"
 #include "rlock/detail/runtime/local_gate.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/errors.hpp"
-#include "rlock/detail/runtime/held_site.hpp"
 #include "rlock/hold.hpp"
 #include "rlock/options.hpp"
 
@@ -192,9 +192,10 @@ private:
             const std::string& lock;
             const std::vector<queue_passes::offered>& offered;
             bool done = false;
-            void operator()(const std::string& passed_to, const queued_pass& p) {
+            void operator()(const std::string& passed_to, const queued_pass& p,
+                            bool ambiguous = false) {
                 done = true;
-                table.settle(lock, offered, passed_to, p);
+                table.settle(lock, offered, passed_to, p, ambiguous);
             }
             ~settling() {
                 if (!done) table.settle(lock, offered, {}, {});
@@ -212,7 +213,9 @@ private:
                 return Kind::release_or_pass(c, keys_, h.value, candidates, lease, wait, server());
             }, Kind::follows_ask);
         } catch (const error& e) {
-            settle({}, pass);
+            // Ambiguous: the script may have passed the hold to any candidate; the head finds it
+            // at its next try at Redis, and one that leaves before trying releases it.
+            settle({}, pass, is_ambiguous(e));
             if (!is_ambiguous(e)) throw;
             for (const std::string& id : candidates) {
                 core_->sub->notify_local(Kind::wait_channel(keys_, id));

@@ -28,10 +28,12 @@
 namespace rlock::detail {
 
 /// A hold passed at Redis to a queued waiter: its expiry counts from `sent` (when the pass
-/// script was sent) for `lease`.
+/// script was sent) for `lease`. `maybe`: the unlock's script may or may not have passed it (its
+/// reply was lost); only a waiter leaving sees such a one, and releases what it may hold.
 struct queued_pass {
     std::chrono::steady_clock::time_point sent;
     std::chrono::milliseconds lease{0};
+    bool maybe = false;
 };
 
 /// A client's blocking fair_lock waiters that may be passed a hold, by lock name.
@@ -61,15 +63,18 @@ public:
 
     /// The unlock's script ran (or failed): each of `candidates` is no longer offered, and the
     /// one whose value is `passed_to` (if any) holds the lock by `pass` (it finds it at its next
-    /// look, take()). Wakes a waiter waiting in withdraw().
+    /// look, take()). `ambiguous`: the script's reply was lost, so it may have passed the hold to
+    /// any of them (the head then finds it at its next try at Redis; one that leaves first
+    /// releases it: withdraw()). Wakes a waiter waiting in withdraw().
     void settle(const std::string& lock, const std::vector<offered>& candidates,
-                const std::string& passed_to, const queued_pass& pass);
+                const std::string& passed_to, const queued_pass& pass, bool ambiguous = false);
 
     /// The waiter looks: the pass delivered to it, if any (it then leaves the table).
     std::optional<queued_pass> take(const std::string& lock, const std::string& value);
 
     /// The waiter leaves: once no offer to it is in flight, returns the pass delivered to it, if
-    /// any (it holds the lock then, and must release it when it does not keep it).
+    /// any (it holds the lock then, and must release it when it does not keep it), or one marked
+    /// `maybe` when an offer to it was settled ambiguous (it may hold the lock: it releases).
     std::optional<queued_pass> withdraw(const std::string& lock, const std::string& value);
 
     /// As withdraw(), staying enrolled (an acquire undone after an outage: it tries again).
@@ -81,6 +86,7 @@ private:
         std::uint64_t serial = 0;
         unsigned offers = 0;  // offers in flight to it
         std::optional<queued_pass> pass;
+        bool maybe = false;  // an offer to it was settled ambiguous
     };
     using list = std::vector<entry>;
     // withdraw() (`stay` false) and clear() (true).
@@ -109,7 +115,7 @@ namespace rlock::detail {
 RLOCK_DECL void queue_passes::enroll(const std::string& lock, const std::string& value) {
     std::lock_guard<std::mutex> g(mu_);
     if (find_locked(lock, value)) return;
-    by_lock_[lock].push_back(entry{value, ++next_serial_, 0, std::nullopt});
+    by_lock_[lock].push_back(entry{value, ++next_serial_, 0, std::nullopt, false});
     entries_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -128,7 +134,8 @@ RLOCK_DECL std::vector<queue_passes::offered> queue_passes::offer(const std::str
 }
 
 RLOCK_DECL void queue_passes::settle(const std::string& lock, const std::vector<offered>& candidates,
-                                     const std::string& passed_to, const queued_pass& pass) {
+                                     const std::string& passed_to, const queued_pass& pass,
+                                     bool ambiguous) {
     {
         std::lock_guard<std::mutex> g(mu_);
         auto it = by_lock_.find(lock);
@@ -138,6 +145,7 @@ RLOCK_DECL void queue_passes::settle(const std::string& lock, const std::vector<
                 if (e.serial != o.serial) continue;
                 --e.offers;
                 if (e.value == passed_to) e.pass = pass;
+                if (ambiguous) e.maybe = true;
                 break;
             }
         }
@@ -176,8 +184,10 @@ RLOCK_DECL std::optional<queued_pass> queue_passes::leave(const std::string& loc
     entry* e = find_locked(lock, value);
     if (!e) return std::nullopt;
     std::optional<queued_pass> got = e->pass;
+    if (!got && e->maybe) got = queued_pass{{}, {}, true};
     if (stay) {
         e->pass.reset();
+        e->maybe = false;
     } else {
         erase_locked(lock, value);
     }
