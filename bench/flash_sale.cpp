@@ -37,6 +37,15 @@
 //              costs no CPU and no try is ever refused (a request that waits costs one BLPOP
 //              more than four-trips). A floor, not a lock: a waiter that dies in the list
 //              stalls the lock until its lease runs out, which a real lock has to prevent
+//   wake       a hand-written directed wake-up, between the setnx loop and queue: the acquire
+//              script takes the lock (SET NX PX) or registers the caller in a sorted set beside
+//              it (its first refusal's time as score, so that it keeps its place); a waiter
+//              blocks in BLPOP on a list of its own for at most 100 ms (a paused or dead head
+//              must not stall the others: they look again by themselves); the release script
+//              deletes the key and wakes the set's oldest (pushes to its list). Newcomers barge
+//              in, as in the loop: the woken waiter tries like anyone. What a lock whose release
+//              wakes one waiter across processes (instead of one per waiting process) can do
+//              while keeping SET NX's semantics
 //   mutex, reentrant, fair
 //              rlock's kinds, one rlock::client per process, a lock object per request
 //   semaphore  rlock::semaphore of one permit per key
@@ -114,7 +123,7 @@ struct sale {
 
 [[noreturn]] void usage(const char* why) {
     bench::usage_exit("flash_sale",
-                      "[--kinds lua,setnx,setnx-1ms,four-trips,queue,mutex,reentrant,fair,semaphore,async-mutex,async-semaphore] [--procs N] [--threads N] [--keys N] [--zipf S] [--stock N] [--seconds S] [--setnx-sleep-ms MS] [--handoff-passes N] [--handoff-ms MS] [--uri redis://127.0.0.1:PORT] [--detail]",
+                      "[--kinds lua,setnx,setnx-1ms,four-trips,queue,wake,mutex,reentrant,fair,semaphore,async-mutex,async-semaphore] [--procs N] [--threads N] [--keys N] [--zipf S] [--stock N] [--seconds S] [--setnx-sleep-ms MS] [--handoff-passes N] [--handoff-ms MS] [--uri redis://127.0.0.1:PORT] [--detail]",
                       why);
 }
 
@@ -191,7 +200,7 @@ private:
 
 // The floors: kinds written by hand on hiredis, without an rlock::client, that the ratios of
 // rlock's kinds are taken against.
-constexpr std::string_view floor_kinds[] = {"lua", "setnx", "setnx-1ms", "four-trips", "queue"};
+constexpr std::string_view floor_kinds[] = {"lua", "setnx", "setnx-1ms", "four-trips", "queue", "wake"};
 
 bool is_floor(std::string_view kind) {
     return std::find(std::begin(floor_kinds), std::end(floor_kinds), kind) != std::end(floor_kinds);
@@ -238,6 +247,7 @@ public:
         if (kind == "setnx-1ms") return setnx(k, 1);
         if (kind == "four-trips") return four_trips(k);
         if (kind == "queue") return queue(k);
+        if (kind == "wake") return wake(k);
         if (kind == "mutex") return locked<rlock::mutex>(k);
         if (kind == "reentrant") return locked<rlock::reentrant_lock>(k);
         if (kind == "fair") return locked<rlock::fair_lock>(k);
@@ -337,6 +347,35 @@ private:
         if (integer_of(*command(conn_.get(), {"EVAL", acquire, "2", key, waiters, token})) != 1) {
             reply_ptr r = command(conn_.get(), {"BLPOP", "fs:q:wake:" + token, "10"});
             if (r->type != REDIS_REPLY_ARRAY) throw std::runtime_error("flash_sale: queue: no hand-over in 10 s");
+        }
+        const long long v = read_and_take(k);
+        (void)command(conn_.get(), {"EVAL", release, "2", key, waiters, token});
+        return v;
+    }
+
+    // The directed wake-up floor (wake above): KEYS lock, its waiters (a sorted set); ARGV the
+    // token, the waiter's first refusal (ms, its score).
+    long long wake(std::uint32_t k) {
+        static const std::string acquire =
+            "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', 10000) then "
+            "redis.call('zrem', KEYS[2], ARGV[1]) return 1 end "
+            "redis.call('zadd', KEYS[2], 'NX', ARGV[2], ARGV[1]) redis.call('pexpire', KEYS[2], 10000) return 0";
+        static const std::string release =
+            "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
+            "redis.call('del', KEYS[1]) "
+            "local head = redis.call('zrange', KEYS[2], 0, 0)[1] "
+            "if head then redis.call('zrem', KEYS[2], head) "
+            "redis.call('rpush', 'fs:w:wake:' .. head, 1) redis.call('pexpire', 'fs:w:wake:' .. head, 10000) end "
+            "return 1";
+        const std::string key = "fs:w:{" + std::to_string(k) + "}";
+        const std::string waiters = key + ":waiters";
+        const std::string token = token_ + ":" + std::to_string(++n_);
+        const std::string since = std::to_string(
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (integer_of(*command(conn_.get(), {"EVAL", acquire, "2", key, waiters, token, since})) != 1) {
+            if (std::chrono::steady_clock::now() > give_up) throw std::runtime_error("flash_sale: wake: not held in 10 s");
+            (void)command(conn_.get(), {"BLPOP", "fs:w:wake:" + token, "0.1"});
         }
         const long long v = read_and_take(k);
         (void)command(conn_.get(), {"EVAL", release, "2", key, waiters, token});
