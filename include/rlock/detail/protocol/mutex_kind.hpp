@@ -166,10 +166,13 @@ RLOCK_DECL acquire_result mutex_kind::acquire(const connection& c, const lock_ke
         return out;
     }
     // SET NX PX, and when the caller will wait, PTTL and GET in the same round trip: how
-    // long the holder may keep the key, and who it is (does its release publish?).
+    // long the holder may keep the key, and who it is (does its release publish?). A try that
+    // will not wait (try_lock) sends GET with its SET: a key of another type refuses a SET NX
+    // like a held lock, and only GET tells the two apart. A first try that may wait sends SET
+    // alone (an uncontended lock() costs one command); its next try, the wait's, reads.
     const char* set[6] = {"SET", k.name.data(), token.data(), "NX", "PX", lease.data()};
     const std::size_t set_len[6] = {3, k.name.size(), token.size(), 2, 2, lease.size()};
-    if (!a.want_ttl) {
+    if (!a.want_ttl && a.may_queue) {
         reply_ptr r = command_argv(c, 6, set, set_len);
         if (!r || r->type == REDIS_REPLY_ERROR) throw make_error(c, r.get(), k.name, server);
         out.acquired = r->type == REDIS_REPLY_STATUS;
@@ -180,21 +183,21 @@ RLOCK_DECL acquire_result mutex_kind::acquire(const connection& c, const lock_ke
     const char* get[2] = {"GET", k.name.data()};
     const std::size_t get_len[2] = {3, k.name.size()};
     append_command(c.ctx, 6, set, set_len);
-    append_command(c.ctx, 2, pttl, pttl_len);
+    if (a.want_ttl) append_command(c.ctx, 2, pttl, pttl_len);
     append_command(c.ctx, 2, get, get_len);
-    reply_ptr replies[3];  // SET, PTTL, GET
-    for (reply_ptr& reply : replies) {
+    reply_ptr replies[3];  // SET, PTTL (when asked for), GET
+    for (std::size_t i = 0; i < (a.want_ttl ? 3U : 2U); ++i) {
         void* raw = nullptr;
         const int status = redisGetReply(c.ctx, &raw);
-        reply.reset(static_cast<redisReply*>(raw));
+        replies[i].reset(static_cast<redisReply*>(raw));
         if (status != REDIS_OK) throw make_error(c, nullptr, k.name, server);
     }
     const redisReply* set_reply = replies[0].get();
     if (set_reply->type == REDIS_REPLY_ERROR) throw make_error(c, set_reply, k.name, server);
     out.acquired = set_reply->type == REDIS_REPLY_STATUS;
     if (out.acquired) return out;
-    out.ttl = reply_integer(replies[1].get(), k.name, server);
-    const redisReply* holder = replies[2].get();
+    if (a.want_ttl) out.ttl = reply_integer(replies[1].get(), k.name, server);
+    const redisReply* holder = replies[a.want_ttl ? 2 : 1].get();
     if (holder->type == REDIS_REPLY_NIL) {
         out.ttl = -2;  // gone since the SET: free, try again now
     } else if (reply_is_error(holder, "WRONGTYPE")) {
