@@ -74,6 +74,35 @@ TEST_F(red_lock_test, three_nodes_down_is_quorum_not_reached_and_leaves_no_key) 
     EXPECT_THROW(lock.lock(), rlock::error);  // lock() says so at once instead of spinning
 }
 
+// Found by an outside probe: a lease no longer than the drift allowed for it (lease *
+// clock_drift_factor + 2 ms) leaves no round any validity, so try_lock_for(wait, 2ms) returned
+// false on a free lock (as if it were held), lock(2ms) never returned, and every round wrote
+// and released a key on every node. Now invalid_argument, with nothing sent.
+TEST_F(red_lock_test, a_lease_no_longer_than_its_clock_drift_is_invalid_argument_with_nothing_sent) {
+    auto clients = make_clients();
+    rlock::red_lock lock(raw(clients), name());
+    const long long sets = rlock_test::calls_of(*servers[0], "set");
+    for (const auto lease : {1ms, 2ms}) {
+        try {
+            const bool got = lock.try_lock_for(300ms, lease);
+            ADD_FAILURE() << lease.count() << " ms: try_lock_for returned " << got;
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.code(), rlock::errc::invalid_argument) << e.what();
+            EXPECT_NE(std::string(e.what()).find("drift"), std::string::npos) << e.what();
+        }
+        try {
+            const rlock::hold h = lock.async_try_lock_for(300ms, lease, rlock::use_future).get();
+            ADD_FAILURE() << lease.count() << " ms: async_try_lock_for returned " << static_cast<bool>(h);
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.code(), rlock::errc::invalid_argument) << e.what();
+        }
+    }
+    EXPECT_EQ(rlock_test::calls_of(*servers[0], "set"), sets) << "a round was sent";
+    EXPECT_EQ(keys_named(name()), 0);
+    ASSERT_TRUE(lock.try_lock_for(2s, 200ms)) << "a short lease that can hold";
+    lock.unlock();
+}
+
 TEST_F(red_lock_test, a_paused_node_costs_at_most_its_per_node_timeout) {
     auto clients = make_clients();
     rlock::red_lock lock(raw(clients), name());

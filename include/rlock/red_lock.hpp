@@ -64,7 +64,8 @@ namespace rlock {
 /// and try_lock_until() run rounds with a random pause between them until held or the deadline
 /// (steady_clock; a deadline on another clock is converted once, so later wall-clock jumps do
 /// not move it). All of them (timed_lockable) throw would_deadlock (this thread holds it),
-/// invalid_argument for a lease not positive or over 100 years (nothing sent), and
+/// invalid_argument for a lease not positive, over 100 years or no longer than the clock drift
+/// allowed for it (no round could leave it validity; nothing sent), and
 /// quorum_not_reached with each node's answer when too many nodes failed (not merely refused):
 /// lock() at once, the others when their deadline passes.
 ///
@@ -178,6 +179,7 @@ RLOCK_DECL std::vector<detail::client_core*> red_lock::cores_of(const std::vecto
 RLOCK_DECL bool red_lock::acquire(clock::time_point deadline, detail::lease_request lease) {
     const std::uint64_t thread = detail::current_thread_number();
     site_->check_acquire(thread);
+    site_->check_lease(lease);
     // Rounds until one holds, each after Redlock's random delay or an unlock message from
     // the first node, whichever comes first (wait_blocking).
     detail::client_core& first = *site_->nodes().front();  // its listener is told
@@ -206,6 +208,7 @@ RLOCK_DECL detail::async_start red_lock::async_starter() const {
         detail::client_core& first = *s->nodes().front();
         first.throw_if_destroyed(s->name(),
                                  "the client of the red_lock's first node has been destroyed");
+        s->check_lease(lease);
         auto op = std::make_shared<detail::red_acquire>(
             s, detail::waits_of(first), deadline, lease,
             owner != 0 ? owner : detail::next_owner_number(), std::move(done));

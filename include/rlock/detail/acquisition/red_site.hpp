@@ -60,6 +60,9 @@ public:
     /// Throws what an acquire by `owner` must: connection_failed for a destroyed client,
     /// would_deadlock when `owner` holds the red_lock already.
     void check_acquire(std::uint64_t owner) const;
+    /// invalid_argument for a lease no longer than the clock drift allowed for it: no round
+    /// could leave validity (lease - elapsed - drift > 0), so a wait would never end.
+    void check_lease(lease_request lease) const;
 
     /// One Redlock round for `owner`: a new token SET NX PX on every node in parallel. Held
     /// when a majority accepted and validity is left: the node holds are registered (one group,
@@ -223,6 +226,16 @@ RLOCK_DECL void red_site::check_acquire(std::uint64_t owner) const {
                         owner_name(owner) + " already holds the red_lock, which is not reentrant");
         }
     }
+}
+
+RLOCK_DECL void red_site::check_lease(lease_request lease) const {
+    const std::chrono::milliseconds d = lease.duration(nodes_.front()->ep.options.lock_watchdog_timeout);
+    if (d > drift(d)) return;
+    throw error(errc::invalid_argument, name_, "",
+                "a lease of " + std::to_string(d.count()) +
+                    " ms is no longer than the clock drift allowed for it (" +
+                    std::to_string(drift(d).count()) +
+                    " ms: lease * clock_drift_factor + 2 ms): no round could hold it");
 }
 
 RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::milliseconds lease,
