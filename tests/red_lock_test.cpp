@@ -315,6 +315,33 @@ TEST_F(red_lock_test, keys_a_failed_attempt_set_on_a_minority_are_cleaned_up) {
     for (int i = 0; i < 3; ++i) EXPECT_EQ(servers[i]->text({"GET", name()}), "someone-else");
 }
 
+// Found by an outside probe: a round that fails while a majority of nodes is paused had sent
+// them its SET on their open connections; its release, sent later on new connections, could not
+// reach them, and the SET ran when they resumed: the lock stayed closed to everyone, held by
+// nobody, for the whole lease (30 s by default). The release now follows the SET on the same
+// connection, and a resumed node runs both in order.
+TEST_F(red_lock_test, a_round_failed_with_a_majority_paused_leaves_no_key_once_they_resume) {
+    auto mine = make_clients(3s);  // per-node timeout: 150 ms
+    auto theirs = make_clients(3s);
+    rlock::red_lock lock(raw(mine), name()), other(raw(theirs), name());
+    lock.lock();  // each node has an idle connection open now: the next round's SET goes on it
+    lock.unlock();
+    for (int i = 2; i < 5; ++i) servers[i]->pause();
+    try {
+        const bool got = lock.try_lock();
+        ADD_FAILURE() << "try_lock with three of five nodes paused returned " << got;
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.code(), rlock::errc::quorum_not_reached) << e.what();
+    }
+    for (int i = 2; i < 5; ++i) servers[i]->resume();
+    std::this_thread::sleep_for(300ms);  // the resumed nodes run what was sent to them
+    std::string ttls;
+    for (auto& s : servers) ttls += std::to_string(s->integer({"PTTL", name()})) + " ";
+    EXPECT_EQ(keys_named(name()), 0) << "PTTL on each node: " << ttls;
+    EXPECT_TRUE(other.try_lock()) << "the lock is closed to everyone; PTTL on each node: " << ttls;
+    other.unlock();
+}
+
 TEST_F(red_lock_test, a_watched_red_lock_is_renewed_on_every_node_until_unlock) {
     auto mine = make_clients(600ms), theirs = make_clients(600ms);
     // Per-node timeouts of 180 ms (30 ms by default for this lease): on a loaded machine a node

@@ -247,6 +247,25 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
     auto accepted = [](const node_result& r) {
         return r.reply && r.reply->type == REDIS_REPLY_STATUS;
     };
+    // Whether the round holds, judged once, when its replies are in: a majority accepted and
+    // validity is left. When it does not, the nodes that were sent the SET and did not answer
+    // (paused, slow) are sent the release on the same connection, after it: they run both in
+    // order when they run again. Sent later on a new connection (release_all below), the
+    // release could not reach a paused node, or could run before the SET; the key would then
+    // keep the lock closed to everyone, held by nobody, for the whole lease.
+    bool holds = false;
+    fan_out_undo undo;
+    undo.needed = [&](const std::vector<node_result>& rs) {
+        const auto validity =
+            lease - std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start) -
+            drift(lease);
+        holds = static_cast<std::size_t>(std::count_if(rs.begin(), rs.end(), accepted)) >= need &&
+                validity.count() > 0;
+        return !holds;
+    };
+    undo.make = [&](std::size_t, script_call& call) {
+        call = script_call(mutex_kind::release_script(), {keys_.name}, {token, keys_.channel});
+    };
     auto results = fan_out(
         nodes_, name_,
         [&](std::size_t, script_call& call) {
@@ -263,7 +282,8 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
                 }
             }
             return yes >= need || no > n - need;
-        });
+        },
+        std::chrono::milliseconds(2), &undo);
     std::vector<std::size_t> got;
     std::size_t failed = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -276,10 +296,7 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
         }
     }
     round out;
-    const auto validity =
-        lease - std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start) -
-        drift(lease);
-    if (got.size() >= need && validity.count() > 0) {
+    if (holds) {
         auto group = std::make_shared<hold_group>();
         group->name = name_;
         group->tolerance = static_cast<int>(n - need);

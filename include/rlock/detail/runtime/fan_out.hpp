@@ -35,6 +35,17 @@ struct node_result {
                                   // node may still run the command
 };
 
+/// What fan_out sends, after the command, on the connection of each node that was asked and did
+/// not answer, before it gives that connection up — when `needed(results)` says so. A node that
+/// is only slow (paused) then runs both in order once it runs again; an undo sent on another
+/// connection may run before the command, or not reach the node at all, and the command's write
+/// would outlive it. `make` builds a script call, sent with its body (EVAL: the node may not
+/// have it cached, and nobody reads the reply).
+struct fan_out_undo {
+    std::function<bool(const std::vector<node_result>&)> needed;
+    std::function<void(std::size_t, script_call&)> make;
+};
+
 /// Sends `make(node index)` (argv of one command) to every node, reads the replies until each
 /// answered or `per_node` ran out. `decided(results so far)` may end the round early: the
 /// nodes still pending then get `grace` more, and are abandoned (their connections closed,
@@ -49,7 +60,7 @@ RLOCK_DECL std::vector<node_result> fan_out(
     const std::vector<client_core*>& nodes, std::string_view lock,
     const std::function<void(std::size_t, script_call&)>& make, std::chrono::milliseconds per_node,
     const std::function<bool(const std::vector<node_result>&)>& decided = {},
-    std::chrono::milliseconds grace = std::chrono::milliseconds(2));
+    std::chrono::milliseconds grace = std::chrono::milliseconds(2), const fan_out_undo* undo = nullptr);
 
 }  // namespace rlock::detail
 
@@ -63,7 +74,7 @@ RLOCK_DECL std::vector<node_result> fan_out(
     const std::vector<client_core*>& nodes, std::string_view lock,
     const std::function<void(std::size_t, script_call&)>& make, std::chrono::milliseconds per_node,
     const std::function<bool(const std::vector<node_result>&)>& decided,
-    std::chrono::milliseconds grace) {
+    std::chrono::milliseconds grace, const fan_out_undo* undo) {
     using clock = std::chrono::steady_clock;
     const std::size_t n = nodes.size();
     std::vector<node_result> out(n);
@@ -202,7 +213,22 @@ RLOCK_DECL std::vector<node_result> fan_out(
             early ? std::string("not waited for: the round was decided without it")
             : at[i] == stage::opening ? "no connection within the per-node timeout (" + waited + ")"
                                       : "no reply within the per-node timeout (" + waited + ")");
-        if (conns[i]) conns[i]->discard();
+    }
+    if (undo && undo->needed(out)) {
+        for (std::size_t i = 0; i < n; ++i) {
+            if (!out[i].unanswered || !conns[i] || !conns[i]->get()) continue;
+            script_call call;
+            undo->make(i, call);
+            const connection conn{conns[i]->get(), false, nodes[i]->ep.sharded_pubsub};
+            if (call.s) call.use(script_form::body, conn);
+            redisContext* c = conn.ctx;
+            if (append_command(c, call.argc(), call.argv(), call.lens()) != REDIS_OK) continue;
+            int done = 0;  // a few hundred bytes into the socket's buffer: one write, no wait
+            (void)redisBufferWrite(c, &done);
+        }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        if (at[i] != stage::done && conns[i]) conns[i]->discard();
     }
     // A script the node had forgotten (SCRIPT FLUSH, restart): send it with its body, once.
     for (std::size_t i = 0; i < n; ++i) {
