@@ -856,6 +856,31 @@ TEST(semaphore, a_failing_call_with_a_capacity_leaves_redis_exactly_as_it_was) {
     EXPECT_EQ(own.text({"GET", name() + ":other"}), "4");
 }
 
+// Found by an outside probe: an acquire that starts while the server is down failed at once with
+// connection_failed, though nothing was sent (not ambiguous: documented to be ridden out to the
+// deadline, as every other kind's is). With no other thread of the client waiting for the
+// semaphore, its first try ran outside the wait, which rides such failures; with the local
+// hand-off off it was ridden out. (The server is restarted from this thread: a server started
+// by a thread that then exits is killed with it.)
+TEST(semaphore, an_acquire_that_starts_while_the_server_is_down_rides_out_its_restart) {
+    redis_server srv({"--appendonly", "yes", "--appendfsync", "always"});
+    rlock::client c(srv.options());
+    rlock::semaphore s(c, rlock_test::test_lock_name());
+    ASSERT_TRUE(s.try_set_permits(2));
+    srv.kill_now();
+    std::thread waiter([&] {
+        try {
+            EXPECT_TRUE(s.try_acquire_for(8s));
+        } catch (const rlock::error& e) {
+            ADD_FAILURE() << "try_acquire_for threw: " << e.what();
+        }
+    });
+    std::this_thread::sleep_for(1500ms);
+    srv.restart();
+    waiter.join();
+    EXPECT_EQ(srv.text({"GET", rlock_test::test_lock_name()}), "1");
+}
+
 TEST(semaphore, waiters_outlive_killed_connections_and_end_with_an_error_when_their_client_goes) {
     redis_server own;
     rlock::client a(own.options()), b(own.options());

@@ -54,6 +54,7 @@
 #include "rlock/detail/front/timed_lockable.hpp"
 #include "rlock/detail/protocol/synchronizer_scripts.hpp"
 #include "rlock/detail/redis/cluster.hpp"
+#include "rlock/detail/redis/error_origin.hpp"
 #include "rlock/detail/waiting/synchronizer.hpp"
 #include "rlock/errors.hpp"
 
@@ -276,7 +277,14 @@ RLOCK_DECL bool semaphore::acquire_until(clock::time_point deadline, long long p
         detail::permit_gate::entry e = gate->arrive(deadline, permits);
         if (e == detail::permit_gate::entry::free) {
             ++story.tries;
-            if (take(permits)) return acquired_here(false);
+            try {
+                if (take(permits)) return acquired_here(false);
+            } catch (const error& failure) {
+                // Nothing was sent (no connection could be had: the server is down or
+                // restarting): not ambiguous, so the wait below rides it out to the deadline,
+                // as it does every later try's. Anything else is the caller's.
+                if (!detail::error_access::origin(failure).unsent) throw;
+            }
             refused = true;
             e = gate->refused(deadline, permits);
         }
