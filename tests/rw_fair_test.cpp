@@ -848,6 +848,54 @@ TEST(fair_lock, a_waiter_leaving_after_an_ambiguous_pass_is_told_it_may_hold_the
     EXPECT_FALSE(table.any());
 }
 
+// A waiter that gives up while the server does not answer (paused: its leave times out) still
+// leaves the queue: once the server answers again, the client removes the entry for it. Left,
+// the entry would keep every other client out of the free lock until it was evicted
+// (fair_lock_wait_timeout, 5 minutes by default).
+TEST(fair_lock, a_waiter_that_gives_up_while_the_server_is_paused_leaves_the_queue_once_it_answers) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.command_timeout = 200ms;
+    rlock::client a(o), b(o), d(o), e(o);
+    rlock::fair_lock holder(a, name()), cancelled(b, name()), timed_out(d, name()), third(e, name());
+    const std::string queue = queue_of(name());
+    holder.lock();
+    std::promise<rlock::errc> aborted;
+    rlock::pending p = cancelled.async_lock([&](std::exception_ptr x, rlock::hold) {
+        try {
+            if (x) std::rethrow_exception(x);
+            aborted.set_value(rlock::errc{});
+        } catch (const rlock::error& err) {
+            aborted.set_value(err.value());
+        }
+    });
+    ASSERT_TRUE(eventually([&] { return own.integer({"LLEN", queue}) == 1; }));
+    // Its deadline passes while the server is paused: it ends with the outage's error.
+    std::atomic<bool> failed{false};
+    std::thread waiter([&] {
+        try {
+            if (timed_out.try_lock_for(1200ms)) timed_out.unlock();
+        } catch (const rlock::error&) {
+            failed = true;
+        }
+    });
+    ASSERT_TRUE(eventually([&] { return own.integer({"LLEN", queue}) == 2; }));
+    own.pause();
+    p.cancel();  // its leave cannot reach the server
+    std::future<rlock::errc> cancel_result = aborted.get_future();
+    const bool completed = cancel_result.wait_for(5s) == std::future_status::ready;
+    waiter.join();
+    std::this_thread::sleep_for(500ms);
+    own.resume();
+    ASSERT_TRUE(completed);
+    EXPECT_EQ(cancel_result.get(), rlock::errc::operation_aborted);
+    EXPECT_TRUE(failed.load());
+    holder.unlock();
+    ASSERT_TRUE(third.try_lock_for(5s)) << "a waiter that gave up still heads the queue";
+    third.unlock();
+    EXPECT_EQ(own.integer({"EXISTS", name(), queue, timeouts_of(name())}), 0);
+}
+
 TEST(fair_lock, an_expired_head_or_an_out_of_sync_queue_never_hangs_lock_or_errors) {
     // Redisson failure modes: a dead head whose deadline passed with the lock free (Redisson's
     // enqueue path then returns a negative TTL and lock() waits for ever), and a queue entry

@@ -306,6 +306,11 @@ public:
         spec.may_queue = kind == try_kind::first || kind == try_kind::waiting;
         spec.scripts_allowed = core_->scripts_allowed.load(std::memory_order_relaxed);
         spec.wait_timeout = wait_text;
+        // A leave kept for this value (give_up with the server out of reach) would take the
+        // place this wait is about to queue for; the wait leaves by itself.
+        if constexpr (Kind::abandons) {
+            if (kind == try_kind::first) core_->forget_undo(undo_key(value));
+        }
         for (int round = 0;; ++round) {
             try {
                 acquire_result r = core_->pool.run(name(), on_break::fail, [&](const connection& c) {
@@ -378,21 +383,35 @@ public:
         return channel_subscribers(*core_, name(), channel, Kind::follows_ask);
     }
 
-    // A waiter that gives up leaves nothing behind (fair_lock: its queue entry). Best effort:
-    // what it cannot reach is evicted after fair_lock_wait_timeout.
+    // A waiter that gives up leaves nothing behind (fair_lock: its queue entry). When the
+    // server cannot be reached (paused, restarting), the client's watchdog thread leaves for
+    // it once the server answers (client_core::defer_undo), or until the entry would have
+    // been evicted anyway (fair_lock_wait_timeout).
     void give_up(const std::string& value) const noexcept {
         if constexpr (Kind::abandons) {
             try {
-                core_->pool.run(name(), on_break::retry, [&](const connection& c) {
-                    Kind::abandon(c, keys_, value, server());
-                    return 0;
-                }, Kind::follows_ask);
+                leave(*core_, keys_, value);
+            } catch (const error& e) {
+                if (!is_ambiguous(e)) return;
+                try {
+                    client_core* core = core_.get();  // the watchdog thread keeps it alive
+                    core->defer_undo(undo_key(value), [core, keys = keys_, value] { leave(*core, keys, value); },
+                                     std::chrono::steady_clock::now() + options_.fair_lock_wait_timeout);
+                } catch (...) {
+                }
             } catch (...) {
             }
         } else {
             (void)value;
         }
     }
+    static void leave(client_core& core, const lock_keys& keys, const std::string& value) {
+        core.pool.run(keys.name, on_break::retry, [&](const connection& c) {
+            Kind::abandon(c, keys, value, core.ep.name);
+            return 0;
+        }, Kind::follows_ask);
+    }
+    std::string undo_key(const std::string& value) const { return name() + '\n' + value; }
 
     // Runs the release script: the count left (0: released), or -1 when `value` does not hold
     // the lock. With on_break::retry a broken connection gets one more try (run_release): a

@@ -98,6 +98,15 @@ public:
     /// gone is told at once.
     void verify_holds_soon() noexcept { watchdog_.verify_soon(); }
 
+    /// A waiter that gave up could not undo what it left (a fair_lock queue entry) with the
+    /// server out of reach: the watchdog thread tries `undo` again until the server takes it or
+    /// `until` passes (deferred_undos.hpp). `key`: the lock and the waiter's value.
+    void defer_undo(std::string key, deferred_undos::step undo, clock::time_point until) {
+        watchdog_.defer(std::move(key), std::move(undo), until);
+    }
+    /// The waiter `key` names queues again: it will leave by itself (deferred_undos::forget).
+    void forget_undo(const std::string& key) { watchdog_.forget_undo(key); }
+
     std::string holder_id(std::uint64_t thread) const { return detail::holder_id(id, thread); }
 
     /// The thread numbered `thread` has exited: its holds on this client can never be

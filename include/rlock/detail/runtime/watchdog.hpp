@@ -32,6 +32,7 @@
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/pool.hpp"
 #include "rlock/detail/redis/script.hpp"
+#include "rlock/detail/runtime/deferred_undos.hpp"
 #include "rlock/detail/runtime/event_sink.hpp"
 #include "rlock/detail/runtime/loss_watch.hpp"
 #include "rlock/detail/runtime/registry.hpp"
@@ -77,6 +78,13 @@ public:
 
     /// Asks for a tick now rather than at the next period (see client_core::verify_holds_soon).
     void verify_soon() noexcept;
+
+    /// Keeps `undo`, which its waiter could not do with the server out of reach, and tries it
+    /// again at the thread's retry pace until it is done or `until` passes (deferred_undos),
+    /// and once more when the thread stops (the client is destroyed).
+    void defer(std::string key, deferred_undos::step undo, clock::time_point until);
+    /// Forgets the undo kept under `key` (deferred_undos::forget).
+    void forget_undo(const std::string& key) { undos_.forget(key); }
 
     /// The server invalidated `keys` (or, `flushed`, every key): the holds of those keys are
     /// renewed now, which tells the owner of one that is gone (on the subscriber's thread).
@@ -271,6 +279,8 @@ private:
     std::vector<std::string> suspects_;  // keys invalidated since the last tick
     bool poke_ = false;                  // suspect() was called: look at once
     bool woken_ = false;                 // wake() was called (a hold after idling)
+    bool deferred_ = false;              // defer() was called: schedule its first retry
+    deferred_undos undos_;
     // Server-assisted detection (loss_watch.hpp); the rest is the watchdog thread's own.
     tracking_route* const route_;
     // Redis Cluster: the route, for telling a refusal once (null: detection off, or not a
@@ -334,6 +344,15 @@ RLOCK_DECL void watchdog::verify_soon() noexcept {
     {
         std::lock_guard<std::mutex> g(mu_);
         verify_ = true;
+    }
+    cv_.notify_all();
+}
+
+RLOCK_DECL void watchdog::defer(std::string key, deferred_undos::step undo, clock::time_point until) {
+    undos_.add(std::move(key), std::move(undo), until);
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        deferred_ = true;
     }
     cv_.notify_all();
 }
@@ -987,6 +1006,8 @@ RLOCK_DECL void watchdog::loop() {
     const auto retry = std::min<clock::duration>(
         period, std::max<clock::duration>(period / 10, std::chrono::milliseconds(50)));
     auto next = clock::now() + period;
+    // When the undos kept (defer) are tried next: at the retry pace while there are any.
+    auto undo_next = clock::time_point::max();
     std::unique_lock<std::mutex> g(mu_);
     while (!stop_) {
         // While the server can tell key changes, holds are armed arm_delay after they are
@@ -1008,10 +1029,18 @@ RLOCK_DECL void watchdog::loop() {
         } else {
             empty_polls_ = 0;
         }
-        const auto wake = polling ? std::min(next, clock::now() + arm_delay) : next;
-        cv_.wait_until(g, wake, [&] { return stop_ || verify_ || poke_; });
+        if (deferred_ && undo_next == clock::time_point::max()) undo_next = clock::now() + retry;
+        deferred_ = false;
+        const auto wake = std::min(polling ? std::min(next, clock::now() + arm_delay) : next, undo_next);
+        cv_.wait_until(g, wake, [&] { return stop_ || verify_ || poke_ || deferred_; });
         poke_ = false;
         if (stop_) break;
+        if (clock::now() >= undo_next) {
+            g.unlock();
+            undos_.try_all();
+            g.lock();
+            undo_next = undos_.empty() ? clock::time_point::max() : clock::now() + retry;
+        }
         if (cluster_route_ && !nodes_.empty()) {
             g.unlock();
             drain_in_cluster();
@@ -1049,6 +1078,10 @@ RLOCK_DECL void watchdog::loop() {
             next = std::max(next + period, clock::now());
         }
     }
+    // The client is going: what its waiters left is tried once more (after the engine's
+    // pending acquires, whose undos may be among them, have been failed).
+    g.unlock();
+    undos_.try_all();
 }
 
 }  // namespace rlock::detail
