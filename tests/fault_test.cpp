@@ -399,6 +399,42 @@ TYPED_TEST(fault_test, a_wait_whose_deadline_comes_during_an_outage_ends_then_wi
     }
 }
 
+// The same with the server paused: nothing breaks, so no connection tells the waiters. At its
+// deadline a wait tries once more, as a blocking one does, and that try's timeout is what it
+// ends with. Before, the asynchronous wait completed with an empty hold ("held") at its deadline.
+TYPED_TEST(fault_test, a_wait_whose_deadline_comes_while_the_server_is_paused_ends_with_its_error) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.command_timeout = 300ms;
+    rlock::client holder(o), other(o);
+    TypeParam mine(holder, this->name()), theirs(other, this->name());
+    mine.lock(30s);
+    auto blocking = std::async(std::launch::async, [&]() -> rlock::errc {
+        try {
+            (void)theirs.try_lock_for(1s);
+            return rlock::errc{};
+        } catch (const rlock::error& e) {
+            return e.value();
+        }
+    });
+    std::future<rlock::hold> waited = theirs.async_try_lock_for(1s, rlock::use_future);
+    std::this_thread::sleep_for(200ms);
+    own.pause();
+    const bool blocking_ended = blocking.wait_for(8s) == std::future_status::ready;
+    const bool async_ended = waited.wait_for(8s) == std::future_status::ready;
+    own.resume();
+    ASSERT_TRUE(blocking_ended);
+    EXPECT_TRUE(connection_error(blocking.get()));
+    ASSERT_TRUE(async_ended);
+    try {
+        (void)waited.get();
+        ADD_FAILURE() << "the asynchronous wait ended without an error (an empty hold says the lock was held)";
+    } catch (const rlock::error& e) {
+        EXPECT_TRUE(connection_error(e.value())) << e.what();
+    }
+    EXPECT_NO_THROW(mine.unlock());
+}
+
 TYPED_TEST(fault_test, connection_kills_under_load_keep_mutual_exclusion) {
     auto& s = this->server();
     ensure_counter_user(s);

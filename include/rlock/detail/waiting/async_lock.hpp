@@ -163,6 +163,12 @@ public:
     /// `e` (none: its wait ran out), its handler called.
     void end(const std::shared_ptr<async_waiter>& w, std::exception_ptr e);
 
+    /// A waiter's deadline has come: one last try, as a blocking wait makes (wait_blocking),
+    /// so that it ends with the lock if it is free now, empty if it is held, or with the
+    /// try's failure when the server does not answer — never "held" for a server that was
+    /// not asked (paused, nothing broke to tell the group).
+    void expire(const std::shared_ptr<async_waiter>& w);
+
     /// Keeps `w` while it waits at its client's gate for a lock (local hand-off, local_gate.hpp),
     /// where nothing else owns it: until its turn comes or it ends (left_gate).
     void wait_at_gate(const std::shared_ptr<async_waiter>& w) { at_gate_.emplace(w.get(), w); }
@@ -680,10 +686,23 @@ RLOCK_DECL void async_waits::join(const std::shared_ptr<async_waiter>& w, const 
     if (w->deadline != clock::time_point::max()) {
         std::weak_ptr<async_waiter> weak = w;
         w->deadline_timer = core.eng.at(w->deadline, [this, weak] {
-            if (std::shared_ptr<async_waiter> p = weak.lock()) end(p, nullptr);
+            if (std::shared_ptr<async_waiter> p = weak.lock()) expire(p);
         });
     }
     if (hint) schedule(g, *hint);
+}
+
+RLOCK_DECL void async_waits::expire(const std::shared_ptr<async_waiter>& w) {
+    if (w->settled) return;
+    w->deadline_timer = 0;  // this is it
+    wait_hint hint;
+    if (core.eng.stopping() || w->attempt_waiting(hint, false) == attempt_outcome::refused) {
+        end(w, nullptr);
+        return;
+    }
+    // Acquired, or failed (given up and settled with the failure).
+    leave(*w);
+    w->deliver();
 }
 
 RLOCK_DECL void async_waits::end(const std::shared_ptr<async_waiter>& w, std::exception_ptr e) {
