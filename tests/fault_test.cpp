@@ -435,6 +435,42 @@ TYPED_TEST(fault_test, a_wait_whose_deadline_comes_while_the_server_is_paused_en
     EXPECT_NO_THROW(mine.unlock());
 }
 
+// An inner unlock that cannot reach the server tells the owner the hold is lost, and lost()
+// says so. That verdict is final: the last unlock, made once the server answers again, finds
+// the key still there and deletes it, and lost() still says true afterwards (until the thread
+// locks again). Before, lost() went back to false.
+template <class Lock>
+void an_inner_unlock_that_failed_leaves_the_hold_lost_after_the_last(const std::string& name) {
+    SCOPED_TRACE(rlock_test::kind_name<Lock>());
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.command_timeout = 200ms;
+    rlock_test::lost_log lost;
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    Lock l(c, name);
+    l.lock();
+    l.lock();
+    own.pause();
+    EXPECT_NO_THROW(l.unlock());  // the inner level: told, not thrown
+    own.resume();
+    EXPECT_TRUE(l.lost());
+    EXPECT_NO_THROW(l.unlock());
+    EXPECT_TRUE(l.lost()) << "the verdict was taken back";
+    EXPECT_EQ(lost.calls.load(), 1);
+    EXPECT_EQ(own.integer({"EXISTS", name}), 0);
+    l.lock();
+    EXPECT_FALSE(l.lost());
+    l.unlock();
+}
+
+TEST(lost_is_final, an_inner_unlock_that_failed_leaves_the_hold_lost_after_the_last) {
+    const std::string n = rlock_test::name();
+    an_inner_unlock_that_failed_leaves_the_hold_lost_after_the_last<rlock::reentrant_lock>(n + ":reentrant");
+    an_inner_unlock_that_failed_leaves_the_hold_lost_after_the_last<rlock::fair_lock>(n + ":fair");
+    an_inner_unlock_that_failed_leaves_the_hold_lost_after_the_last<rlock::read_write_lock>(n + ":rw");
+}
+
 TYPED_TEST(fault_test, connection_kills_under_load_keep_mutual_exclusion) {
     auto& s = this->server();
     ensure_counter_user(s);

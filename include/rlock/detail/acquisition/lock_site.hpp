@@ -159,6 +159,10 @@ private:
             lost_last();
             reg.tell_hold(*h, error(errc::lock_lost, name(), server(),
                                     "the lease ran out before the watchdog could renew it"));
+        } else if (last && reg.told_lost(*h)) {
+            // Told lost before (an inner unlock or a renewal failed): the verdict is final,
+            // whatever the release found (the key still there, a retry's "not held").
+            lost_last();
         }
         return passed;
     }

@@ -285,6 +285,9 @@ public:
     /// once it is released. True once, for the unlock to tell it.
     bool claim_untold_loss(hold& h);
 
+    /// True when `h` is lost and its owner has been told.
+    bool told_lost(const hold& h) const;
+
     /// Marks a hold lost on behalf of its own thread (unlock found it gone); true when the owner
     /// has not been told yet.
     bool claim_report(hold& h);
@@ -536,6 +539,11 @@ RLOCK_DECL bool registry::claim_untold_loss(hold& h) {
     if (!h.watched || !h.lost || h.told || h.refused) return false;
     h.told = true;
     return true;
+}
+
+RLOCK_DECL bool registry::told_lost(const hold& h) const {
+    std::lock_guard<std::mutex> g(mu_);
+    return h.lost && h.told;
 }
 
 RLOCK_DECL bool registry::claim_report(hold& h) {
