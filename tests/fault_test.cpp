@@ -471,6 +471,64 @@ TEST(lost_is_final, an_inner_unlock_that_failed_leaves_the_hold_lost_after_the_l
     an_inner_unlock_that_failed_leaves_the_hold_lost_after_the_last<rlock::read_write_lock>(n + ":rw");
 }
 
+// A re-entry rides out a server that does not answer, as any lock() does, and adds exactly
+// one level: its first try timed out, and the server ran it when it resumed, so the next try
+// finds that level in place and keeps it rather than adding a second. Before, the re-entry
+// threw at once.
+template <class Lock>
+void a_re_entry_rides_out_a_pause_and_adds_one_level(const std::string& name) {
+    SCOPED_TRACE(rlock_test::kind_name<Lock>());
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.command_timeout = 200ms;
+    rlock_test::lost_log lost;
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    Lock l(c, name);
+    std::promise<void> held, paused;
+    std::string outcome = "never returned";
+    long long levels = -1;
+    std::thread owner([&] {
+        l.lock();
+        held.set_value();
+        paused.get_future().wait();
+        try {
+            l.lock();  // while the server is paused
+            outcome = "re-entered";
+        } catch (const rlock::error& e) {
+            outcome = e.what();
+            return;
+        }
+        // The levels Redis counts for this thread (its field; read_write_lock's "mode" aside).
+        auto fields = own.cmd({"HGETALL", name});
+        levels = 0;
+        for (std::size_t i = 0; i + 1 < fields->elements; i += 2) {
+            if (rlock::detail::reply_text(fields->element[i]) != "mode") {
+                levels += std::stoll(std::string(rlock::detail::reply_text(fields->element[i + 1])));
+            }
+        }
+        l.unlock();
+        l.unlock();
+    });
+    held.get_future().wait();
+    own.pause();
+    paused.set_value();
+    std::this_thread::sleep_for(1s);
+    own.resume();
+    owner.join();
+    EXPECT_EQ(outcome, "re-entered");
+    EXPECT_EQ(levels, 2) << "the re-entry added a level more or less than one";
+    EXPECT_EQ(own.integer({"EXISTS", name}), 0);
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+}
+
+TEST(re_entry, rides_out_a_pause_and_adds_one_level) {
+    const std::string n = rlock_test::name();
+    a_re_entry_rides_out_a_pause_and_adds_one_level<rlock::reentrant_lock>(n + ":reentrant");
+    a_re_entry_rides_out_a_pause_and_adds_one_level<rlock::fair_lock>(n + ":fair");
+    a_re_entry_rides_out_a_pause_and_adds_one_level<rlock::read_write_lock>(n + ":rw");
+}
+
 TYPED_TEST(fault_test, connection_kills_under_load_keep_mutual_exclusion) {
     auto& s = this->server();
     ensure_counter_user(s);

@@ -249,11 +249,15 @@ public:
         }
     }
 
-    bool reenter(hold& h, lease_request lease) const {
+    /// `again`: a re-entry made after one that failed in an outage (it may have run). It first
+    /// takes back the level that one added if it did (undo_reentry), so that exactly one is
+    /// added.
+    bool reenter(hold& h, lease_request lease, bool again = false) const {
         registry& reg = core_->reg;
         if constexpr (!Kind::reentrant) {
             (void)lease;
             (void)h;
+            (void)again;
             throw error(errc::would_deadlock, name(), server(),
                         owner_name(h.thread) + " already holds the lock, and a mutex is not reentrant");
         } else {
@@ -266,6 +270,7 @@ public:
             const bool watched = reg.with([&] { return h.watched; }) || lease.is_watched();
             const std::chrono::milliseconds duration =
                 watched ? core_->ep.options.lock_watchdog_timeout : lease.fixed_duration();
+            if (again) undo_reentry(h);
             const auto sent = clock::now();
             acquire_result r = attempt(h.value, duration, try_kind::reentry);
             if (!r.acquired) {
@@ -283,6 +288,21 @@ public:
             });
             return true;
         }
+    }
+
+    /// Redis counting one level more for this holder than the client does means that a
+    /// re-entry whose reply never came ran: that level is released (an inner one: nothing is
+    /// published). A re-entry cannot be undone by a plain release as an acquire is, which
+    /// would take one of the levels the thread holds when the try had not run.
+    void undo_reentry(const hold& h) const {
+        const std::string expected = std::to_string(h.count + 1);
+        core_->pool.run(name(), on_break::fail, [&](const connection& c) {
+            const reply_ptr r = run_command(c, {"HGET", keys_.name, h.value}, name(), server());
+            if (r->type == REDIS_REPLY_STRING && reply_text(r.get()) == expected) {
+                (void)Kind::release(c, keys_, h.value, server());
+            }
+            return 0;
+        }, Kind::follows_ask);
     }
 
     /// Which attempt at the lock this is.

@@ -175,7 +175,7 @@ private:
         // Nothing would renew or release a hold taken now.
         core_->throw_if_destroyed(name(), "the client this lock was made from has been destroyed");
         if (registry::hold_ptr h = reg.find(&Kind::info, name(), thread)) {
-            return reenter(*h, lease);
+            return reenter_riding(*h, lease, deadline);
         }
         site::check_acquire(thread);
         const event_sink& events = core_->events;
@@ -249,6 +249,21 @@ private:
         forget_lost_at_unlock(thread);
         events.acquired(Kind::info.name, name(), h->id, story, /*handed_locally=*/op.handed());
         return true;
+    }
+
+    // A re-entry rides an outage as a wait does (failure_ride): until the deadline, or for as
+    // long as it lasts (lock()); try_lock() throws the failure at once. Each try after one that
+    // failed takes back the level that one may have added (lock_site::reenter).
+    bool reenter_riding(hold& h, lease_request lease, clock::time_point deadline) {
+        failure_ride ride(repeat::safe, core_->ep.follows_failovers());
+        for (bool again = false;; again = true) {
+            try {
+                return site::reenter(h, lease, again);
+            } catch (const error& e) {
+                std::this_thread::sleep_until(ride.again_after(e, deadline));
+                core_->throw_if_destroyed(name(), "the client was destroyed while this thread re-entered");
+            }
+        }
     }
 
     // async_lockable's entry point (async_lockable.hpp).
