@@ -289,6 +289,33 @@ TEST(read_write_lock, a_foreign_readers_huge_count_is_not_walked_and_holds_until
     server().cmd({"SCRIPT", "KILL"});  // what an unbounded walk would need (NOTBUSY otherwise)
 }
 
+// The same for any count neither rlock nor Redisson writes (text, 0, a negative or fractional
+// count): such a reader cannot be told dead, so a writer is kept out until the hash expires,
+// and a reader's last unlock leaves the hash (and that field) alone. Before, such a reader was
+// taken for dead: a writer got in over it, and an unlock deleted the hash.
+TEST(read_write_lock, a_foreign_reader_count_that_is_not_a_level_count_is_never_taken_for_dead) {
+    rlock::client c(server().options());
+    rlock::read_write_lock lock(c, name());
+    for (const char* count : {"abc", "0", "-1", "1.5"}) {
+        SCOPED_TRACE(count);
+        server().cmd({"HSET", name(), "mode", "read", "foreign:1", count});
+        server().cmd({"PEXPIRE", name(), "30000"});
+        bool refused = false;
+        try {
+            refused = !lock.try_lock();
+            if (!refused) lock.unlock();
+        } catch (const rlock::error& e) {
+            ADD_FAILURE() << e.what();
+        }
+        EXPECT_TRUE(refused) << "a writer got in over a reader it could not tell dead";
+        lock.lock_shared();
+        lock.unlock_shared();
+        EXPECT_EQ(server().text({"HGET", name(), "foreign:1"}), count) << "the unlock dropped the reader";
+        EXPECT_EQ(server().text({"HGET", name(), "mode"}), "read");
+        server().cmd({"DEL", name()});
+    }
+}
+
 TEST(read_write_lock, a_downgraded_read_hold_keeps_its_own_longer_lease) {
     // The write side is watched (renewed every 100 ms to 300 ms); the read side has a 5 s
     // lease. Neither renewal nor the downgrade may cut the lock's TTL below the read lease.

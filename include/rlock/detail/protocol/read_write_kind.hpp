@@ -49,8 +49,9 @@ end
 /// before the hash counts them, for the same reason.
 /// live_readers(hash) drops the reader fields none of whose hold keys is alive any more, and
 /// returns how many readers are alive and the longest remaining hold (ms). Neither walks more
-/// than max_walked_levels levels of one reader: a count above it (which neither rlock nor
-/// Redisson writes) is not walked, and live_readers keeps that reader for the hash's TTL.
+/// than max_walked_levels levels of one reader: a count above it, or any other count neither
+/// rlock nor Redisson writes (text, 0, a negative or fractional one: walkable_levels), is not
+/// walked, and live_readers keeps that reader for the hash's TTL.
 /// fencing_token(counter, wanted, had) takes the next token (lua_checks' next_token) when asked.
 /// They follow lua_checks, whose checks every script makes before its first write: the lock
 /// hash's type (its first HGET), the fencing counter, and the holder's count where it HINCRBYs
@@ -65,11 +66,15 @@ inline constexpr std::string_view rw_lua_helpers_after = R"lua(-- The most level
 -- level, so a larger one was written by someone else, and walking it (up to 2^63 hold keys)
 -- would keep the server in the script for ever.
 local max_walked_levels = 999999
+-- A reader's count as rlock and Redisson write it (1 to max_walked_levels), as a number;
+-- false for any other value (text, 0, a negative or fractional count, one too large to walk).
+local function walkable_levels(v)
+    return type(v) == 'string' and string.match(v, '^[1-9]%d?%d?%d?%d?%d?$') and tonumber(v)
+end
 local function touch_holds(hash)
     for _, field in ipairs(redis.call('hkeys', hash)) do
         if is_reader(field) then
-            local count = tonumber(redis.call('hget', hash, field)) or 0
-            if count > max_walked_levels then count = 0 end
+            local count = walkable_levels(redis.call('hget', hash, field)) or 0
             for i = 1, count do
                 redis.call('pttl', hold_key(hash, field, i))
             end
@@ -80,11 +85,12 @@ local function live_readers(hash)
     local alive, longest = 0, 0
     for _, field in ipairs(redis.call('hkeys', hash)) do
         if is_reader(field) then
-            local count = tonumber(redis.call('hget', hash, field)) or 0
+            local count = walkable_levels(redis.call('hget', hash, field))
             local live = false
-            if count > max_walked_levels then
-                -- Not walked: a reader whose holds cannot be told is kept, for the hash's time
-                -- to live (a writer is never let in over a reader that may be alive).
+            if not count then
+                -- Not walked: a reader whose holds cannot be told (a count no one of ours
+                -- writes) is kept, for the hash's time to live (a writer is never let in over
+                -- a reader that may be alive).
                 live = true
                 local t = redis.call('pttl', hash)
                 if t > longest then longest = t end
@@ -285,7 +291,7 @@ local out = {}
 for i = 1, #KEYS do
     local holder = ARGV[i + 1]
     local got = redis.pcall('hget', KEYS[i], holder)
-    local count = type(got) == 'string' and string.match(got, '^[1-9]%d?%d?%d?%d?%d?$') and tonumber(got)
+    local count = walkable_levels(got)
     local ok = 0
     if read_failed(got) then
         ok = got
