@@ -838,6 +838,25 @@ TEST_F(asio_tokens, an_async_unlock_takes_asio_tokens_too) {
     EXPECT_FALSE(m.is_locked());
 }
 
+// asio::deferred is callable with one argument (it takes a token), so it passed for an unlock's
+// callback: the unlock ran at once and nothing was deferred. It is an Asio token.
+TEST_F(asio_tokens, an_async_unlock_with_deferred_unlocks_only_when_launched) {
+    rlock::client c(options());
+    rlock::mutex m(c, name());
+    rlock::hold h = m.async_lock(asio::use_future).get();
+#if ASIO_VERSION >= 102400
+    auto op = h.async_unlock(asio::deferred);
+#else
+    auto op = h.async_unlock(asio::experimental::deferred);
+#endif
+    std::this_thread::sleep_for(50ms);  // an unlock started now would be done by then
+    EXPECT_TRUE(m.is_locked()) << "the unlock ran before it was launched";
+    std::promise<bool> released;
+    std::move(op)([&](std::exception_ptr e) { released.set_value(!e); });
+    EXPECT_TRUE(released.get_future().get());
+    EXPECT_FALSE(m.is_locked());
+}
+
 TEST_F(asio_tokens, an_emitted_cancellation_completes_with_operation_aborted_and_leaves_nothing) {
     rlock::client holder(options()), waiter(options());
     rlock::mutex mine(holder, name()), theirs(waiter, name());

@@ -59,11 +59,24 @@
 namespace rlock::detail::asio_ns {
 using namespace ::boost::asio;  // NOLINT(google-build-using-namespace): one spelling for both
 }  // namespace rlock::detail::asio_ns
+// asio::deferred: in asio:: from 1.24 (Boost 1.80), in asio::experimental:: before.
+#if BOOST_ASIO_VERSION >= 102400
+#define RLOCK_ASIO_DEFERRED_T ::boost::asio::deferred_t
+#elif __has_include(<boost/asio/experimental/deferred.hpp>)
+#include <boost/asio/experimental/deferred.hpp>
+#define RLOCK_ASIO_DEFERRED_T ::boost::asio::experimental::deferred_t
+#endif
 #else
 #include <asio.hpp>
 namespace rlock::detail::asio_ns {
 using namespace ::asio;  // NOLINT(google-build-using-namespace): one spelling for both
 }  // namespace rlock::detail::asio_ns
+#if ASIO_VERSION >= 102400
+#define RLOCK_ASIO_DEFERRED_T ::asio::deferred_t
+#elif __has_include(<asio/experimental/deferred.hpp>)
+#include <asio/experimental/deferred.hpp>
+#define RLOCK_ASIO_DEFERRED_T ::asio::experimental::deferred_t
+#endif
 #endif
 
 #include "rlock/detail/runtime/completion.hpp"
@@ -83,6 +96,12 @@ template <class T, class Executor, class Signature>
 struct is_asio_token<asio_ns::executor_binder<T, Executor>, Signature> : std::true_type {};
 template <class T, class Slot, class Signature>
 struct is_asio_token<asio_ns::cancellation_slot_binder<T, Slot>, Signature> : std::true_type {};
+#ifdef RLOCK_ASIO_DEFERRED_T
+// Callable with one argument (it takes a token): an unlock's callback, had it not been named.
+template <class Signature>
+struct is_asio_token<RLOCK_ASIO_DEFERRED_T, Signature> : std::true_type {};
+#undef RLOCK_ASIO_DEFERRED_T
+#endif
 
 /// An operation whose handler is bound to an execution context (an io_context): told when that
 /// context shuts down.
