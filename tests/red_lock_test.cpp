@@ -103,6 +103,36 @@ TEST_F(red_lock_test, a_lease_no_longer_than_its_clock_drift_is_invalid_argument
     lock.unlock();
 }
 
+// A key of another type on a node refuses SET NX as a held lock does. Where such keys leave
+// fewer than a majority of nodes usable, no round can ever win: try_lock answered false and
+// lock() waited for ever. That is now wrong_type at once, naming the nodes, with nothing left
+// on the others; on a minority, the lock works on the rest.
+TEST_F(red_lock_test, keys_of_another_type_on_a_majority_are_wrong_type_and_on_a_minority_are_worked_around) {
+    auto clients = make_clients();
+    rlock::red_lock lock(raw(clients), name());
+    for (int i = 0; i < 3; ++i) servers[i]->cmd({"RPUSH", name(), "not a lock"});
+    for (int form = 0; form < 3; ++form) {
+        SCOPED_TRACE(form);
+        const auto start = steady::now();
+        try {
+            if (form == 0) (void)lock.try_lock();
+            if (form == 1) (void)lock.try_lock_for(2s);
+            if (form == 2) lock.lock();
+            ADD_FAILURE() << "no error";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.code(), rlock::errc::wrong_type) << e.what();
+            EXPECT_NE(std::string(e.what()).find(clients[0]->server()), std::string::npos) << e.what();
+        }
+        EXPECT_LT(steady::now() - start, 1s);
+        for (int i = 3; i < 5; ++i) EXPECT_EQ(servers[i]->integer({"EXISTS", name()}), 0);
+        for (int i = 0; i < 3; ++i) EXPECT_EQ(servers[i]->integer({"LLEN", name()}), 1);
+    }
+    servers[2]->cmd({"DEL", name()});  // two of five: a majority is usable
+    ASSERT_TRUE(lock.try_lock());
+    EXPECT_EQ(lock.unlock(), 3u);
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(servers[i]->integer({"LLEN", name()}), 1);
+}
+
 TEST_F(red_lock_test, a_paused_node_costs_at_most_its_per_node_timeout) {
     auto clients = make_clients();
     rlock::red_lock lock(raw(clients), name());

@@ -51,6 +51,9 @@ public:
     const std::string& channel() const noexcept { return keys_.channel; }
 
     /// What one round came to.
+    /// Whether a node's answer to a round's acquire says it set the key.
+    static bool took(const redisReply* r) noexcept;
+
     struct round {
         registry::hold_ptr held;  // the first node hold, when a majority accepted in time
         bool unreachable = false;  // fewer than a majority could even be asked or answered
@@ -64,7 +67,9 @@ public:
     /// could leave validity (lease - elapsed - drift > 0), so a wait would never end.
     void check_lease(lease_request lease) const;
 
-    /// One Redlock round for `owner`: a new token SET NX PX on every node in parallel. Held
+    /// One Redlock round for `owner`: a new token SET NX PX on every node in parallel (inside
+    /// the mutex's acquire script, so that a key of another type is told: wrong_type once
+    /// such keys leave no majority). Held
     /// when a majority accepted and validity is left: the node holds are registered (one group,
     /// told once). Otherwise every node is released (a reply may have been lost).
     round try_once(std::uint64_t owner, std::chrono::milliseconds lease, bool watched) const;
@@ -244,9 +249,7 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
     const std::size_t need = quorum(), n = nodes_.size();
     const std::string token = random_token();
     const auto start = clock::now();
-    auto accepted = [](const node_result& r) {
-        return r.reply && r.reply->type == REDIS_REPLY_STATUS;
-    };
+    auto accepted = [](const node_result& r) { return took(r.reply.get()); };
     // Whether the round holds, judged once, when its replies are in: a majority accepted and
     // validity is left. When it does not, the nodes that were sent the SET and did not answer
     // (paused, slow) are sent the release on the same connection, after it: they run both in
@@ -269,7 +272,9 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
     auto results = fan_out(
         nodes_, name_,
         [&](std::size_t, script_call& call) {
-            call = mutex_kind::set_command(name_, token, lease_text);
+            // The mutex's acquire script, not a bare SET NX: a key of another type answers
+            // WRONGTYPE rather than "held" (see below).
+            call = acquire_call(mutex_kind::acquire_fenced_script(), keys_, false, {token, lease_text, "0"});
         },
         node_timeout(lease),
         [&](const std::vector<node_result>& so_far) {
@@ -328,6 +333,22 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
         return out;
     }
     release_all(token);  // a failed round: undo on every node, answered or not
+    // Keys of another type (a list at the name) refuse every round on their nodes: where too
+    // few nodes are left for a majority, no round can ever win, and a wait would never end.
+    std::string foreign;
+    std::size_t foreign_nodes = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        if ((results[i].reply && reply_is_error(results[i].reply.get(), "WRONGTYPE")) ||
+            (results[i].failure && results[i].failure->value() == errc::wrong_type)) {
+            foreign += (foreign.empty() ? "" : ", ") + nodes_[i]->ep.name;
+            ++foreign_nodes;
+        }
+    }
+    if (n - foreign_nodes < need) {
+        throw error(errc::wrong_type, name_, foreign,
+                    "the key holds another type than a lock's string on " + std::to_string(foreign_nodes) +
+                        " of " + std::to_string(n) + " nodes, which leaves no majority; nothing was changed");
+    }
     out.unreachable = n - failed < need;
     if (out.unreachable) {
         out.detail = "fewer than " + std::to_string(need) + " of " + std::to_string(n) +
@@ -508,6 +529,12 @@ RLOCK_DECL std::string red_site::unanswered_nodes(const std::vector<node_result>
     return m;
 }
 
+RLOCK_DECL bool red_site::took(const redisReply* r) noexcept {
+    // {1, token} from the acquire script: set.
+    return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+           r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 1;
+}
+
 RLOCK_DECL std::string red_site::describe(const std::vector<node_result>& results) const {
     std::string m;
     for (std::size_t i = 0; i < results.size(); ++i) {
@@ -519,7 +546,7 @@ RLOCK_DECL std::string red_site::describe(const std::vector<node_result>& result
         } else if (r.failure) {
             m += "failed: ";
             m += r.failure->cause();
-        } else if (r.reply && r.reply->type == REDIS_REPLY_STATUS) {
+        } else if (took(r.reply.get())) {
             m += "accepted";
         } else if (r.reply && r.reply->type == REDIS_REPLY_ERROR) {
             m += "failed: ";

@@ -84,6 +84,7 @@ RLOCK_DECL std::vector<node_result> fan_out(
     // failed).
     enum class stage : unsigned char { opening, asked, done };
     std::vector<stage> at(n, stage::done);
+    std::vector<char> resent(n, 0);  // a NOSCRIPT answered: sent again with the script's body
     std::vector<std::shared_ptr<pool::opening>> openings(n);
     std::shared_ptr<wake_pipe> wake;  // poked when an opening is done
     auto deadline = clock::now() + per_node;
@@ -93,12 +94,12 @@ RLOCK_DECL std::vector<node_result> fan_out(
         at[i] = stage::done;
         if (conns[i]) conns[i]->discard();
     };
-    auto ask = [&](std::size_t i) {
+    // Writes calls[i] in `form` (a script's: EVALSHA, or EVAL with its body) on node i's
+    // connection; the node is then asked.
+    auto send = [&](std::size_t i, script_form form) {
         try {
-            make(i, calls[i]);
             const connection conn{conns[i]->get(), false, nodes[i]->ep.sharded_pubsub};
-            if (calls[i].s)
-                calls[i].use(script_form::sha, conn);  // re-arm: assigned, not built here
+            if (calls[i].s) calls[i].use(form, conn);  // re-arm: assigned, not built here
             redisContext* c = conn.ctx;
             if (append_command(c, calls[i].argc(), calls[i].argv(), calls[i].lens()) != REDIS_OK) {
                 throw make_error(c, nullptr, lock, nodes[i]->ep.name);
@@ -112,6 +113,15 @@ RLOCK_DECL std::vector<node_result> fan_out(
         } catch (const error& e) {
             fail(i, e);
         }
+    };
+    auto ask = [&](std::size_t i) {
+        try {
+            make(i, calls[i]);
+        } catch (const error& e) {
+            fail(i, e);
+            return;
+        }
+        send(i, script_form::sha);
     };
     auto open = [&](std::size_t i) {
         try {
@@ -200,6 +210,15 @@ RLOCK_DECL std::vector<node_result> fan_out(
             }
             if (!raw) continue;  // partial reply: wait for the rest
             out[i].reply.reset(static_cast<redisReply*>(raw));
+            if (calls[i].s && !resent[i] && reply_is_error(out[i].reply.get(), "NOSCRIPT")) {
+                // A script the node had not cached (its first use there, SCRIPT FLUSH, a
+                // restart): sent again with its body on the same connection, within the round,
+                // so that the round's verdict counts the node's real answer.
+                out[i].reply.reset();
+                resent[i] = true;
+                send(i, script_form::body);
+                continue;
+            }
             at[i] = stage::done;
         }
     }
@@ -229,20 +248,6 @@ RLOCK_DECL std::vector<node_result> fan_out(
     }
     for (std::size_t i = 0; i < n; ++i) {
         if (at[i] != stage::done && conns[i]) conns[i]->discard();
-    }
-    // A script the node had forgotten (SCRIPT FLUSH, restart): send it with its body, once.
-    for (std::size_t i = 0; i < n; ++i) {
-        if (!reply_is_error(out[i].reply.get(), "NOSCRIPT") || !calls[i].s || !conns[i] ||
-            !conns[i]->get()) {
-            continue;
-        }
-        try {
-            const connection conn{conns[i]->get(), false, nodes[i]->ep.sharded_pubsub};
-            out[i].reply = run_script(conn, calls[i], lock, nodes[i]->ep.name);
-        } catch (const error& e) {
-            out[i].reply.reset();
-            out[i].failure = e;
-        }
     }
     return out;
 }
