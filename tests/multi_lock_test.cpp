@@ -190,6 +190,46 @@ TEST(multi_lock, a_wait_rides_out_a_two_second_restart) {
     EXPECT_NO_THROW(held.unlock());  // gone with the restart: told, not thrown
 }
 
+// The same when the server that is down is not the first part's (in canonical order, by
+// server then name): the part that cannot be reached becomes the one waited for, and its wait
+// rides the outage. Before, every form failed with connection_failed within milliseconds.
+TEST(multi_lock, a_wait_rides_out_a_restart_of_a_later_parts_server) {
+    redis_server one, two;
+    // The part whose server sorts second is the one the first try of the round does not wait for.
+    redis_server& later_server = one.options().host + ":" + std::to_string(one.port()) >
+                                         two.options().host + ":" + std::to_string(two.port())
+                                     ? one
+                                     : two;
+    rlock::client c1(one.options()), c2(two.options()), d1(one.options()), d2(two.options());
+    rlock::mutex a1(c1, name(":a")), b1(c2, name(":b")), a2(d1, name(":a")), b2(d2, name(":b"));
+    rlock::multi_lock blocking{a1, b1}, later{a2, b2};
+    later_server.kill_now();
+    auto waited = std::async(std::launch::async, [&]() -> std::string {
+        try {
+            if (!blocking.try_lock_for(20s)) return "returned false";
+            blocking.unlock();
+            return "got it";
+        } catch (const rlock::error& e) {
+            return std::string("threw: ") + e.what();
+        }
+    });
+    std::future<rlock::hold> async_wait = later.async_try_lock_for(20s, rlock::use_future);
+    std::this_thread::sleep_for(1500ms);
+    EXPECT_EQ(waited.wait_for(0s), std::future_status::timeout) << "the blocking wait ended mid-outage: " << waited.get();
+    EXPECT_EQ(async_wait.wait_for(0s), std::future_status::timeout) << "the asynchronous wait ended mid-outage";
+    std::this_thread::sleep_for(500ms);
+    later_server.restart();
+    ASSERT_EQ(async_wait.wait_for(15s), std::future_status::ready) << "the asynchronous waiter still waits";
+    try {
+        rlock::hold h = async_wait.get();
+        EXPECT_TRUE(h) << "the asynchronous wait ran out";
+    } catch (const rlock::error& e) {
+        ADD_FAILURE() << "the asynchronous wait threw: " << e.what();
+    }
+    ASSERT_EQ(waited.wait_for(15s), std::future_status::ready) << "the blocking waiter still waits";
+    EXPECT_EQ(waited.get(), "got it");
+}
+
 // Issue 16: the server restarted empty while a multi_lock of one node was held, and another
 // client took one of its parts: the one-script unlock tells the owner once, and lost() says so.
 TEST(multi_lock, an_unlock_after_a_restart_lost_the_parts_tells_the_owner_once) {

@@ -283,6 +283,13 @@ RLOCK_DECL bool multi_lock::acquire(clock::time_point deadline, detail::lease_re
             bool ok = false;
             try {
                 ok = parts_[i].try_until(parts_[i].lock, clock::now(), lease);
+            } catch (const error& e) {
+                // A part out of reach is the one waited for next: its own wait rides the
+                // outage until the deadline (detail::part_outage). Any other error is ours.
+                if (!detail::part_outage(e) || clock::now() >= deadline) {
+                    release(taken);
+                    throw;
+                }
             } catch (...) {
                 release(taken);
                 throw;

@@ -21,6 +21,7 @@
 #include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
+#include "rlock/detail/redis/error_origin.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
 #include "rlock/detail/runtime/completion.hpp"
 #include "rlock/detail/runtime/registry.hpp"
@@ -108,6 +109,15 @@ public:
 private:
     mutable std::vector<rlock::hold> parts_;  // unlock_one empties them; only the owner calls it
 };
+
+/// Whether `e`, thrown by a part tried without waiting, is an outage at that part (its server
+/// restarting or not answering, a killed connection; a red_lock part without a majority of
+/// nodes it can reach) rather than the acquire's error: that part is then waited for, and its
+/// own wait rides the outage until the deadline, as a single lock's does.
+inline bool part_outage(const error& e) noexcept {
+    return is_ambiguous(e) || e.value() == errc::quorum_not_reached;
+}
+RLOCK_DECL bool part_outage(const std::exception_ptr& e) noexcept;
 
 /// One asynchronous multi_lock acquire: the blocking algorithm's rounds, each step a part's own
 /// asynchronous acquire. The head part is waited for (with the deadline); the others are tried
@@ -244,6 +254,16 @@ RLOCK_DECL void multi_acquire::start_step(std::size_t i, clock::time_point deadl
     if (failure) finish(std::move(failure), rlock::hold());
 }
 
+RLOCK_DECL bool part_outage(const std::exception_ptr& e) noexcept {
+    try {
+        if (e) std::rethrow_exception(e);
+    } catch (const error& x) {
+        return part_outage(x);
+    } catch (...) {
+    }
+    return false;
+}
+
 RLOCK_DECL bool multi_acquire::set_current(rlock::pending p, std::uint64_t n) {
     std::lock_guard<std::mutex> g(mu_);
     if (n >= current_step_) {
@@ -255,6 +275,13 @@ RLOCK_DECL bool multi_acquire::set_current(rlock::pending p, std::uint64_t n) {
 
 RLOCK_DECL void multi_acquire::on_step(std::size_t i, std::exception_ptr e,
                                        rlock::hold h) noexcept {
+    if (e && i != head_ && part_outage(e) && clock::now() < deadline_) {
+        // A part tried without waiting is out of reach: waited for next (see part_outage).
+        release_taken();
+        head_ = i;
+        start_step(i, deadline_);
+        return;
+    }
     if (e) {
         release_taken();
         finish(std::move(e), rlock::hold());
