@@ -387,4 +387,32 @@ TEST(multi_lock, mixes_kinds_and_clients) {
     EXPECT_THROW((rlock::multi_lock{m, m}), rlock::error);
 }
 
+// "Given twice" means one key twice: the same name on a server both parts are on, whatever
+// their kinds. Before, two read_write_locks or red_locks of one name on different servers were
+// refused (those kinds order by name alone, and the check compared that order), while a mutex
+// and a red_lock over the same key were let through, and the acquire waited for itself.
+TEST(multi_lock, the_same_name_on_different_servers_is_two_locks_and_one_key_twice_is_refused) {
+    redis_server other;
+    rlock::client here(server().options()), there(other.options());
+    {
+        rlock::read_write_lock w1(here, name()), w2(there, name());
+        rlock::red_lock r1(std::vector<rlock::client*>{&here}, name(":red")),
+            r2(std::vector<rlock::client*>{&there}, name(":red"));
+        rlock::multi_lock both{w1, w2, r1, r2};
+        ASSERT_TRUE(both.try_lock());
+        EXPECT_EQ(server().text({"HGET", name(), "mode"}), "write");
+        EXPECT_EQ(other.text({"HGET", name(), "mode"}), "write");
+        EXPECT_EQ(server().integer({"EXISTS", name(":red")}) + other.integer({"EXISTS", name(":red")}), 2);
+        both.unlock();
+    }
+    rlock::mutex m(here, name(":red"));
+    rlock::red_lock r(std::vector<rlock::client*>{&here, &there}, name(":red"));
+    try {
+        rlock::multi_lock same_key{m, r};
+        ADD_FAILURE() << "a mutex and a red_lock over the same key were taken as two locks";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.code(), rlock::errc::invalid_argument) << e.what();
+    }
+}
+
 }  // namespace

@@ -240,11 +240,17 @@ RLOCK_DECL void multi_lock::name_parts() {
     std::sort(parts_.begin(), parts_.end(), [](const part& a, const part& b) {
         return std::tie(a.view.server, a.name) < std::tie(b.view.server, b.name);
     });
-    for (std::size_t i = 1; i < parts_.size(); ++i) {
-        if (parts_[i].view.server == parts_[i - 1].view.server &&
-            parts_[i].name == parts_[i - 1].name) {
-            throw error(errc::invalid_argument, parts_[i].name, parts_[i].view.server,
-                        "the same lock is given twice to one multi_lock");
+    // The same key twice (one name on a server both parts are on, whatever their kinds): the
+    // acquire would wait for itself. Distinct servers are distinct locks.
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+        for (std::size_t j = i + 1; j < parts_.size(); ++j) {
+            if (parts_[i].name != parts_[j].name) continue;
+            for (const std::string& at : parts_[i].view.where) {
+                const auto& other = parts_[j].view.where;
+                if (std::find(other.begin(), other.end(), at) == other.end()) continue;
+                throw error(errc::invalid_argument, parts_[i].name, at,
+                            "the same lock is given twice to one multi_lock");
+            }
         }
     }
     one_node_ = std::all_of(parts_.begin(), parts_.end(), [&](const part& p) {

@@ -198,6 +198,7 @@ RLOCK_DECL bool red_lock::acquire(clock::time_point deadline, detail::lease_requ
 
 RLOCK_DECL detail::part_view red_lock::as_part() const {
     detail::part_view v;
+    for (const detail::client_core* n : site_->nodes()) v.where.push_back(n->ep.name);
     v.starter = [this] { return async_starter(); };
     return v;
 }

@@ -292,6 +292,7 @@ private:
         if constexpr (!std::is_same_v<Kind, rw_read_kind> && !std::is_same_v<Kind, rw_write_kind>) {
             v.server = core_->ep.name;
         }
+        v.where = {core_->ep.name};
         v.core = core_.get();
         v.kind = &Kind::info;
         if constexpr (Kind::multi_code != 0) {

@@ -38,6 +38,7 @@ namespace rlock::detail {
 /// path (kind_defaults::multi_code), its keys and code.
 struct part_view {
     std::string server;           // "" orders it by name alone
+    std::vector<std::string> where;  // the servers its key is on (a red_lock: its nodes)
     client_core* core = nullptr;  // where its hold is registered; null: a red_lock, whose node
                                   // holds are a group of their own
     const kind_info* kind = nullptr;
