@@ -1487,4 +1487,27 @@ TEST(permit_expirable_semaphore, a_waiter_ends_with_an_error_when_its_client_goe
               rlock::errc::connection_failed);
 }
 
+// A semaphore object that outlives its client takes no permits: nothing would renew or release
+// them. Before, its blocking acquires went on taking permits, left for their whole lease.
+TEST(permit_expirable_semaphore, a_destroyed_clients_semaphore_takes_nothing) {
+    rlock::client setter(server().options());
+    rlock::permit_expirable_semaphore counts(setter, name());
+    ASSERT_TRUE(counts.try_set_permits(3));
+    auto doomed = std::make_unique<rlock::client>(server().options());
+    rlock::permit_expirable_semaphore orphan(*doomed, name());
+    doomed.reset();
+    for (int form = 0; form < 3; ++form) {
+        SCOPED_TRACE(form);
+        try {
+            rlock::permit p = form == 0   ? orphan.acquire()
+                              : form == 1 ? orphan.try_acquire()
+                                          : orphan.try_acquire_for(1s);
+            ADD_FAILURE() << "took a permit through a destroyed client: " << p.id();
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.code(), rlock::errc::connection_failed) << e.what();
+        }
+    }
+    EXPECT_EQ(counts.available_permits(), 3);
+}
+
 }  // namespace

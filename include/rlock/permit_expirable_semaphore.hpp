@@ -560,6 +560,8 @@ RLOCK_DECL long long permit_expirable_semaphore::release_ids(const std::vector<s
 
 RLOCK_DECL detail::attempt_result permit_expirable_semaphore::taking::attempt() {
     ++story.tries;
+    // Nothing would renew or release permits taken through a destroyed client.
+    core->throw_if_destroyed(keys.name, "the client this semaphore was made from has been destroyed");
     if (sent == clock::time_point{}) sent = clock::now();
     clock::time_point again = clock::time_point::max();
     const bool taken =
