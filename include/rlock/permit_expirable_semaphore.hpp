@@ -68,6 +68,7 @@
 #include "rlock/detail/protocol/permit_kind.hpp"
 #include "rlock/detail/protocol/synchronizer_scripts.hpp"
 #include "rlock/detail/redis/cluster.hpp"
+#include "rlock/detail/redis/error_origin.hpp"
 #include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/waiting/synchronizer.hpp"
@@ -562,10 +563,12 @@ RLOCK_DECL detail::attempt_result permit_expirable_semaphore::taking::attempt() 
     ++story.tries;
     // Nothing would renew or release permits taken through a destroyed client.
     core->throw_if_destroyed(keys.name, "the client this semaphore was made from has been destroyed");
+    const clock::time_point before = sent;
     if (sent == clock::time_point{}) sent = clock::now();
     clock::time_point again = clock::time_point::max();
-    const bool taken =
-        core->pool.run(keys.name, detail::on_break::retry, [&](const detail::connection& c) {
+    bool taken = false;
+    try {
+        taken = core->pool.run(keys.name, detail::on_break::retry, [&](const detail::connection& c) {
             detail::script_call call;
             call.start(detail::permit_scripts::acquire(), 2);
             call.push(keys.name);
@@ -583,6 +586,12 @@ RLOCK_DECL detail::attempt_result permit_expirable_semaphore::taking::attempt() 
                                 : clock::now() + std::chrono::milliseconds(wait_ms + 1);
             return false;
         });
+    } catch (const error& e) {
+        // Not sent (no connection: a restart, say): it cannot have run, so the lease of the
+        // ids begins no earlier than a later try. Kept at an earlier one that may have run.
+        if (detail::error_access::origin(e).unsent) sent = before;
+        throw;
+    }
     if (taken) return true;
     sent = {};
     return {false, again};
