@@ -1539,4 +1539,24 @@ TEST(permit_expirable_semaphore, an_acquire_that_rides_out_a_restart_longer_than
     EXPECT_NO_THROW(p.release());
 }
 
+// A handle that holds nothing any more still says which semaphore it came from, and where.
+TEST(permit_expirable_semaphore, a_released_handles_errors_name_the_semaphore_and_the_server) {
+    rlock::client c(server().options());
+    rlock::permit_expirable_semaphore ps(c, name());
+    ASSERT_TRUE(ps.try_set_permits(1));
+    rlock::permit p = ps.acquire();
+    p.release();
+    for (int call = 0; call < 2; ++call) {
+        try {
+            if (call == 0) p.release();
+            if (call == 1) (void)p.id();
+            ADD_FAILURE() << "no error";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.code(), rlock::errc::not_owner);
+            EXPECT_EQ(e.lock(), name()) << e.what();
+            EXPECT_EQ(e.server(), c.server()) << e.what();
+        }
+    }
+}
+
 }  // namespace

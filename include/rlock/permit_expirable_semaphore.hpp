@@ -391,12 +391,18 @@ RLOCK_DECL permit& permit::operator=(permit&& other) noexcept {
 }
 
 RLOCK_DECL const std::string& permit::id() const {
-    if (ids_.empty()) throw error(errc::not_owner, "", "", "this permit handle holds no permits");
+    if (ids_.empty()) {
+        throw error(errc::not_owner, keys_.name, core_ ? core_->ep.name : std::string(),
+                    "this permit handle holds no permits");
+    }
     return ids_.front();
 }
 
 RLOCK_DECL void permit::release() {
-    if (!hold_) throw error(errc::not_owner, keys_.name, "", "this permit handle holds no permits");
+    if (!hold_) {
+        throw error(errc::not_owner, keys_.name, core_ ? core_->ep.name : std::string(),
+                    "this permit handle holds no permits");
+    }
     const detail::registry::hold_ptr h = std::move(hold_);
     detail::registry& reg = core_->reg;
     reg.remove(h);  // no renewal of it reaches Redis after this
