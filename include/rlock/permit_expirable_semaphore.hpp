@@ -68,7 +68,6 @@
 #include "rlock/detail/protocol/permit_kind.hpp"
 #include "rlock/detail/protocol/synchronizer_scripts.hpp"
 #include "rlock/detail/redis/cluster.hpp"
-#include "rlock/detail/redis/error_origin.hpp"
 #include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/waiting/synchronizer.hpp"
@@ -573,8 +572,10 @@ RLOCK_DECL detail::attempt_result permit_expirable_semaphore::taking::attempt() 
     if (sent == clock::time_point{}) sent = clock::now();
     clock::time_point again = clock::time_point::max();
     bool taken = false;
+    bool asked = false;  // a connection was had: the script may have been sent
     try {
         taken = core->pool.run(keys.name, detail::on_break::retry, [&](const detail::connection& c) {
+            asked = true;
             detail::script_call call;
             call.start(detail::permit_scripts::acquire(), 2);
             call.push(keys.name);
@@ -592,10 +593,11 @@ RLOCK_DECL detail::attempt_result permit_expirable_semaphore::taking::attempt() 
                                 : clock::now() + std::chrono::milliseconds(wait_ms + 1);
             return false;
         });
-    } catch (const error& e) {
-        // Not sent (no connection: a restart, say): it cannot have run, so the lease of the
-        // ids begins no earlier than a later try. Kept at an earlier one that may have run.
-        if (detail::error_access::origin(e).unsent) sent = before;
+    } catch (const error&) {
+        // Not sent (no connection could be had: a restart, say): it cannot have run, so the
+        // lease of the ids begins no earlier than a later try. Kept at an earlier one, or at
+        // this one once it had a connection: they may have run.
+        if (!asked) sent = before;
         throw;
     }
     if (taken) return true;

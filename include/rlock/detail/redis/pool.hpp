@@ -124,28 +124,18 @@ public:
     auto run(std::string_view lock, on_break broken_then, F&& f, bool follow_ask = true)
         -> decltype(f(std::declval<const connection&>())) {
         if (ep_.slots) return run_clustered(lock, broken_then, f, follow_ask);
-        std::optional<error> sent_first;  // the first try's failure, once it may have run
         for (int attempt = 0;; ++attempt) {
-            std::optional<handle> h;
+            handle h = checkout(lock);
             try {
-                h.emplace(checkout(lock));
-            } catch (const error&) {
-                // No connection for the retry: the first try's failure is the answer (it was
-                // sent, so the command may have run; the retry's own says "not sent").
-                if (sent_first) throw *sent_first;
-                throw;
-            }
-            try {
-                return f(connection{h->get(), false, false, h->server_id()});
+                return f(connection{h.get(), false, false, h.server_id()});
             } catch (const error& e) {
                 // An error reply leaves the connection fine, unless it says the server is a
                 // replica now (READONLY, reported as connection_failed): then all are stale.
-                if (h->get()->err == 0 && e.value() != errc::connection_failed) throw;
-                h->discard();
+                if (h.get()->err == 0 && e.value() != errc::connection_failed) throw;
+                h.discard();
                 drop_idle();
                 broken();
                 if (broken_then != on_break::retry || attempt > 0) throw;
-                sent_first = e;
             }
         }
     }
