@@ -489,6 +489,24 @@ TEST(semaphore, a_capacity_beyond_2_to_the_53_is_kept_exactly) {
 // A release that does not fit under the capacity brings the count back to it and leaves the
 // key as it was otherwise: an expiry its users set on it (Redisson's RSemaphore.expire) stays.
 // Before, the count was SET back, which dropped the TTL.
+// With a capacity, an absent count means the capacity (the next acquire sets it back): that is
+// what available_permits reads and what drain_permits takes, setting the count to 0 so that the
+// drain holds. Before, both read 0 and the drain left the key absent, so the next acquire set the
+// count back to the capacity and got a permit.
+TEST(semaphore, with_a_capacity_an_absent_count_is_read_and_drained_as_the_capacity) {
+    rlock::client c(server().options());
+    rlock::semaphore_options with_capacity;
+    with_capacity.capacity = 3;
+    rlock::semaphore s(c, name(), with_capacity);
+    EXPECT_EQ(s.available_permits(), 3);
+    EXPECT_EQ(s.drain_permits(), 3);
+    EXPECT_EQ(server().text({"GET", name()}), "0");
+    EXPECT_FALSE(s.try_acquire()) << "the drain did not hold";
+    EXPECT_EQ(s.available_permits(), 0);
+    s.release(2);
+    EXPECT_EQ(s.available_permits(), 2);
+}
+
 TEST(semaphore, a_release_over_the_capacity_keeps_the_keys_expiry) {
     rlock::client c(server().options());
     rlock::semaphore_options three;

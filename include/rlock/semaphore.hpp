@@ -119,10 +119,13 @@ public:
     }
 
     /// The number of free permits now (0 when none were ever set; negative after
-    /// add_permits took more than there were).
+    /// add_permits took more than there were). With a capacity, an absent count is the
+    /// capacity, which the next acquire sets back.
     [[nodiscard]] long long available_permits() const;
 
-    /// Takes every free permit (the count becomes 0) and returns how many there were.
+    /// Takes every free permit (the count becomes 0) and returns how many there were. With a
+    /// capacity, an absent count is the capacity: the count is set to 0 and that is returned
+    /// (otherwise the next acquire would set it back, and the drain would not hold).
     long long drain_permits();
 
     // --- asynchronous forms (docs/api.md, "Asynchronous acquisition") ---------------------
@@ -219,13 +222,18 @@ RLOCK_DECL bool semaphore::try_set_permits(long long permits) {
 }
 
 RLOCK_DECL long long semaphore::available_permits() const {
-    return run(detail::on_break::retry,
-               [&](const detail::connection& c) { return detail::read_count(c, name_, server()); });
+    return run(detail::on_break::retry, [&](const detail::connection& c) {
+        const detail::reply_ptr r = detail::run_command(c, {"GET", name_}, name_, server());
+        // With a capacity, an absent count is the capacity: the next acquire sets it back.
+        if (capacity_ > 0 && r->type == REDIS_REPLY_NIL) return capacity_;
+        return detail::count_from(r.get(), name_, server());
+    });
 }
 
 RLOCK_DECL long long semaphore::drain_permits() {
     return run(detail::on_break::fail, [&](const detail::connection& c) {
-        detail::script_call call(detail::semaphore_scripts::drain(), {name_}, {});
+        const std::string capacity = std::to_string(capacity_);
+        detail::script_call call(detail::semaphore_scripts::drain(), {name_}, {capacity});
         return detail::count_from(detail::run_script(c, call, name_, server()).get(), name_,
                                   server());
     });

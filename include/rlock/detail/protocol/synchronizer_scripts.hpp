@@ -179,14 +179,20 @@ return {now, over}
     }
 
     /// Takes every free permit: the count becomes 0 (a negative count too, as Redisson's
-    /// drainPermits does). Returns the count it had as the stored string (exact; a Lua number
-    /// is not above 2^53), or 0 with no key, which stays absent.
+    /// drainPermits does). ARGV[1] the semaphore's capacity ('0': none). Returns the count it
+    /// had as the stored string (exact; a Lua number is not above 2^53). With no key: 0, and
+    /// the key stays absent; with a capacity, an absent count is the capacity (the next
+    /// acquire would set it back): that is returned, and the count is set to 0.
     static const script& drain() {
         static const script s(with_count_of(R"lua(
 local v = redis.call('get', KEYS[1])
 local _, bad = count_of(v)
 if bad then return bad end
-if v == false then return 0 end
+if v == false then
+    if ARGV[1] == '0' then return 0 end
+    redis.call('set', KEYS[1], 0)
+    return ARGV[1]
+end
 redis.call('set', KEYS[1], 0)
 return v
 )lua"));
