@@ -529,6 +529,37 @@ TEST(re_entry, rides_out_a_pause_and_adds_one_level) {
     a_re_entry_rides_out_a_pause_and_adds_one_level<rlock::read_write_lock>(n + ":rw");
 }
 
+// A try while the server is paused costs one command_timeout, not three or four: the acquire's
+// undo is written after it on its own connection (the server runs both, in order, when it
+// resumes) instead of being sent on new connections that wait as long, and an acquire that was
+// never sent (no connection could be opened) is not undone at all. Once the server resumes,
+// the try's acquire and its undo have both run: another client takes the lock at once.
+TYPED_TEST(fault_test, a_try_while_the_server_is_paused_costs_one_command_timeout_and_leaves_nothing) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.command_timeout = 500ms;
+    rlock::client c(o), other(o);
+    TypeParam mine(c, this->name()), theirs(other, this->name());
+    ASSERT_TRUE(mine.try_lock());  // scripts run on the client from now on
+    mine.unlock();
+    own.pause();
+    std::vector<long long> took;
+    for (int form = 0; form < 2; ++form) {  // a pooled connection, then a new one
+        const auto start = steady::now();
+        try {
+            (void)mine.try_lock();
+            ADD_FAILURE() << "try_lock on a paused server did not fail";
+        } catch (const rlock::error& e) {
+            EXPECT_TRUE(connection_error(e.value())) << e.what();
+        }
+        took.push_back(millis(steady::now() - start));
+    }
+    own.resume();
+    for (long long ms : took) EXPECT_LT(ms, 1200) << "more than one command_timeout (500 ms) and slack";
+    EXPECT_TRUE(theirs.try_lock_for(2s)) << "the paused try's acquire outlived it";
+    theirs.unlock();
+}
+
 TYPED_TEST(fault_test, connection_kills_under_load_keep_mutual_exclusion) {
     auto& s = this->server();
     ensure_counter_user(s);

@@ -316,7 +316,10 @@ public:
     // One acquire attempt. When an acquisition that is not a re-entry fails ambiguously (the
     // connection broke or timed out, so the command may have run), a release with the same
     // value undoes it and the attempt is made once more on a new connection: nothing of ours
-    // outlives a failure.
+    // outlives a failure. When the server did not answer in time (paused, stalled: a release
+    // on another connection would only wait as long, or run before the acquire), the undo is
+    // written after the acquire on its own connection instead, and the timeout thrown at once:
+    // the server runs both, in order, when it runs again.
     acquire_result attempt(const std::string& value, std::chrono::milliseconds lease,
                            try_kind kind) const {
         const std::string lease_text = std::to_string(lease.count());
@@ -336,16 +339,28 @@ public:
             if (kind == try_kind::first) core_->forget_undo(undo_key(value));
         }
         for (int round = 0;; ++round) {
+            bool undone_after = false;  // the undo was written after the acquire (see above)
             try {
                 acquire_result r = core_->pool.run(name(), on_break::fail, [&](const connection& c) {
-                    acquire_result got = Kind::acquire(c, keys_, spec, server());
+                    acquire_result got;
+                    try {
+                        got = Kind::acquire(c, keys_, spec, server());
+                    } catch (const error& e) {
+                        if (e.value() == errc::timeout && kind != try_kind::reentry)
+                            undone_after = write_undo_after(c, value);
+                        throw;
+                    }
                     if (got.acquired) sync_or_undo(c, value);
                     return got;
                 }, Kind::follows_ask);
                 core_->scripts_allowed.store(true, std::memory_order_relaxed);
                 return r;
             } catch (const error& e) {
-                if (!is_ambiguous(e) || kind == try_kind::reentry) throw;
+                // Nothing to undo for an acquire never sent (no connection could be had).
+                if (!is_ambiguous(e) || kind == try_kind::reentry || undone_after ||
+                    error_access::origin(e).unsent) {
+                    throw;
+                }
                 try {
                     undo(value);
                 } catch (const error&) {
@@ -370,6 +385,22 @@ public:
             }
         }
         release(value, on_break::retry);
+    }
+
+    /// Writes the kind's undo of an acquire under `value` after it on `c` (write_after), when
+    /// the kind has one; true when all of it was written.
+    bool write_undo_after(const connection& c, const std::string& value) const noexcept {
+        try {
+            std::vector<script_call> calls = Kind::undo_calls(keys_, value);
+            if (calls.empty()) return false;
+            for (script_call& call : calls) {
+                call.use(script_form::body, c);  // nobody reads a NOSCRIPT
+                if (!write_after(c.ctx, call.argc(), call.argv(), call.lens())) return false;
+            }
+            return true;
+        } catch (...) {
+            return false;
+        }
     }
 
     /// Releases every level `value` holds (a hold passed to a waiter that did not keep it, with

@@ -318,6 +318,14 @@ return held
 
     static void abandon(const connection& c, const lock_keys& k, std::string_view holder,
                         std::string_view server);
+    /// Leaves the queue, then releases.
+    static std::vector<script_call> undo_calls(const lock_keys& k, std::string_view holder) {
+        const std::initializer_list<std::string_view> keys{k.name, k.queue, k.timeouts, k.channel};
+        std::vector<script_call> out;
+        out.emplace_back(leave_script(), keys, std::initializer_list<std::string_view>{holder});
+        out.emplace_back(release_script(), keys, std::initializer_list<std::string_view>{holder});
+        return out;
+    }
 
     static constexpr bool passes_in_queue = true;
     /// What release_or_pass did: the levels left (-1: not held), and to whom the hold passed

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
@@ -129,6 +130,10 @@ struct kind_defaults {
     /// Undoes what a refused attempt left behind when the waiter gives up (fair_lock's queue).
     static void abandon(const connection&, const lock_keys&, std::string_view /*value*/,
                         std::string_view /*server*/) {}
+    /// What undoes an acquire attempt whose reply never came, as script calls sent after it on
+    /// its own connection without reading their replies (lock_site::attempt): the kind's
+    /// release with the same value (and fair_lock's leave first). Empty: not sent that way.
+    static std::vector<script_call> undo_calls(const lock_keys&, std::string_view /*value*/) { return {}; }
     static constexpr bool abandons = false;
     /// Redis Cluster: the kind's scripts touch only keys they declare, so they may follow an
     /// ASK to a slot's new node before all of the lock's keys are there (false:

@@ -120,6 +120,12 @@ return {0, mutex_leave(KEYS[1], ARGV[2])}
                              std::string_view server, long long* woken = nullptr) {
         return release_by(release_script(), c, k, token, server, woken);
     }
+    static std::vector<script_call> undo_calls(const lock_keys& k, std::string_view token) {
+        std::vector<script_call> out;
+        out.emplace_back(release_script(), std::initializer_list<std::string_view>{k.name},
+                         std::initializer_list<std::string_view>{token, k.channel});
+        return out;
+    }
 
     static bool held(const connection& c, const lock_keys& k, std::string_view token,
                      std::string_view server);

@@ -165,6 +165,12 @@ struct rw_kind_base : kind_defaults {
                              std::string_view server, long long* woken = nullptr) {
         return release_by(Side::release_script(), c, k, field, server, woken);
     }
+    static std::vector<script_call> undo_calls(const lock_keys& k, std::string_view field) {
+        std::vector<script_call> out;
+        out.emplace_back(Side::release_script(), std::initializer_list<std::string_view>{k.name},
+                         std::initializer_list<std::string_view>{field, k.channel});
+        return out;
+    }
 
     static bool held(const connection& c, const lock_keys& k, std::string_view field,
                      std::string_view server) {

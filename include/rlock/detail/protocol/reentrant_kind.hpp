@@ -132,6 +132,12 @@ return left
                              std::string_view server, long long* woken = nullptr) {
         return release_by(release_script(), c, k, holder, server, woken);
     }
+    static std::vector<script_call> undo_calls(const lock_keys& k, std::string_view holder) {
+        std::vector<script_call> out;
+        out.emplace_back(release_script(), std::initializer_list<std::string_view>{k.name},
+                         std::initializer_list<std::string_view>{holder, k.channel});
+        return out;
+    }
 
     static bool held(const connection& c, const lock_keys& k, std::string_view holder,
                      std::string_view server);

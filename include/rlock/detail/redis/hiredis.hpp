@@ -5,8 +5,10 @@
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -89,6 +91,15 @@ RLOCK_DECL reply_ptr command_argv(const connection& conn, int argc, const char**
 inline reply_ptr command_argv(redisContext* c, int argc, const char** argv, const std::size_t* lens) {
     return command_argv(connection{c}, argc, argv, lens);
 }
+
+/// Writes a command on c's socket after what was sent on it before, reading no reply,
+/// whatever state hiredis left the context in (a read that timed out): the server runs it
+/// after those, in order, when it runs them at all. For an undo that must follow a command
+/// whose reply never came on the same connection, before that connection is given up (sent
+/// on another, it could run first, or wait behind a paused server's backlog in any order).
+/// Best effort: false when it could not be written whole, at once.
+RLOCK_DECL bool write_after(const redisContext* c, int argc, const char** argv,
+                            const std::size_t* lens) noexcept;
 
 /// A command from string views: up to 16 parts on the stack, more on the heap.
 RLOCK_DECL reply_ptr command(const connection& c, std::initializer_list<std::string_view> parts);
@@ -256,6 +267,25 @@ RLOCK_DECL reply_ptr command_argv(const connection& conn, int argc, const char**
     }
     if (redisGetReply(c, &raw) != REDIS_OK) return nullptr;
     return reply_ptr(static_cast<redisReply*>(raw));
+}
+
+RLOCK_DECL bool write_after(const redisContext* c, int argc, const char** argv,
+                            const std::size_t* lens) noexcept {
+    // Something hiredis has not written yet would be cut by this one.
+    if (!c || c->fd < 0 || (c->obuf && c->obuf[0] != '\0')) return false;
+    char* cmd = nullptr;
+    const long long len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    if (len <= 0 || !cmd) return false;
+    long long done = 0;
+    while (done < len) {
+        const ssize_t n = ::send(c->fd, cmd + done, static_cast<std::size_t>(len - done),
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        done += n;
+    }
+    redisFreeCommand(cmd);
+    return done == len;
 }
 
 RLOCK_DECL reply_ptr command(const connection& c, std::initializer_list<std::string_view> parts) {
