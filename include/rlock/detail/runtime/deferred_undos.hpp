@@ -5,8 +5,10 @@
 // the entry would keep every other client out of a free lock until it was evicted).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <mutex>
@@ -32,7 +34,8 @@ public:
     void add(std::string key, step undo, clock::time_point until);
 
     /// Forgets the undo under `key`: its waiter is about to queue again under the same value
-    /// and will leave the queue itself (the old undo would take its new place away).
+    /// and will leave the queue itself (the old undo would take its new place away). Waits
+    /// for that undo when it is being tried now.
     void forget(const std::string& key);
 
     /// Nothing kept, and nothing being tried.
@@ -50,6 +53,7 @@ private:
         clock::time_point until;
     };
     static void erase_key(std::vector<entry>& list, const std::string& key) noexcept;
+    bool forgotten_locked(const std::string& key) const noexcept;
 
     std::mutex mu_;
     std::vector<entry> list_;
@@ -57,6 +61,8 @@ private:
     // not put back.
     std::vector<std::string> forgotten_;
     std::size_t running_ = 0;  // taken out by try_all, not put back yet
+    std::string current_;      // the key of the undo try_all runs now (empty: none)
+    std::condition_variable done_;  // current_ changed
     std::atomic<std::size_t> count_{0};
 };
 
@@ -82,37 +88,45 @@ RLOCK_DECL void deferred_undos::add(std::string key, step undo, clock::time_poin
 
 RLOCK_DECL void deferred_undos::forget(const std::string& key) {
     if (empty()) return;
-    std::lock_guard<std::mutex> g(mu_);
+    std::unique_lock<std::mutex> g(mu_);
     erase_key(list_, key);
     forgotten_.push_back(key);
     count_.store(list_.size() + running_, std::memory_order_relaxed);
+    // One being tried now finishes first: run after the caller's next step, it would undo that.
+    done_.wait(g, [&] { return current_ != key; });
+}
+
+RLOCK_DECL bool deferred_undos::forgotten_locked(const std::string& key) const noexcept {
+    return std::find(forgotten_.begin(), forgotten_.end(), key) != forgotten_.end();
 }
 
 RLOCK_DECL void deferred_undos::try_all() noexcept {
+    std::unique_lock<std::mutex> g(mu_);
     std::vector<entry> taken;
-    {
-        std::lock_guard<std::mutex> g(mu_);
-        taken.swap(list_);
-        forgotten_.clear();
-        running_ = taken.size();  // still counted (empty()) while they run
-    }
+    taken.swap(list_);
+    forgotten_.clear();
+    running_ = taken.size();  // still counted (empty()) while they run
     std::vector<entry> kept;
     for (entry& e : taken) {
-        try {
-            e.undo();
-        } catch (const error& x) {
-            if (is_ambiguous(x) && clock::now() < e.until) kept.push_back(std::move(e));
-        } catch (...) {
+        if (!forgotten_locked(e.key)) {
+            current_ = e.key;
+            g.unlock();
+            bool keep = false;
+            try {
+                e.undo();
+            } catch (const error& x) {
+                keep = is_ambiguous(x) && clock::now() < e.until;
+            } catch (...) {
+            }
+            g.lock();
+            current_.clear();
+            done_.notify_all();
+            if (keep && !forgotten_locked(e.key)) kept.push_back(std::move(e));
         }
+        --running_;
     }
-    std::lock_guard<std::mutex> g(mu_);
-    for (entry& e : kept) {
-        bool replaced = false;
-        for (const std::string& k : forgotten_) replaced = replaced || k == e.key;
-        if (!replaced) list_.push_back(std::move(e));
-    }
+    for (entry& e : kept) list_.push_back(std::move(e));
     forgotten_.clear();
-    running_ = 0;
     count_.store(list_.size(), std::memory_order_relaxed);
 }
 
