@@ -520,6 +520,45 @@ void a_re_entry_rides_out_a_pause_and_adds_one_level(const std::string& name) {
     EXPECT_EQ(levels, 2) << "the re-entry added a level more or less than one";
     EXPECT_EQ(own.integer({"EXISTS", name}), 0);
     EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+    // The same for an asynchronous re-entry by an owner: its next try waits on a timer.
+    rlock::owner me;
+    rlock::hold outer = l.async_lock(me, rlock::use_future).get();
+    own.pause();
+    std::future<rlock::hold> inner = l.async_lock(me, rlock::use_future);
+    std::this_thread::sleep_for(1s);
+    own.resume();
+    ASSERT_EQ(inner.wait_for(10s), std::future_status::ready);
+    try {
+        rlock::hold h = inner.get();
+        EXPECT_TRUE(h);
+        EXPECT_EQ(h.hold_id(), outer.hold_id());
+        h.unlock();
+    } catch (const rlock::error& e) {
+        ADD_FAILURE() << "the asynchronous re-entry threw: " << e.what();
+    }
+    EXPECT_EQ(own.integer({"EXISTS", name}), 1) << "the inner unlock took the outer level too";
+    // Cancelled while it rides the pause: it completes once, with operation_aborted; a level
+    // its timed-out try added is drained by the last unlock.
+    own.pause();
+    std::promise<rlock::errc> cancelled;
+    rlock::pending p = l.async_lock(me, [&](std::exception_ptr x, rlock::hold) {
+        try {
+            if (x) std::rethrow_exception(x);
+            cancelled.set_value(rlock::errc{});
+        } catch (const rlock::error& err) {
+            cancelled.set_value(err.value());
+        }
+    });
+    std::this_thread::sleep_for(700ms);
+    p.cancel();
+    std::future<rlock::errc> ended = cancelled.get_future();
+    const bool ended_in_time = ended.wait_for(5s) == std::future_status::ready;
+    own.resume();
+    ASSERT_TRUE(ended_in_time);
+    EXPECT_EQ(ended.get(), rlock::errc::operation_aborted);
+    outer.unlock();
+    EXPECT_EQ(own.integer({"EXISTS", name}), 0);
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
 }
 
 TEST(re_entry, rides_out_a_pause_and_adds_one_level) {

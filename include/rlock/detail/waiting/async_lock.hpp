@@ -237,10 +237,7 @@ public:
             throw_if_stopping();
             registry& reg = core.reg;
             if (registry::hold_ptr h = reg.find(&Kind::info, site_->name(), owner_)) {
-                (void)site_->reenter(*h, lease_);  // throws would_deadlock, lock_lost
-                result = rlock::hold(site_, std::move(h));
-                settled = true;
-                deliver();
+                reenter(std::move(h), false);
                 return;
             }
             site_->check_acquire(owner_);
@@ -419,6 +416,11 @@ public:
         if (op_) op_->give_up();
         // Still queued at the gate: out of it (a turn already told is taken back by gate_turn).
         if (gate_ && !leading_ && gate_->withdraw(ticket_)) waits.left_gate(*this);
+        if (reentering_) {  // a re-entry riding an outage: its next try is off
+            reentering_ = false;
+            site_->core_->eng.cancel(reentry_timer_);
+            waits.left_gate(*this);
+        }
     }
     std::chrono::microseconds pause_before_try() const override {
         if constexpr (Kind::races) return race_.pause();
@@ -430,6 +432,46 @@ public:
     unsigned tries() const noexcept override { return op_ ? op_->tries() : 0; }
 
 private:
+    // A re-entry (this owner holds the lock) rides an outage as a blocking one does
+    // (basic_lock::reenter_riding): each next try on a timer, the acquire kept meanwhile by
+    // async_waits as a waiter at the gate is (nothing else owns it), so that a cancel and the
+    // client's destruction end it. `again`: the try before failed (lock_site::reenter).
+    void reenter(registry::hold_ptr h, bool again) noexcept {
+        bool failed = false;
+        try {
+            try {
+                (void)site_->reenter(*h, lease_, again);  // throws would_deadlock, lock_lost
+            } catch (const error& e) {
+                const clock::time_point at = reentry_ride_.again_after(e, deadline);  // or rethrows
+                if (!reentering_) {
+                    reentering_ = true;
+                    waits.wait_at_gate(shared_from_this());
+                }
+                std::weak_ptr<async_waiter> weak = weak_from_this();
+                reentry_timer_ = site_->core_->eng.at(at, [weak, h] {
+                    std::shared_ptr<async_waiter> p = weak.lock();
+                    if (p && !p->settled) static_cast<async_acquire&>(*p).reenter(h, true);
+                });
+                return;
+            }
+            stop_reentering();
+            result = rlock::hold(site_, std::move(h));
+            settled = true;
+        } catch (...) {
+            stop_reentering();
+            settle(std::current_exception());
+            failed = true;
+        }
+        // Delivered outside the handler, as start() does.
+        (void)failed;
+        deliver();
+    }
+    void stop_reentering() noexcept {
+        if (!reentering_) return;
+        reentering_ = false;
+        waits.left_gate(*this);  // the caller (the timer, start's task) keeps it alive
+    }
+
     // This acquire's place in its client's gate for the lock (local hand-off): told its turn on
     // whatever thread hands the hold over or releases it, it posts gate_turn to the engine.
     class gate_ticket final : public gate_waiter {
@@ -603,6 +645,11 @@ private:
     std::shared_ptr<local_gate> gate_;
     gate_ticket ticket_{*this};
     bool leading_ = false;
+    // A re-entry riding an outage (reenter): its backoff, its next try's timer, and whether it
+    // is kept by async_waits meanwhile.
+    failure_ride reentry_ride_{repeat::safe, site_->core_->ep.follows_failovers()};
+    engine::timer_id reentry_timer_ = 0;
+    bool reentering_ = false;
 };
 
 /// What starts an asynchronous acquire of one lock (deadline, lease, owner, completion) and
