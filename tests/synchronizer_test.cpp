@@ -1531,7 +1531,8 @@ TEST(permit_expirable_semaphore, a_destroyed_clients_semaphore_takes_nothing) {
 // A permit acquire that rides out a restart longer than the lease it asks for holds a permit
 // whose lease runs from the try that took it: not lost, and renewed. The tries the restart
 // refused sent nothing. Before, its lease was counted from the first of them, so the permit came
-// back lost and was never renewed.
+// back lost and was never renewed. (It starts once the server is down: a try that met a
+// connection just as the server died may have run there, and then keeps the earlier start.)
 TEST(permit_expirable_semaphore, an_acquire_that_rides_out_a_restart_longer_than_its_lease_holds_a_live_permit) {
     redis_server own({"--appendonly", "yes", "--appendfsync", "always"});  // the count survives
     rlock::client_options o = own.options();
@@ -1542,9 +1543,9 @@ TEST(permit_expirable_semaphore, an_acquire_that_rides_out_a_restart_longer_than
     rlock::permit_expirable_semaphore holder(a, name()), waiter(b, name());
     ASSERT_TRUE(holder.try_set_permits(1));
     rlock::permit leased = holder.acquire(1000ms, 1);  // its lease ends during the outage
-    std::future<rlock::permit> got = std::async(std::launch::async, [&] { return waiter.try_acquire_for(20s); });
-    std::this_thread::sleep_for(300ms);
     own.kill_now();
+    std::this_thread::sleep_for(100ms);
+    std::future<rlock::permit> got = std::async(std::launch::async, [&] { return waiter.try_acquire_for(20s); });
     std::this_thread::sleep_for(2500ms);
     own.restart();
     ASSERT_EQ(got.wait_for(10s), std::future_status::ready);
