@@ -148,6 +148,28 @@ TEST_F(red_lock_test, a_paused_node_costs_at_most_its_per_node_timeout) {
     EXPECT_GE(lock.unlock(), 4u);  // the paused node may or may not have taken it late
 }
 
+// A try on a held lock with a node paused ends within the round's per-node timeout, once a
+// majority has refused: the failed round's clean-up does not wait for the paused node again
+// (an undo follows its SET on its own connection already). Before, that clean-up waited a
+// release's own timeout (5% of max(1 s, command_timeout): 150 ms here) every round.
+TEST_F(red_lock_test, a_try_on_a_held_lock_with_a_node_paused_ends_within_the_per_node_timeout) {
+    auto mine = make_clients(30s, 3s), theirs = make_clients(30s, 3s);
+    rlock::red_lock a(raw(mine), name()), b(raw(theirs), name());
+    ASSERT_TRUE(b.try_lock_for(2s));
+    ASSERT_FALSE(a.try_lock_for(0ms, 200ms));  // warm the connections; per-node timeout: 10 ms
+    servers[4]->pause();
+    std::vector<long long> took;
+    for (int i = 0; i < 3; ++i) {
+        const auto start = steady::now();
+        EXPECT_FALSE(a.try_lock_for(0ms, 200ms));  // one round, leased
+        took.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - start).count());
+    }
+    servers[4]->resume();
+    for (long long ms : took) EXPECT_LT(ms, 100) << "a refused try waited for the paused node again";
+    EXPECT_GE(b.unlock(), 4u);
+    EXPECT_EQ(keys_named(name()), 0) << "a failed round left a key";
+}
+
 // Issue 31, item 1: nodes that hang rather than refuse, with the default timeouts (1 s). Each
 // round asks every node at once under one deadline, whatever opening a connection to a hung
 // node costs: before, connections were opened one node at a time (each hung node blocked

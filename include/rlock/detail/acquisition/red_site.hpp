@@ -127,6 +127,16 @@ private:
 
     std::vector<node_result> release_all(const std::string& token) const;
 
+    /// The release of `token` on one node (the mutex's release script).
+    script_call release_call(const std::string& token) const {
+        return script_call(mutex_kind::release_script(), {keys_.name}, {token, keys_.channel});
+    }
+
+    /// A failed round's clean-up: the release of `token` on the nodes `needed` names, within
+    /// `per_node` (the round's own per-node timeout).
+    void release_on(const std::string& token, const std::vector<char>& needed,
+                    std::chrono::milliseconds per_node) const;
+
     /// The nodes of a release that could not be asked or did not answer, with why.
     std::string unanswered_nodes(const std::vector<node_result>& results) const;
 
@@ -253,9 +263,9 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
     // Whether the round holds, judged once, when its replies are in: a majority accepted and
     // validity is left. When it does not, the nodes that were sent the SET and did not answer
     // (paused, slow) are sent the release on the same connection, after it: they run both in
-    // order when they run again. Sent later on a new connection (release_all below), the
-    // release could not reach a paused node, or could run before the SET; the key would then
-    // keep the lock closed to everyone, held by nobody, for the whole lease.
+    // order when they run again. Sent later on a new connection, the release could not reach
+    // a paused node, or could run before the SET; the key would then keep the lock closed to
+    // everyone, held by nobody, for the whole lease.
     bool holds = false;
     fan_out_undo undo;
     undo.needed = [&](const std::vector<node_result>& rs) {
@@ -266,9 +276,7 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
                 validity.count() > 0;
         return !holds;
     };
-    undo.make = [&](std::size_t, script_call& call) {
-        call = script_call(mutex_kind::release_script(), {keys_.name}, {token, keys_.channel});
-    };
+    undo.make = [&](std::size_t, script_call& call) { call = release_call(token); };
     auto results = fan_out(
         nodes_, name_,
         [&](std::size_t, script_call& call) {
@@ -332,7 +340,15 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
         }
         return out;
     }
-    release_all(token);  // a failed round: undo on every node, answered or not
+    // A failed round: released where our key may be and no undo follows it already — the
+    // nodes that accepted, and those that did not answer and whose undo could not be written
+    // after the SET — within the round's per-node timeout, so that a node that hangs costs
+    // the round its timeout once (a try_lock stays within it), not a release's timeout more.
+    std::vector<char> needed(n, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+        needed[i] = accepted(results[i]) || (results[i].unanswered && !results[i].undone);
+    }
+    release_on(token, needed, node_timeout(lease));
     // Keys of another type (a list at the name) refuse every round on their nodes: where too
     // few nodes are left for a majority, no round can ever win, and a wait would never end.
     std::string foreign;
@@ -511,12 +527,19 @@ RLOCK_DECL std::chrono::milliseconds red_site::node_timeout(std::chrono::millise
 
 RLOCK_DECL std::vector<node_result> red_site::release_all(const std::string& token) const {
     return fan_out(
-        nodes_, name_,
-        [&](std::size_t, script_call& call) {
-            call = script_call(mutex_kind::release_script(), {keys_.name}, {token, keys_.channel});
-        },
+        nodes_, name_, [&](std::size_t, script_call& call) { call = release_call(token); },
         node_timeout(std::chrono::milliseconds(
             std::max<long long>(1000, nodes_.front()->ep.options.command_timeout.count()))));
+}
+
+RLOCK_DECL void red_site::release_on(const std::string& token, const std::vector<char>& needed,
+                                     std::chrono::milliseconds per_node) const {
+    std::vector<client_core*> some;
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        if (needed[i]) some.push_back(nodes_[i]);
+    }
+    if (some.empty()) return;
+    (void)fan_out(some, name_, [&](std::size_t, script_call& call) { call = release_call(token); }, per_node);
 }
 
 RLOCK_DECL std::string red_site::unanswered_nodes(const std::vector<node_result>& results) const {

@@ -33,6 +33,8 @@ struct node_result {
                                   // of the node, just not waited for
     bool unanswered = false;      // sent but not answered (abandoned, or out of time): the
                                   // node may still run the command
+    bool undone = false;          // unanswered, and fan_out_undo's undo was written after the
+                                  // command on its connection, whole
 };
 
 /// What fan_out sends, after the command, on the connection of each node that was asked and did
@@ -243,7 +245,7 @@ RLOCK_DECL std::vector<node_result> fan_out(
             redisContext* c = conn.ctx;
             if (append_command(c, call.argc(), call.argv(), call.lens()) != REDIS_OK) continue;
             int done = 0;  // a few hundred bytes into the socket's buffer: one write, no wait
-            (void)redisBufferWrite(c, &done);
+            out[i].undone = redisBufferWrite(c, &done) == REDIS_OK && done;
         }
     }
     for (std::size_t i = 0; i < n; ++i) {
