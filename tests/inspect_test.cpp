@@ -288,6 +288,11 @@ TEST(inspect, keys_no_lock_writes_are_wrong_type_naming_the_key_and_the_server) 
     expect_wrong_type(name(".list"), name(".list"));
     server().cmd({"HSET", name(".hash"), "field", "not a count"});
     expect_wrong_type(name(".hash"), name(".hash"));
+    // No lock writes a level count below 1 (a hold of no level is deleted).
+    server().cmd({"HSET", name(".zero"), "holder:1", "0"});
+    expect_wrong_type(name(".zero"), name(".zero"));
+    server().cmd({"HSET", name(".negative"), "holder:1", "-3"});
+    expect_wrong_type(name(".negative"), name(".negative"));
     server().cmd({"HSET", name(".mode"), "mode", "sideways"});
     expect_wrong_type(name(".mode"), name(".mode"));
     server().cmd({"SET", "redisson_lock_queue:{" + name(".queue") + "}", "x"});
@@ -651,6 +656,7 @@ TEST(rlock_command, force_unlock_deletes_the_key_says_what_and_wakes_a_waiter) {
 
     const cli_result yes = run_cli({"force-unlock", name(".two"), "--uri", server().uri()}, "y\n");
     EXPECT_EQ(yes.code, 1) << "a name not found was reported deleted";
+
 }
 
 TEST(rlock_command, watch_follows_a_lock_by_its_unlock_message_and_leaves_at_sigint) {

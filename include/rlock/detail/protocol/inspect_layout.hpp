@@ -311,7 +311,8 @@ RLOCK_DECL void inspect_reader::read_hash(const redisReply* all, const redisRepl
         lock_holder h;
         const std::string_view value = text(all->element[i + 1]);
         long long n = 0;
-        if (!parse_count(value, n)) {
+        // A level count: every lock writes 1 or more (a hold of no level is deleted).
+        if (!parse_count(value, n) || n < 1) {
             wrong(keys_.name,
                   "is a hash whose field " + std::string(field.substr(0, 80)) + " is not a count");
         }
