@@ -657,6 +657,14 @@ TEST(rlock_command, force_unlock_deletes_the_key_says_what_and_wakes_a_waiter) {
     const cli_result yes = run_cli({"force-unlock", name(".two"), "--uri", server().uri()}, "y\n");
     EXPECT_EQ(yes.code, 1) << "a name not found was reported deleted";
 
+    // A semaphore is refused at once (exit 2), without asking first, whatever the answer.
+    server().cmd({"SET", name(".sem"), "3"});
+    for (const char* answer : {"y\n", "n\n", ""}) {
+        const cli_result sem = run_cli({"force-unlock", name(".sem"), "--uri", server().uri()}, answer);
+        EXPECT_EQ(sem.code, 2) << sem.err;
+        EXPECT_FALSE(has(sem.err, "[y/N]")) << "asked before refusing: " << sem.err;
+    }
+    EXPECT_EQ(server().text({"GET", name(".sem")}), "3");
 }
 
 TEST(rlock_command, watch_follows_a_lock_by_its_unlock_message_and_leaves_at_sigint) {

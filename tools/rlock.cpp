@@ -353,6 +353,10 @@ int force_unlock(const command_line& cl) {
         std::cout << "rlock: \"" << name << "\" not found on " << seen.server << "; nothing deleted\n";
         return exit_not_found;
     }
+    if (seen.kind == rlock::lock_kind::count || seen.kind == rlock::lock_kind::permit_expirable) {
+        // Refused whatever the answer would be: not asked.
+        (void)rlock::force_unlock(redis, name);  // throws invalid_argument, deletes nothing
+    }
     if (!cl.yes) {
         std::cerr << "Delete the " << to_string(seen.kind) << " lock \"" << name << "\" on " << seen.server << ", "
                   << holders_text(seen) << "? [y/N] " << std::flush;
