@@ -346,7 +346,7 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
     // the round its timeout once (a try_lock stays within it), not a release's timeout more.
     std::vector<char> needed(n, 0);
     for (std::size_t i = 0; i < n; ++i) {
-        needed[i] = accepted(results[i]) || (results[i].unanswered && !results[i].undone);
+        needed[i] = static_cast<char>(accepted(results[i]) || (results[i].unanswered && !results[i].undone));
     }
     release_on(token, needed, node_timeout(lease));
     // Keys of another type (a list at the name) refuse every round on their nodes: where too
