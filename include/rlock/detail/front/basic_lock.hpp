@@ -260,6 +260,9 @@ private:
             try {
                 return site::reenter(h, lease, again);
             } catch (const error& e) {
+                // A bounded backoff (25 ms doubling to 1 s, never past the deadline), not a wait
+                // for a holder: the thread holds the lock, and nothing announces that the
+                // server is back, so no message could end it sooner.
                 std::this_thread::sleep_until(ride.again_after(e, deadline));
                 core_->throw_if_destroyed(name(), "the client was destroyed while this thread re-entered");
             }

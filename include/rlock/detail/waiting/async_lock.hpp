@@ -417,9 +417,8 @@ public:
         // Still queued at the gate: out of it (a turn already told is taken back by gate_turn).
         if (gate_ && !leading_ && gate_->withdraw(ticket_)) waits.left_gate(*this);
         if (reentering_) {  // a re-entry riding an outage: its next try is off
-            reentering_ = false;
             site_->core_->eng.cancel(reentry_timer_);
-            waits.left_gate(*this);
+            stop_reentering();
         }
     }
     std::chrono::microseconds pause_before_try() const override {
@@ -437,7 +436,6 @@ private:
     // async_waits as a waiter at the gate is (nothing else owns it), so that a cancel and the
     // client's destruction end it. `again`: the try before failed (lock_site::reenter).
     void reenter(registry::hold_ptr h, bool again) noexcept {
-        bool failed = false;
         try {
             try {
                 (void)site_->reenter(*h, lease_, again);  // throws would_deadlock, lock_lost
@@ -460,10 +458,8 @@ private:
         } catch (...) {
             stop_reentering();
             settle(std::current_exception());
-            failed = true;
         }
         // Delivered outside the handler, as start() does.
-        (void)failed;
         deliver();
     }
     void stop_reentering() noexcept {
