@@ -50,6 +50,20 @@ protected:
         for (std::size_t i = from; i < servers.size(); ++i) k += servers[i]->integer({"EXISTS", n});
         return k;
     }
+    /// The value every server holds under `n`, once they all hold the same one ("" when they do
+    /// not within the limit). A round returns once a majority took the lock: the last node's
+    /// SET, sent in the same round, may land a moment after it.
+    std::string value_on_every_node(const std::string& n) {
+        std::string v;
+        const bool same = eventually([&] {
+            v = servers.front()->text({"GET", n});
+            for (auto& s : servers) {
+                if (s->text({"GET", n}) != v) return false;
+            }
+            return !v.empty();
+        });
+        return same ? v : std::string();
+    }
     std::string name() const { return test_lock_name(); }
 
     std::vector<std::unique_ptr<redis_server>> servers;

@@ -49,7 +49,10 @@ struct fan_out_undo {
 };
 
 /// Sends `make(node index)` (argv of one command) to every node, reads the replies until each
-/// answered or `per_node` ran out. `decided(results so far)` may end the round early: the
+/// answered or `per_node` ran out. The call must be one that may run twice on a node: a node
+/// left unanswered after a script's EVALSHA is sent the call again with its body on the same
+/// connection (unless the undo is sent instead), since a node without the script cached (fresh,
+/// restarted, flushed) would answer NOSCRIPT to nobody and never run it. `decided(results so far)` may end the round early: the
 /// nodes still pending then get `grace` more, and are abandoned (their connections closed,
 /// since a reply may still arrive) after that.
 ///
@@ -235,17 +238,25 @@ RLOCK_DECL std::vector<node_result> fan_out(
             : at[i] == stage::opening ? "no connection within the per-node timeout (" + waited + ")"
                                       : "no reply within the per-node timeout (" + waited + ")");
     }
-    if (undo && undo->needed(out)) {
-        for (std::size_t i = 0; i < n; ++i) {
-            if (!out[i].unanswered || !conns[i] || !conns[i]->get()) continue;
+    // Writes `call` with its script's body (or a plain command) after what node i was sent, on
+    // its connection: a few kilobytes into the socket's buffer, one write, no wait.
+    auto write_after = [&](std::size_t i, script_call& call) {
+        const connection conn{conns[i]->get(), false, nodes[i]->ep.sharded_pubsub};
+        if (call.s) call.use(script_form::body, conn);
+        redisContext* c = conn.ctx;
+        if (append_command(c, call.argc(), call.argv(), call.lens()) != REDIS_OK) return false;
+        int done = 0;
+        return redisBufferWrite(c, &done) == REDIS_OK && done != 0;
+    };
+    const bool undoing = undo && undo->needed(out);
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!out[i].unanswered || !conns[i] || !conns[i]->get()) continue;
+        if (undoing) {
             script_call call;
             undo->make(i, call);
-            const connection conn{conns[i]->get(), false, nodes[i]->ep.sharded_pubsub};
-            if (call.s) call.use(script_form::body, conn);
-            redisContext* c = conn.ctx;
-            if (append_command(c, call.argc(), call.argv(), call.lens()) != REDIS_OK) continue;
-            int done = 0;  // a few hundred bytes into the socket's buffer: one write, no wait
-            out[i].undone = redisBufferWrite(c, &done) == REDIS_OK && done;
+            out[i].undone = write_after(i, call);
+        } else if (calls[i].s && !resent[i]) {
+            (void)write_after(i, calls[i]);
         }
     }
     for (std::size_t i = 0; i < n; ++i) {
