@@ -173,6 +173,20 @@ RLOCK_DECL error make_error(const redisContext* ctx, const redisReply* reply, st
              what.find("Timeout") != std::string_view::npos)) {
             code = errc::timeout;
         }
+        // strerror(EAGAIN) is how an expired SO_RCVTIMEO / SO_SNDTIMEO reads: say what it means,
+        // with the timeout the socket had (client_options::command_timeout).
+        if (code == errc::timeout && what.find("temporarily unavailable") != std::string_view::npos) {
+            std::string says = "the server did not answer in time";
+            timeval tv{};
+            socklen_t len = sizeof tv;
+            if (ctx->fd >= 0 && ::getsockopt(ctx->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) == 0 &&
+                (tv.tv_sec > 0 || tv.tv_usec > 0)) {
+                says = "no reply within " +
+                       std::to_string(static_cast<long long>(tv.tv_sec) * 1000 + tv.tv_usec / 1000) +
+                       " ms";
+            }
+            return error(code, lock, server, says + " (client_options::command_timeout)");
+        }
         if (ctx->err == REDIS_ERR_PROTOCOL) code = errc::protocol_error;
         if (ctx->err == REDIS_ERR_EOF) {
             return error(code, lock, server, "server closed the connection");
