@@ -169,6 +169,25 @@ TEST_F(red_lock_test, a_try_on_a_held_lock_with_a_node_paused_ends_within_the_pe
     EXPECT_EQ(keys_named(name()), 0) << "a failed round left a key";
 }
 
+// A try with a time limit ends by its deadline when a paused node leaves its round undecided
+// (two nodes held by another, two accepted, the fifth silent): before, the round waited its
+// per-node timeout whatever the deadline (5% of the 30 s lease: try_lock_for(100ms) took 1.5 s).
+TEST_F(red_lock_test, a_try_with_a_time_limit_ends_by_its_deadline_with_a_node_paused) {
+    auto clients = make_clients();
+    rlock::red_lock lock(raw(clients), name());
+    lock.lock();  // warm the connections: the paused node is asked, not still being connected
+    lock.unlock();
+    for (int i = 0; i < 2; ++i) servers[i]->cmd({"SET", name(), "someone-else", "PX", "30000"});
+    servers[4]->pause();
+    const auto start = steady::now();
+    const bool got = lock.try_lock_for(100ms);
+    const auto took = steady::now() - start;
+    servers[4]->resume();
+    EXPECT_FALSE(got);
+    EXPECT_LT(took, 100ms + 400ms) << "the round outlived the wait's deadline";
+    EXPECT_TRUE(eventually([&] { return keys_named(name(), 2) == 0; })) << "a failed round left a key";
+}
+
 // Issue 31, item 1: nodes that hang rather than refuse, with the default timeouts (1 s). Each
 // round asks every node at once under one deadline, whatever opening a connection to a hung
 // node costs: before, connections were opened one node at a time (each hung node blocked

@@ -71,8 +71,10 @@ public:
     /// the mutex's acquire script, so that a key of another type is told: wrong_type once
     /// such keys leave no majority). Held
     /// when a majority accepted and validity is left: the node holds are registered (one group,
-    /// told once). Otherwise every node is released (a reply may have been lost).
-    round try_once(std::uint64_t owner, std::chrono::milliseconds lease, bool watched) const;
+    /// told once). Otherwise every node is released (a reply may have been lost). Each node is
+    /// waited for node_timeout(lease), or `at_most` when that is shorter (a wait's deadline).
+    round try_once(std::uint64_t owner, std::chrono::milliseconds lease, bool watched,
+                   std::chrono::milliseconds at_most = std::chrono::milliseconds::max()) const;
 
     /// Redlock's random delay before the next round (so competing clients do not retry in
     /// lockstep).
@@ -254,7 +256,7 @@ RLOCK_DECL void red_site::check_lease(lease_request lease) const {
 }
 
 RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::milliseconds lease,
-                                   bool watched) const -> round {
+                                   bool watched, std::chrono::milliseconds at_most) const -> round {
     const std::string lease_text = std::to_string(lease.count());
     const std::size_t need = quorum(), n = nodes_.size();
     const std::string token = random_token();
@@ -284,7 +286,7 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
             // WRONGTYPE rather than "held" (see below).
             call = acquire_call(mutex_kind::acquire_fenced_script(), keys_, false, {token, lease_text, "0"});
         },
-        node_timeout(lease),
+        std::min(node_timeout(lease), at_most),
         [&](const std::vector<node_result>& so_far) {
             std::size_t yes = 0, no = 0;
             for (const auto& r : so_far) {
@@ -583,7 +585,17 @@ RLOCK_DECL std::string red_site::describe(const std::vector<node_result>& result
 
 RLOCK_DECL try_result red_acquisition::attempt(try_phase) {
     ++tries_;
-    red_site::round r = site_.try_once(owner_, lease_, watched_);
+    // A round ends by the wait's deadline (try_lock_for(100ms) with a node paused and the
+    // per-node timeout at 1.5 s took 1.5 s): its nodes are waited for until then, at least
+    // 10 ms (node_timeout's floor). A round with no time left (try_lock(), a last round at
+    // the deadline) waits the whole per-node timeout: one round is always made.
+    std::chrono::milliseconds at_most = std::chrono::milliseconds::max();
+    const clock::time_point now = clock::now();
+    if (deadline_ > now) {
+        at_most = std::max(std::chrono::milliseconds(10),
+                           std::chrono::ceil<std::chrono::milliseconds>(deadline_ - now));
+    }
+    red_site::round r = site_.try_once(owner_, lease_, watched_, at_most);
     if (r.held) {
         held_ = std::move(r.held);
         return {true, {}};
