@@ -4,14 +4,18 @@
 // rlock::red_lock (red_lock.hpp) is the public face; its contract is there.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rlock/config.hpp"
@@ -133,6 +137,11 @@ private:
     script_call release_call(const std::string& token) const {
         return script_call(mutex_kind::release_script(), {keys_.name}, {token, keys_.channel});
     }
+
+    /// Writes the release of `token` after the acquire on the round's kept connections to its
+    /// late nodes (hold_group::late), and closes them. Best effort, after the release on every
+    /// node (release_all, which counts): a second release of one token finds nothing.
+    void release_after_late(hold_group& group, const std::string& token) const;
 
     /// A failed round's clean-up: the release of `token` on the nodes `needed` names, within
     /// `per_node` (the round's own per-node timeout).
@@ -279,6 +288,7 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
         return !holds;
     };
     undo.make = [&](std::size_t, script_call& call) { call = release_call(token); };
+    undo.keep = true;  // a held round keeps its late nodes' connections for the release
     auto results = fan_out(
         nodes_, name_,
         [&](std::size_t, script_call& call) {
@@ -333,12 +343,16 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
         // finds it; a leased hold's is only released with it. Otherwise a round decided a
         // moment before the last replies (a loaded machine) would leave keys nobody renews, and
         // a hold tolerating fewer node losses than its nodes promise.
+        // Their connections are kept with the hold: the release is written after the SET
+        // there (release()), so that a node paused through the unlock runs both, in order,
+        // when it resumes. Sent on a new connection, the release could not reach it (or ran
+        // first), and the SET it ran on resuming kept a key nobody held for the whole lease.
         hold_terms maybe = terms;
         maybe.confirmed = false;
         for (std::size_t i = 0; i < n; ++i) {
-            if (results[i].unanswered)
-                nodes_[i]->add_hold(red_lock_info, name_, token, owner, maybe, 0, group)->taken =
-                    taken;
+            if (!results[i].unanswered) continue;
+            nodes_[i]->add_hold(red_lock_info, name_, token, owner, maybe, 0, group)->taken = taken;
+            if (results[i].kept) group->late.emplace_back(i, std::move(results[i].kept));
         }
         return out;
     }
@@ -421,6 +435,10 @@ RLOCK_DECL auto red_site::release(std::uint64_t owner) const -> released {
     std::optional<error> refused;     // the first node that answered with an error
     std::optional<error> unanswered;  // the first node that could not be asked or answer
     const std::vector<node_result> results = release_all(token);
+    // Then after the acquire on the late nodes' own connections: a node that runs it (paused
+    // until now) releases there what it takes late; one that ran the acquire long ago was
+    // counted above, and finds nothing here.
+    if (group) release_after_late(*group, token);
     for (std::size_t i = 0; i < results.size(); ++i) {
         const node_result& r = results[i];
         long long left = -1, woken = 0;
@@ -532,6 +550,24 @@ RLOCK_DECL std::vector<node_result> red_site::release_all(const std::string& tok
         nodes_, name_, [&](std::size_t, script_call& call) { call = release_call(token); },
         node_timeout(std::chrono::milliseconds(
             std::max<long long>(1000, nodes_.front()->ep.options.command_timeout.count()))));
+}
+
+RLOCK_DECL void red_site::release_after_late(hold_group& group, const std::string& token) const {
+    std::vector<std::pair<std::size_t, context_ptr>> late;
+    {
+        std::lock_guard<std::mutex> g(group.late_mu);
+        late.swap(group.late);
+    }
+    for (auto& [i, ctx] : late) {
+        script_call call = release_call(token);
+        call.use(script_form::body, connection{ctx.get(), false, nodes_[i]->ep.sharded_pubsub});
+        (void)write_after(ctx.get(), call.argc(), call.argv(), call.lens());
+        // Replies the node sent meanwhile are read and dropped, so that the close is an
+        // orderly one (a socket closed with unread data resets the connection).
+        char sink[4096];
+        while (::recv(ctx->fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+        }
+    }
 }
 
 RLOCK_DECL void red_site::release_on(const std::string& token, const std::vector<char>& needed,

@@ -72,6 +72,12 @@ public:
             ctx_.reset();
             pool_->forget(*node_);
         }
+        /// Takes the connection out of the pool, open: the caller owns it from now on (a reply
+        /// may still be on its way, and something may have to follow what was sent on it).
+        context_ptr detach() noexcept {
+            if (ctx_) pool_->forget(*node_);
+            return std::move(ctx_);
+        }
 
     private:
         pool* pool_;

@@ -35,6 +35,8 @@ struct node_result {
                                   // node may still run the command
     bool undone = false;          // unanswered, and fan_out_undo's undo was written after the
                                   // command on its connection, whole
+    context_ptr kept;             // unanswered, the round keeping its effect, and
+                                  // fan_out_undo::keep: its connection, out of the pool, open
 };
 
 /// What fan_out sends, after the command, on the connection of each node that was asked and did
@@ -46,6 +48,10 @@ struct node_result {
 struct fan_out_undo {
     std::function<bool(const std::vector<node_result>&)> needed;
     std::function<void(std::size_t, script_call&)> make;
+    /// When the undo is not needed: the connections of the nodes left unanswered are handed
+    /// out (node_result::kept) instead of closed, so that what must follow the command later
+    /// can be written after it there.
+    bool keep = false;
 };
 
 /// Sends `make(node index)` (argv of one command) to every node, reads the replies until each
@@ -255,8 +261,9 @@ RLOCK_DECL std::vector<node_result> fan_out(
             script_call call;
             undo->make(i, call);
             out[i].undone = write_after(i, call);
-        } else if (calls[i].s && !resent[i]) {
-            (void)write_after(i, calls[i]);
+        } else {
+            if (calls[i].s && !resent[i]) (void)write_after(i, calls[i]);
+            if (undo && undo->keep) out[i].kept = conns[i]->detach();
         }
     }
     for (std::size_t i = 0; i < n; ++i) {

@@ -39,6 +39,12 @@ struct hold_group {
     std::atomic<bool> told{false};   // its owner was told it lost (registry::tell_group)
     std::atomic<bool> told_refused{false};  // ...or told of refusals, in an episode not ended
     lock_lost_handler tell;  // the owner's on_lock_lost (may be empty)
+    /// red_lock: the round's own connections to the nodes that were sent the acquire and had
+    /// not answered when it was decided (paused, slow), by node index, kept open so that the
+    /// release follows the acquire on them (red_site::release): on another connection it may
+    /// run first, or not reach the node at all. Closed with the group.
+    std::mutex late_mu;
+    std::vector<std::pair<std::size_t, context_ptr>> late;
 
     /// Counts one member lost (or refused); true when the group is lost with it.
     bool part_lost() noexcept { return lost_parts.fetch_add(1) + 1 > tolerance; }
