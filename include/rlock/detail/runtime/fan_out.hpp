@@ -57,10 +57,11 @@ struct fan_out_undo {
 /// Sends `make(node index)` (argv of one command) to every node, reads the replies until each
 /// answered or `per_node` ran out. The call must be one that may run twice on a node: a node
 /// left unanswered after a script's EVALSHA is sent the call again with its body on the same
-/// connection (unless the undo is sent instead), since a node without the script cached (fresh,
-/// restarted, flushed) would answer NOSCRIPT to nobody and never run it. `decided(results so far)` may end the round early: the
-/// nodes still pending then get `grace` more, and are abandoned (their connections closed,
-/// since a reply may still arrive) after that.
+/// connection (unless the undo is sent instead), since a node without the script cached
+/// (fresh, restarted, flushed) would answer NOSCRIPT to nobody and never run it.
+/// `decided(results so far)` may end the round early: the nodes still pending then get
+/// `grace` more, and are abandoned (their connections closed, since a reply may still arrive)
+/// after that.
 ///
 /// One deadline for the whole round, whatever a node costs: a node with an idle connection is
 /// asked at once; one without gets its connection opened on a thread of its own (pool::
