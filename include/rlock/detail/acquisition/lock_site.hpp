@@ -394,8 +394,7 @@ public:
             std::vector<script_call> calls = Kind::undo_calls(keys_, value);
             if (calls.empty()) return false;
             for (script_call& call : calls) {
-                call.use(script_form::body, c);  // nobody reads a NOSCRIPT
-                if (!write_after(c.ctx, call.argc(), call.argv(), call.lens())) return false;
+                if (!write_after(c, call)) return false;
             }
             return true;
         } catch (...) {

@@ -560,8 +560,7 @@ RLOCK_DECL void red_site::release_after_late(hold_group& group, const std::strin
     }
     for (auto& [i, ctx] : late) {
         script_call call = release_call(token);
-        call.use(script_form::body, connection{ctx.get(), false, nodes_[i]->ep.sharded_pubsub});
-        (void)write_after(ctx.get(), call.argc(), call.argv(), call.lens());
+        (void)write_after(connection{ctx.get(), false, nodes_[i]->ep.sharded_pubsub}, call);
         // Replies the node sent meanwhile are read and dropped, so that the close is an
         // orderly one (a socket closed with unread data resets the connection).
         char sink[4096];

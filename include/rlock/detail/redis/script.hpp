@@ -99,6 +99,12 @@ private:
     std::vector<std::size_t> more_lens_;
 };
 
+/// Writes `call` after what `c` was sent (write_after, hiredis.hpp), reading no reply: a script
+/// with its body, since nobody will read a NOSCRIPT; a plain command as it is. For an undo or a
+/// second try that must follow a command left unanswered, on its connection. Best effort:
+/// false when it could not be written whole, at once.
+RLOCK_DECL bool write_after(const connection& c, script_call& call) noexcept;
+
 /// Runs a script: EVALSHA, and after NOSCRIPT (SCRIPT FLUSH, a restarted server) EVAL with the
 /// body, which reloads the cache, once. Throws on I/O errors and on error replies.
 RLOCK_DECL reply_ptr run_script(const connection& c, script_call& call, std::string_view lock,
@@ -260,6 +266,11 @@ RLOCK_DECL void script_call::use(script_form form, const connection& c) {
 RLOCK_DECL void script_call::set(std::size_t i, std::string_view part) noexcept {
     argv()[i] = part.data();
     (more_lens_.empty() ? lens_ : more_lens_.data())[i] = part.size();
+}
+
+RLOCK_DECL bool write_after(const connection& c, script_call& call) noexcept {
+    if (call.s) call.use(script_form::body, c);
+    return write_after(c.ctx, call.argc(), call.argv(), call.lens());
 }
 
 RLOCK_DECL reply_ptr run_script(const connection& c, script_call& call, std::string_view lock,

@@ -249,11 +249,7 @@ RLOCK_DECL std::vector<node_result> fan_out(
     // its connection: a few kilobytes into the socket's buffer, one write, no wait.
     auto write_after = [&](std::size_t i, script_call& call) {
         const connection conn{conns[i]->get(), false, nodes[i]->ep.sharded_pubsub};
-        if (call.s) call.use(script_form::body, conn);
-        redisContext* c = conn.ctx;
-        if (append_command(c, call.argc(), call.argv(), call.lens()) != REDIS_OK) return false;
-        int done = 0;
-        return redisBufferWrite(c, &done) == REDIS_OK && done != 0;
+        return detail::write_after(conn, call);
     };
     const bool undoing = undo && undo->needed(out);
     for (std::size_t i = 0; i < n; ++i) {
