@@ -281,4 +281,24 @@ private:
     }
 };
 
+/// Every test starts with server() empty, as the typed fixtures' SetUp makes theirs: the plain
+/// TESTs share it and name their keys after themselves, so their second pass in one process
+/// (`--gtest_repeat=2`) found the first pass's keys and failed. ctest runs each test in a
+/// process of its own, where server() starts empty anyway. A server a test left stopped or
+/// paused is given up on after 1 s.
+class empty_server_per_test : public ::testing::EmptyTestEventListener {
+    void OnTestStart(const ::testing::TestInfo&) override {
+        if (!started_server()) return;
+        const timeval limit{1, 0};
+        rlock::detail::context_ptr c(redisConnectWithTimeout("127.0.0.1", server().port(), limit));
+        if (!c || c->err || redisSetTimeout(c.get(), limit) != REDIS_OK) return;
+        (void)rlock::detail::command(c.get(), {"FLUSHALL"});
+    }
+};
+
+inline const bool empty_server_per_test_added = [] {
+    ::testing::UnitTest::GetInstance()->listeners().Append(new empty_server_per_test);
+    return true;
+}();
+
 }  // namespace rlock_test

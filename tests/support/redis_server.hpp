@@ -341,11 +341,17 @@ inline void set_acl_user(const redis_server& s, std::vector<std::string> rules) 
     }
 }
 
-/// The server's keys, space-separated, except those starting with `except` (when not empty).
+/// Whether server() below has been started in this process.
+inline bool& started_server() {
+    static bool started = false;
+    return started;
+}
+
 /// The server the test files' free functions talk to: started at first use, one per test
 /// process (ctest runs each test in a process of its own), stopped at exit.
 inline redis_server& server() {
     static redis_server s;
+    started_server() = true;
     return s;
 }
 
@@ -360,6 +366,7 @@ inline long long calls_of(const redis_server& s, std::string_view command) {
 /// The same, on server().
 inline long long calls_of(std::string_view command) { return calls_of(server(), command); }
 
+/// The server's keys, space-separated, except those starting with `except` (when not empty).
 inline std::string keys_left(const redis_server& s, std::string_view except = "") {
     std::string out;
     rlock::detail::reply_ptr keys = s.cmd({"KEYS", "*"});
