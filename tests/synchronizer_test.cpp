@@ -519,6 +519,44 @@ TEST(semaphore, a_release_over_the_capacity_keeps_the_keys_expiry) {
     EXPECT_GT(server().integer({"PTTL", name()}), 0) << "the release dropped the key's expiry";
 }
 
+// A count set above the capacity (try_set_permits, add_permits) is the user's: a release
+// adds nothing to it and takes nothing from it, and what it released is told as not fitting,
+// never more permits than it released. Before, the release clamped the count down to the
+// capacity (10 free permits became 5) and told "5 of the 1 permits" did not fit.
+TEST(semaphore, a_release_never_lowers_a_count_set_above_the_capacity) {
+    rlock_test::lost_log lost;
+    rlock::client_options o = server().options();
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    rlock::semaphore_options five;
+    five.capacity = 5;
+    rlock::semaphore s(c, name(), five);
+    ASSERT_TRUE(s.try_set_permits(10));
+    ASSERT_TRUE(s.try_acquire());
+    s.release();
+    EXPECT_EQ(server().text({"GET", name()}), "9") << "a release lowered the count";
+    ASSERT_EQ(lost.calls.load(), 1);
+    {
+        std::lock_guard<std::mutex> g(lost.mu);
+        EXPECT_NE(lost.last_message.find("1 of the 1 permits released did not fit"), std::string::npos)
+            << lost.last_message;
+    }
+    EXPECT_EQ(s.add_permits(3), 12);
+    s.release(2);
+    EXPECT_EQ(server().text({"GET", name()}), "12");
+    ASSERT_EQ(lost.calls.load(), 2);
+    {
+        std::lock_guard<std::mutex> g(lost.mu);
+        EXPECT_NE(lost.last_message.find("2 of the 2 permits released did not fit"), std::string::npos)
+            << lost.last_message;
+    }
+    // At the capacity exactly, too: nothing fits, the count stays.
+    server().cmd({"SET", name(), "5"});
+    s.release();
+    EXPECT_EQ(server().text({"GET", name()}), "5");
+    EXPECT_EQ(lost.calls.load(), 3);
+}
+
 TEST(semaphore, bad_counts_and_foreign_keys_are_refused_with_redis_unchanged) {
     rlock::client c(server().options());
     rlock::semaphore s(c, name());

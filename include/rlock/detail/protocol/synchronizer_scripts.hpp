@@ -138,7 +138,8 @@ return 1 + restored
     /// nobody, and Redisson's waiters take a message as a number of permits to wake, which must
     /// not be negative). KEYS[1] the semaphore. ARGV[3] a capacity ('0': none; release() of a
     /// semaphore that knows its capacity): the count never goes above it (an absent count
-    /// counts as the capacity, set back), and what did not fit is returned. Returns {the new
+    /// counts as the capacity, set back) nor down (a count already above it stays), and what
+    /// did not fit is returned, never more than ARGV[1]. Returns {the new
     /// count as its text (exact), the permits that did not fit ('0')}. INCRBY refuses an
     /// overflow before it writes.
     static const script& add() {
@@ -154,6 +155,11 @@ if cap ~= '0' and v == false then
     redis.call('set', KEYS[1], cap)
     redis.call('publish', ARGV[2], cap)
     return {cap, ARGV[1]}
+end
+if cap ~= '0' and not less(have, cap) then
+    -- At the capacity already, or above it (a count set higher): nothing released fits, and
+    -- the count stays as it is (clamping it would take free permits away).
+    return {have, ARGV[1]}
 end
 local positive = less(negated(ARGV[1]), have)
 if positive then

@@ -503,7 +503,7 @@ RLOCK_DECL void release_permits(client_core& core, const std::string& name, cons
                                  " permits released did not fit under the semaphore's capacity " +
                                  std::to_string(capacity) +
                                  ": taken before the server lost its count (set back to the capacity since), "
-                                 "or released twice"));
+                                 "released twice, or the count was set to the capacity or above"));
     }
 }
 
