@@ -1526,6 +1526,10 @@ TEST(permit_expirable_semaphore, update_lease_time_moves_a_permits_end) {
     rlock::permit p = s.acquire(400ms);
     // A handle judges lost() by the lease it took: a lease changed behind it is refused.
     EXPECT_THROW((void)s.update_lease_time(p.id(), 100ms), rlock::error);
+    // An id that is only the start of the handle's is another permit, not taken: false (it
+    // was refused as the handle's).
+    EXPECT_FALSE(s.update_lease_time(p.id().substr(0, 2), 1s));
+    EXPECT_FALSE(s.update_lease_time(p.id().substr(0, 30), 1s));
     const std::vector<std::string> ids = p.detach();
     EXPECT_TRUE(s.update_lease_time(ids.front(), 60s));
     std::this_thread::sleep_for(700ms);
@@ -1594,6 +1598,93 @@ TEST(permit_expirable_semaphore, an_acquire_that_rides_out_a_restart_longer_than
     EXPECT_FALSE(p.lost());
     EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
     EXPECT_NO_THROW(p.release());
+}
+
+// The same through a pause longer than the lease (SIGSTOP: no connection breaks, every try
+// before the resume times out), blocking and asynchronous. The tries the pause timed out never
+// took the permit, so its lease runs from the try that did. Before, the lease was counted from
+// the first try: the permit came back lost() already, its owner was told a false loss, and
+// nothing renewed it, so it kept other clients out for a whole lease.
+TEST(permit_expirable_semaphore, an_acquire_that_rides_out_a_pause_longer_than_its_lease_holds_a_live_permit) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.lock_watchdog_timeout = 1500ms;
+    o.command_timeout = 300ms;
+    rlock_test::lost_log lost;
+    o.on_lock_lost = lost.hold_handler();
+    rlock::client c(o);
+    rlock::permit_expirable_semaphore sem(c, name());
+    ASSERT_TRUE(sem.try_set_permits(2));
+    own.pause();
+    std::future<rlock::permit> blocking =
+        std::async(std::launch::async, [&] { return sem.try_acquire_for(20s); });
+    std::future<rlock::permit> async = sem.async_try_acquire_for(20s, 1, rlock::use_future);
+    std::this_thread::sleep_for(2500ms);
+    own.resume();
+    ASSERT_EQ(blocking.wait_for(10s), std::future_status::ready);
+    ASSERT_EQ(async.wait_for(10s), std::future_status::ready);
+    rlock::permit a = blocking.get(), b = async.get();
+    ASSERT_TRUE(a);
+    ASSERT_TRUE(b);
+    EXPECT_FALSE(a.lost()) << "a permit just taken is lost by the client's clock";
+    EXPECT_FALSE(b.lost()) << "a permit just taken is lost by the client's clock";
+    std::this_thread::sleep_for(2s);  // past its first lease: renewed
+    EXPECT_FALSE(a.lost());
+    EXPECT_FALSE(b.lost());
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+    EXPECT_EQ(own.integer({"ZCARD", permit_timeouts_of(name())}), 2);
+    EXPECT_NO_THROW(a.release());
+    EXPECT_NO_THROW(b.release());
+    EXPECT_EQ(own.text({"GET", name()}), "2");
+}
+
+// A wait whose deadline comes while the server is paused ends with the outage's error one
+// command_timeout past its deadline at most (its last try), latch and permit-expirable
+// semaphore, blocking and asynchronous, as a lock's does. Before, each read or acquire attempt
+// was repeated at once on a new connection (a second command_timeout) and a permit's undo
+// waited for the paused server too: 2.0 s and 2.5 s for a 1 s wait with 500 ms timeouts.
+TEST(permit_expirable_semaphore, a_wait_whose_deadline_comes_while_the_server_is_paused_ends_one_timeout_past_it) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.command_timeout = 500ms;
+    // A client each for the asynchronous waits: one client's asynchronous attempts take turns
+    // on its engine thread, each blocking it up to a command_timeout.
+    rlock::client c(o), c_latch(o), c_permit(o);
+    rlock::count_down_latch latch(c, name("-latch")), async_latch(c_latch, name("-latch"));
+    ASSERT_TRUE(latch.try_set_count(1));
+    rlock::permit_expirable_semaphore sem(c, name()), async_sem(c_permit, name());
+    ASSERT_TRUE(sem.try_set_permits(0));
+    using ms = std::chrono::milliseconds;
+    // How long `wait` took, and whether it ended with a connection error.
+    auto ended = [](auto wait) {
+        return std::async(std::launch::async, [wait]() -> std::pair<ms, std::string> {
+            const auto start = rlock_test::steady::now();
+            std::string how = "no error";
+            try {
+                (void)wait();
+            } catch (const rlock::error& e) {
+                how = rlock_test::connection_error(e.value()) ? "connection error" : e.what();
+            }
+            return {std::chrono::duration_cast<ms>(rlock_test::steady::now() - start), how};
+        });
+    };
+    auto latch_blocking = ended([&] { return latch.wait_for(1s); });
+    auto latch_async = ended([&] { return async_latch.async_wait_for(1s, rlock::use_future).get(); });
+    auto permit_blocking = ended([&] { return static_cast<bool>(sem.try_acquire_for(1s)); });
+    auto permit_async =
+        ended([&] { return static_cast<bool>(async_sem.async_try_acquire_for(1s, 1, rlock::use_future).get()); });
+    std::this_thread::sleep_for(300ms);  // waiting for a message: the deadline comes in the pause
+    own.pause();
+    for (auto* f : {&latch_blocking, &latch_async, &permit_blocking, &permit_async}) {
+        ASSERT_EQ(f->wait_for(10s), std::future_status::ready);
+        const auto [took, how] = f->get();
+        EXPECT_EQ(how, "connection error");
+        EXPECT_LT(took.count(), 1000 + 500 + 350) << "past its deadline by more than one command_timeout";
+    }
+    own.resume();
+    // The permits the pause kept unanswered (if any ran) are released once it answers.
+    EXPECT_TRUE(eventually([&] { return own.integer({"ZCARD", permit_timeouts_of(name())}) == 0; }, 5000ms));
+    EXPECT_EQ(own.text({"GET", name()}), "0");
 }
 
 // A handle that holds nothing any more still says which semaphore it came from, and where.

@@ -115,8 +115,9 @@ public:
 private:
     template <class Token>
     auto async_wait_steady(clock::time_point deadline, Token&& token) const {
+        // Each read once: the wait makes a read that failed in an outage again (repeat::safe).
         auto read = [core = core_, name = name_]() -> detail::attempt_result {
-            return core->pool.run(name, detail::on_break::retry, [&](const detail::connection& c) {
+            return core->pool.run(name, detail::on_break::fail, [&](const detail::connection& c) {
                 return detail::read_count(c, name, core->ep.name) <= 0;
             });
         };
@@ -156,7 +157,13 @@ RLOCK_DECL long long count_down_latch::count() const {
 }
 
 RLOCK_DECL bool count_down_latch::wait_until_steady(clock::time_point deadline) const {
-    return synchronizer::wait_until(deadline, detail::repeat::safe, [&] { return count() <= 0; });
+    // Each read once, not as count() (on_break::retry): the wait makes a read that failed in
+    // an outage again itself, so a repeat here would only double what a paused server costs
+    // a wait past its deadline.
+    return synchronizer::wait_until(deadline, detail::repeat::safe, [&] {
+        return run(detail::on_break::fail,
+                   [&](const detail::connection& c) { return detail::read_count(c, name_, server()) <= 0; });
+    });
 }
 
 }  // namespace rlock

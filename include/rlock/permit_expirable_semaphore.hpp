@@ -42,7 +42,8 @@
 // Failures: an acquire whose connection broke or timed out is sent again with the same ids
 // (after a backoff, until the wait's deadline): if an earlier one ran, the
 // next finds them taken and returns them. If the call throws in the end, it first releases
-// those ids (best effort: unreachable, they come back with their lease). A
+// those ids (the watchdog thread again while the server does not answer; at worst they come
+// back with their lease). A
 // release by a handle is retried like an unlock (it frees only its own ids); a release by id
 // is not. Bad counts and leases throw invalid_argument with nothing sent; keys of another type
 // throw wrong_type with Redis unchanged.
@@ -330,10 +331,16 @@ private:
         std::string n, ms, packed;
         std::chrono::milliseconds term;
         bool watched;
-        // When the ids may have been taken: the start of the first attempt since the last one
-        // answered "not taken" (an attempt that failed may have run, and a later one then
-        // finds its ids taken: the lease began with the one that ran).
+        // Set while the ids may have been taken (undo() then releases them): the start of the
+        // first attempt since the last one answered "not taken" (an attempt that failed may
+        // have run).
         clock::time_point sent{};
+        // When the lease of the ids began, by this client's clock (no later than the script
+        // that took them ran): what the hold is judged by.
+        clock::time_point taken_at{};
+        // The last attempt got no reply in time (a paused or hung server): undo() does not
+        // wait for one more.
+        bool timed_out = false;
         // For the client's listener (events.hpp): when the acquisition began, its tries.
         detail::wait_story story{};
 
@@ -342,16 +349,17 @@ private:
         unsigned tries() const noexcept { return story.tries; }
 
         // One attempt; `again` is when the earliest lease ends when not taken. An attempt that
-        // failed ambiguously (the connection broke or timed out) is sent once more with the same
-        // ids: if the first ran, the second finds them taken and says so.
+        // failed ambiguously (the connection broke or timed out) is made again by the wait with
+        // the same ids: if the first ran, the next finds them taken and says so.
         detail::attempt_result attempt();
 
         // The permit of an acquisition that is done: its hold recorded (renewed when watched).
         permit finish();
 
         // Giving up after an attempt that may have run: its permits would stay taken for their
-        // whole lease with no handle to release them. Released here, best effort: the script
-        // frees only these ids, so it is safe whatever happened.
+        // whole lease with no handle to release them. Released here once, and by the watchdog
+        // thread while the server does not answer: the script frees only these ids, so it is
+        // safe whatever happened.
         void undo() noexcept;
     };
 
@@ -505,6 +513,9 @@ RLOCK_DECL std::string permit_expirable_semaphore::id_bytes(const std::string& i
 }
 
 RLOCK_DECL bool permit_expirable_semaphore::owned_by_a_handle(const std::string& raw) const {
+    // A handle's value packs its ids of 16 bytes each: only an id of that size can be one of
+    // them (a shorter one matching the start of one is another permit).
+    if (raw.size() != 16) return false;
     return core_->reg.any_hold([&](const detail::hold& h) {
         if (h.kind != &detail::permit_kind::info || h.name != name_) return false;
         for (std::size_t at = 0; at + raw.size() <= h.value.size(); at += 16) {
@@ -569,12 +580,16 @@ RLOCK_DECL detail::attempt_result permit_expirable_semaphore::taking::attempt() 
     // Nothing would renew or release permits taken through a destroyed client.
     core->throw_if_destroyed(keys.name, "the client this semaphore was made from has been destroyed");
     const clock::time_point before = sent;
-    if (sent == clock::time_point{}) sent = clock::now();
+    const clock::time_point start = clock::now();
+    timed_out = false;
+    if (sent == clock::time_point{}) sent = start;
     clock::time_point again = clock::time_point::max();
     bool taken = false;
+    long long left = -1;  // ms of lease the ids had left when an earlier try had taken them
     bool asked = false;  // a connection was had: the script may have been sent
     try {
-        taken = core->pool.run(keys.name, detail::on_break::retry, [&](const detail::connection& c) {
+        // Once: the wait makes an attempt that failed in an outage again, with the same ids.
+        taken = core->pool.run(keys.name, detail::on_break::fail, [&](const detail::connection& c) {
             asked = true;
             detail::script_call call;
             call.start(detail::permit_scripts::acquire(), 2);
@@ -589,18 +604,29 @@ RLOCK_DECL detail::attempt_result permit_expirable_semaphore::taking::attempt() 
             const auto [got, wait_ms] = two_integers(
                 detail::run_script(c, call, keys.name, server()).get(), keys.name, server());
             if (got == 1) return true;
+            if (got == 2) {
+                left = wait_ms;
+                return true;
+            }
             again = wait_ms < 0 ? clock::time_point::max()
                                 : clock::now() + std::chrono::milliseconds(wait_ms + 1);
             return false;
         });
-    } catch (const error&) {
+    } catch (const error& e) {
+        timed_out = e.value() == errc::timeout;
         // Not sent (no connection could be had: a restart, say): it cannot have run, so the
         // lease of the ids begins no earlier than a later try. Kept at an earlier one, or at
         // this one once it had a connection: they may have run.
         if (!asked) sent = before;
         throw;
     }
-    if (taken) return true;
+    if (taken) {
+        // The lease runs from the script that took the ids: this try's, sent after `start`;
+        // or an earlier one's, whose reply was lost (a try that timed out while the server was
+        // paused may run when it resumes, long after it was sent), with `left` ms to run.
+        taken_at = left < 0 ? start : start + std::chrono::milliseconds(left) - term;
+        return true;
+    }
     sent = {};
     return {false, again};
 }
@@ -613,20 +639,36 @@ RLOCK_DECL permit permit_expirable_semaphore::taking::finish() {
     detail::registry::hold_ptr hold = core->add_handle_hold(
         detail::permit_kind::info, keys.name, keys.timeouts, packed,
         detail::hold_terms{term, watched ? detail::renewal::watched : detail::renewal::leased,
-                           sent});
+                           taken_at});
     core->events.acquired(event_kind(), keys.name, hold->id, story);
     return permit(core, keys, std::move(ids), std::move(hold));
 }
 
 RLOCK_DECL void permit_expirable_semaphore::taking::undo() noexcept {
     if (sent == clock::time_point{}) return;
-    try {
-        (void)core->pool.run(keys.name, detail::on_break::retry, [&](const detail::connection& c) {
+    // Once, then (the server not answering) by the watchdog thread until it does or the lease
+    // has ended them anyway; straight to it when the last attempt timed out: the caller, whose
+    // wait is over, does not wait for a server that did not answer.
+    auto release = [core = core.get(), keys = keys, packed = packed] {
+        (void)core->pool.run(keys.name, detail::on_break::fail, [&](const detail::connection& c) {
             return detail::eval_integer(c, detail::permit_scripts::release_packed(),
                                         {keys.name, keys.timeouts}, {keys.channel, packed},
-                                        keys.name, server());
+                                        keys.name, core->ep.name);
         });
-    } catch (...) {  // unreachable still: the lease ends them
+    };
+    try {
+        if (!timed_out) {
+            release();
+            return;
+        }
+    } catch (const error& e) {
+        if (!detail::is_ambiguous(e)) return;
+    } catch (...) {
+        return;
+    }
+    try {
+        core->defer_undo(keys.name + '\n' + detail::hex(packed), release, clock::now() + term);
+    } catch (...) {
     }
 }
 

@@ -32,8 +32,8 @@
 // it also try again after 10 ms, doubling to 1 s.
 //
 // Failures: a command whose connection broke or timed out may or may not have run. An acquire
-// attempt is then made once more on a new connection (as a lock's is), so that a waiter
-// outlives a restart or a killed connection, and then throws; if the first had run on a server
+// attempt is then made once more on a new connection, so that a waiter outlives a restart or
+// a killed connection, and then throws; if the first had run on a server
 // that kept its data, its permits stay taken for good (there are no leases) — fewer holders
 // than permits, never more. So it is not repeated further: a permit-expirable semaphore, whose
 // repeats find their own ids, rides out longer failures. A release (and
@@ -188,9 +188,9 @@ private:
     void check_positive(long long permits, std::string_view op) const;
 
     // One attempt. One that failed ambiguously (the connection broke or timed out, so the
-    // script may have run) is made once more on a new connection, as a lock's attempt is: a
-    // waiter outlives a restart or a killed connection. If the first had run on a server that
-    // kept its data, its permits stay taken: fewer holders than permits, never more.
+    // script may have run) is made once more on a new connection: a waiter outlives a restart
+    // or a killed connection. If the first had run on a server that kept its data, its permits
+    // stay taken: fewer holders than permits, never more.
     bool take(long long permits);
 
     bool acquire_until(clock::time_point deadline, long long permits);

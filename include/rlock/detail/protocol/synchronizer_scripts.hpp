@@ -307,16 +307,18 @@ struct permit_scripts {
     }
 
     /// Takes ARGV[1] permits with the ids ARGV[4..] for a lease of ARGV[2] ms (the first
-    /// write is reclaim's, after every check). ARGV[3] the channel. Returns {1, 0} taken (also
-    /// when ARGV[4] is taken already: a repeat of an attempt whose reply was lost), or {0,
-    /// ms} not taken, ms until the earliest lease ends (-1: none will; Redisson's permanent
-    /// permits, scored 922337203685477, never end), nothing written but the reclaiming
-    /// of ended leases.
+    /// write is reclaim's, after every check). ARGV[3] the channel. Returns {1, 0} taken now;
+    /// {2, ms} when ARGV[4] is taken already (a repeat of an attempt whose reply was lost),
+    /// ms its lease has left (0 or less: it has ended), nothing written; or {0, ms} not
+    /// taken, ms until the earliest lease ends (-1: none will; Redisson's permanent permits,
+    /// scored 922337203685477, never end), nothing written but the reclaiming of ended
+    /// leases.
     static const script& acquire() {
         static const script s(with_prelude(R"lua(
 local have, bad = check(KEYS[1], KEYS[2])
 if bad then return bad end
-if redis.call('zscore', KEYS[2], ARGV[4]) then return {1, 0} end
+local mine = redis.call('zscore', KEYS[2], ARGV[4])
+if mine then return {2, tonumber(mine) - server_ms()} end
 local now = server_ms()
 have, bad = reclaim(KEYS[1], KEYS[2], ARGV[3], have, now)
 if bad then return bad end
