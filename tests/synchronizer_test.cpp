@@ -683,6 +683,43 @@ std::future<std::string> waiting(Wait wait) {
 
 const std::string threw_lock_lost = "threw " + std::to_string(static_cast<int>(rlock::errc::lock_lost)) + ": ";
 
+// A FLUSHALL publishes nothing and breaks no connection: the waiters learn of it from the
+// server's flush notice (the subscriber's own tracking) and try again at once — a latch's
+// waiters pass (its count is gone: Redisson's rule), a semaphore waiter whose client saw the
+// count set is told it is gone, and a lock's waiter behind a 30 s lease gets the lock. Before,
+// each slept until its deadline (20 s) or a message that never came.
+TEST(count_down_latch, a_flushall_opens_it_for_every_waiter_at_once) {
+    redis_server own;
+    rlock::client a(own.options()), b(own.options());
+    rlock::count_down_latch latch(a, name()), setter(b, name());
+    ASSERT_TRUE(setter.try_set_count(1));
+    rlock::semaphore sem(a, name("-sem"));
+    ASSERT_TRUE(sem.try_set_permits(0));
+    rlock::mutex held(b, name("-lock")), wanted(a, name("-lock"));
+    held.lock();
+    auto blocking = waiting([&] { return latch.wait_for(20s); });
+    std::future<bool> async = latch.async_wait_for(20s, rlock::use_future);
+    auto sem_wait = waiting([&] { return sem.try_acquire_for(20s); });
+    auto lock_wait = waiting([&] {
+        const bool got = wanted.try_lock_for(20s);
+        if (got) wanted.unlock();
+        return got;
+    });
+    ASSERT_TRUE(eventually([&] { return own.cmd({"PUBSUB", "CHANNELS", "*{*"})->elements == 3; }))
+        << "the waiters never subscribed";
+    std::this_thread::sleep_for(300ms);  // past the tries that follow the subscriptions
+    ASSERT_EQ(blocking.wait_for(0s), std::future_status::timeout) << blocking.get();
+    own.cmd({"FLUSHALL"});
+    ASSERT_EQ(blocking.wait_for(5s), std::future_status::ready) << "the latch's waiter slept on";
+    EXPECT_EQ(blocking.get(), "got it");
+    ASSERT_EQ(async.wait_for(5s), std::future_status::ready) << "the asynchronous waiter slept on";
+    EXPECT_TRUE(async.get());
+    ASSERT_EQ(sem_wait.wait_for(5s), std::future_status::ready) << "the semaphore's waiter slept on";
+    EXPECT_EQ(sem_wait.get().rfind(threw_lock_lost, 0), 0U);
+    ASSERT_EQ(lock_wait.wait_for(5s), std::future_status::ready) << "the lock's waiter slept on";
+    EXPECT_EQ(lock_wait.get(), "got it");
+}
+
 // Issue 31, item 4: a restart without persistence takes the count with it. The waiters of a
 // client that saw the count set are told (lock_lost, naming the semaphore) instead of waiting
 // for ever, as are its later acquires; a client that never saw it set reads an absent count as

@@ -212,6 +212,10 @@ private:
     // server that refuses (an ACL, a server before Redis 6) leaves detection off, told once.
     bool listen_for_invalidations(redisContext* c);
 
+    // The broadcast prefix of the connection's own tracking (listen_for_invalidations): no key
+    // starts with it, so the server tells the connection of flushes alone.
+    static constexpr const char* flush_watch_prefix = "\x01rlock:flush-watch\x01";
+
     // Tells the client's listener, once, that losses are found by the watchdog alone.
     void detection_off(const std::string& why) { route_->tell_off(events_, ep_.name, why); }
 
@@ -520,6 +524,14 @@ RLOCK_DECL bool subscriber::listen_for_invalidations(redisContext* c) {
         return true;
     }
     id_asked_ = id->integer;
+    // Flushes: tracking of its own, in broadcast mode for a prefix no key has, makes the server
+    // tell this connection of every FLUSHALL and FLUSHDB (it tells every tracking client of a
+    // flush) and of nothing else. A flush publishes nothing, and waiters behind a flushed
+    // holder, count or latch would otherwise sleep to their deadline (on_invalidation wakes
+    // them). A server that refuses it (an ACL, before Redis 6) goes without.
+    reply_ptr own = command(c, {"CLIENT", "TRACKING", "on", "REDIRECT", std::to_string(id_asked_),
+                                "BCAST", "PREFIX", flush_watch_prefix});
+    if (!own) return false;
     const char* argv[2] = {"SUBSCRIBE", tracking_route::channel};
     const std::size_t lens[2] = {9, std::char_traits<char>::length(tracking_route::channel)};
     if (append_command(c, 2, argv, lens) != REDIS_OK) return false;
@@ -528,6 +540,12 @@ RLOCK_DECL bool subscriber::listen_for_invalidations(redisContext* c) {
 }
 
 RLOCK_DECL void subscriber::on_invalidation(const redisReply* payload) {
+    if (payload->type != REDIS_REPLY_ARRAY) {
+        // Every key is gone (FLUSHALL, FLUSHDB) and nothing was published: every waiter tries
+        // again now (a lock is free, a latch open, a semaphore's count gone).
+        std::lock_guard<std::mutex> g(mu_);
+        wake_all_locked();
+    }
     if (!on_invalidated_) return;
     std::vector<std::string> keys;
     if (payload->type == REDIS_REPLY_ARRAY) {
