@@ -1378,6 +1378,28 @@ TYPED_TEST(loss_told, a_deleted_flushed_or_overwritten_hold_is_told_at_once) {
     d.unlock();
 }
 
+// Another client's waiter behind a hold whose key was deleted gets the lock as soon as the
+// holder unlocks (the unlock finds its hold gone: told, and, the lock being free, its waiters
+// woken as a release would), not at the holder's TTL it last read (30 s). Before, the release
+// that found nothing published nothing, and the waiter slept to its deadline (a probe's find:
+// 30 s for every kind).
+TYPED_TEST(loss_told, a_waiter_gets_the_lock_once_the_holder_unlocks_a_deleted_hold) {
+    rlock::client holder(this->options()), waiter(this->options());
+    const std::string name = this->name();
+    TypeParam held(holder, name), wanted(waiter, name);
+    held.lock();
+    auto got = std::async(std::launch::async, [&] {
+        const bool ok = wanted.try_lock_for(20s);
+        if (ok) wanted.unlock();
+        return ok;
+    });
+    std::this_thread::sleep_for(300ms);  // waiting behind the holder's lease
+    EXPECT_LT(told_after(held, this->lost, [&] { this->server().cmd({"DEL", name}); }), 2s);
+    held.unlock();
+    ASSERT_EQ(got.wait_for(5s), std::future_status::ready) << "the waiter slept on behind a hold that is gone";
+    EXPECT_TRUE(got.get());
+}
+
 // A leased hold (never renewed) is armed too: a key deleted or overwritten before its lease
 // ends is told at once, found by a check that writes nothing; a lease that simply runs out
 // (the key expires: an invalidation too) is not a loss.

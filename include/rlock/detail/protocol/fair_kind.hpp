@@ -51,7 +51,9 @@ namespace rlock::detail {
 
 /// Lua helpers shared by the fair-lock scripts (prepended to their bodies, after lua_checks).
 /// evict reads the queue (LINDEX) and the head's deadline (ZSCORE) before it writes, so a key
-/// of another type fails it with WRONGTYPE before anything is changed.
+/// of another type fails it with WRONGTYPE before anything is changed. wake_head_if_gone: a
+/// release that found its hold gone, with the hash absent (the lock is free) and a queue,
+/// evicts and wakes the head, whose channel permitting.
 inline constexpr std::string_view fair_lua_helpers = R"lua(
 local function now_ms()
     local t = redis.call('time')
@@ -97,6 +99,11 @@ local function head_leaves(queue, deadlines, now, wait)
 end
 local function wake(prefix, head)
     if head then redis.call('publish', prefix .. ':' .. head, '0') end
+end
+local function wake_head_if_gone(hash, queue, deadlines, prefix)
+    if redis.call('exists', hash) == 1 or redis.call('exists', queue) == 0 then return end
+    local head = evict(queue, deadlines, now_ms())
+    if head and not channel_refused(prefix .. ':' .. head) then wake(prefix, head) end
 end
 )lua";
 
@@ -196,14 +203,18 @@ return {0, ttl}
 
     /// Leave one level; the last deletes the hash, evicts dead waiters and wakes the queue head
     /// on its own channel. KEYS[1] hash, KEYS[2] queue, KEYS[3] deadlines, KEYS[4] channel
-    /// prefix; ARGV[1] holder id. Returns -1 not held, n > 0 levels left, 0 released.
+    /// prefix; ARGV[1] holder id. Returns -1 not held (with no hash at all the queue's head is
+    /// woken, as Redisson's unlock does: wake_head_if_gone), n > 0 levels left, 0 released.
     /// The last level evicts before it deletes the hash: a queue key of another type then fails
     /// the script before anything is changed.
     static const script& release_script() {
         static const script s(with_fair_helpers(R"lua(
 local count = redis.pcall('hget', KEYS[1], ARGV[1])
 if read_failed(count) then return count end
-if type(count) ~= 'string' then return -1 end
+if type(count) ~= 'string' then
+    wake_head_if_gone(KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+    return -1
+end
 if (tonumber(count) or 0) > 1 then return redis.call('hincrby', KEYS[1], ARGV[1], -1) end
 local refused = channel_refused(KEYS[4] .. ':' .. ARGV[1])
 if refused then return refused end
@@ -230,7 +241,10 @@ return 0
         static const script s(with_fair_helpers(R"lua(
 local count = redis.pcall('hget', KEYS[1], ARGV[1])
 if read_failed(count) then return count end
-if type(count) ~= 'string' then return {-1} end
+if type(count) ~= 'string' then
+    wake_head_if_gone(KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+    return {-1}
+end
 if (tonumber(count) or 0) > 1 then return {redis.call('hincrby', KEYS[1], ARGV[1], -1)} end
 local refused = channel_refused(KEYS[4] .. ':' .. ARGV[1])
 if refused then return refused end

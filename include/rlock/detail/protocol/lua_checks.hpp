@@ -37,12 +37,20 @@ end
 /// asks first, before its first write. Redis 6 has no redis.acl_check_cmd (nor channel rules
 /// before 6.2, whose default allows every channel): nothing to ask there. In a cluster with
 /// sharded pub/sub the script's 'publish' is renamed 'spublish' here too (script.hpp).
+///
+/// wake_waiters(channel, message): publishes `message` unless the channel is refused. For a
+/// release that found its hold gone (deleted, flushed, expired) and the lock's key absent: the
+/// lock is free, and nothing else would wake its waiters before the holder's TTL they last
+/// read (a waiter with none: its deadline). The release is told "not held" either way.
 inline constexpr std::string_view lua_publish_check = R"lua(
 local function channel_refused(channel)
     if redis.acl_check_cmd and not redis.acl_check_cmd('publish', channel, '0') then
         return redis.error_reply("NOPERM this user has no permissions to access the channel " ..
             channel .. ", where the lock's waiters listen; nothing was changed")
     end
+end
+local function wake_waiters(channel, message)
+    if not channel_refused(channel) then redis.call('publish', channel, message) end
 end
 )lua";
 

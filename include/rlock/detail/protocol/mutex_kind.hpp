@@ -82,13 +82,16 @@ end
     /// Compare-and-delete, then wake the waiters.
     /// KEYS[1] lock key; ARGV[1] token, ARGV[2] channel.
     /// Returns {0, subscribers reached} when deleted (and `0` published), -1 when the key holds
-    /// another value or none (or another type). Any other error reading it (an ACL's refusal)
-    /// is the script's error.
+    /// another value or none (or another type); none: `0` is published all the same
+    /// (wake_waiters: the lock is free). Any other error reading it (an ACL's refusal) is the script's error.
     static const script& release_script() {
         static const script s(with_read_failed(with_channel_check(lua_release_steps) + R"lua(
 local value, failed = mutex_read(KEYS[1])
 if failed then return failed end
-if value ~= ARGV[1] then return -1 end
+if value ~= ARGV[1] then
+    if value == false then wake_waiters(ARGV[2], '0') end
+    return -1
+end
 local refused = channel_refused(ARGV[2])
 if refused then return refused end
 return {0, mutex_leave(KEYS[1], ARGV[2])}

@@ -248,7 +248,8 @@ return {1, n, fencing_token(KEYS[2], ARGV[4], had)}
     /// Leave one read level. KEYS[1] lock hash; ARGV[1] holder id, ARGV[2] channel.
     /// Deletes the hold's own key. When the holder's last level goes and no live reader (nor
     /// writer) remains, deletes the hash and publishes `0`; otherwise the hash lives on for the
-    /// longest remaining reader hold. Returns -1 not held, n > 0 levels left, 0 released
+    /// longest remaining reader hold. Returns -1 not held (with no hash at all `1` is
+    /// published: the lock is free, wake_waiters), n > 0 levels left, 0 released
     /// (readers remain), {0, subscribers reached} released and published.
     /// Mode and count come in one HMGET; when the hash holds nothing but `mode` and this
     /// holder (the common case), the last level deletes it without scanning for other readers.
@@ -257,7 +258,10 @@ return {1, n, fencing_token(KEYS[2], ARGV[4], had)}
         static const script s(with_rw_helpers(with_channel_check(R"lua(
 local mode, count, stored, failed = held_level(ARGV[1])
 if failed then return failed end
-if (mode ~= 'read' and mode ~= 'write') or not count then return -1 end
+if (mode ~= 'read' and mode ~= 'write') or not count then
+    if redis.call('exists', KEYS[1]) == 0 then wake_waiters(ARGV[2], '1') end
+    return -1
+end
 if count > 1 then
     if not can_step(stored, -1) then return bad_count(KEYS[1], ARGV[1]) end
     redis.call('del', hold_key(KEYS[1], ARGV[1], count))
@@ -373,13 +377,17 @@ return {0, redis.call('pttl', KEYS[1])}
     /// The last level deletes the hash, or, when the holder still has read holds (a
     /// downgrade), switches mode to read and gives the hash the longest remaining read hold's
     /// TTL; either way it publishes `1` to wake every waiter.
-    /// Returns -1 not held, n > 0 levels left, {0, subscribers reached} released. A hash
+    /// Returns -1 not held (with no hash at all `1` is published: the lock is free,
+    /// wake_waiters), n > 0 levels left, {0, subscribers reached} released. A hash
     /// holding nothing but `mode` and this holder's field is deleted without the reader scan.
     static const script& release_script() {
         static const script s(with_rw_helpers(with_channel_check(R"lua(
 local mode, count, _, failed = held_level(ARGV[1])
 if failed then return failed end
-if mode ~= 'write' or not count then return -1 end
+if mode ~= 'write' or not count then
+    if redis.call('exists', KEYS[1]) == 0 then wake_waiters(ARGV[2], '1') end
+    return -1
+end
 if count > 1 then
     return redis.call('hincrby', KEYS[1], ARGV[1], -1)
 end

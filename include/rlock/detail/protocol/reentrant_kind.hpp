@@ -87,9 +87,9 @@ return {1, n, token}
     }
 
     /// Leave one level. KEYS[1] lock hash; ARGV[1] holder id, ARGV[2] channel.
-    /// Returns -1 when the holder has no field (not held, expired, or not a hash), the count
-    /// left when still held, {0, subscribers reached} when this was the last level (deleted,
-    /// `0` published).
+    /// Returns -1 when the holder has no field (not held, expired, or not a hash; with no key
+    /// at all `0` is published: the lock is free, wake_waiters), the count left when still
+    /// held, {0, subscribers reached} when this was the last level (deleted, `0` published).
     /// An inner level keeps the TTL as it is: the watchdog or the lease governs it. The count is
     /// read first (HGET, which a key of another type answers with an error pcall keeps), so the
     /// last level costs no HINCRBY. Errors other than WRONGTYPE (an ACL's refusal) are returned
@@ -98,7 +98,10 @@ return {1, n, token}
         static const script s(with_read_failed(with_channel_check(lua_release_steps) + R"lua(
 local count, failed = reentrant_read(KEYS[1], ARGV[1])
 if failed then return failed end
-if not count then return -1 end
+if not count then
+    if redis.call('exists', KEYS[1]) == 0 then wake_waiters(ARGV[2], '0') end
+    return -1
+end
 if reentrant_last(count) then
     local refused = channel_refused(ARGV[2])
     if refused then return refused end
