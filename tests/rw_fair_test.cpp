@@ -923,6 +923,42 @@ TEST(fair_lock, a_waiter_that_gives_up_while_the_server_is_paused_leaves_the_que
     EXPECT_EQ(own.integer({"EXISTS", name(), queue, timeouts_of(name())}), 0);
 }
 
+// A client destroyed with asynchronous fair acquires pending while the server is paused:
+// each pending acquire's leave waited out the paused server in turn (about 2 command_timeouts
+// each: a probe measured 11.2 s for eight with 500 ms timeouts), in ~client. Now one leave
+// that the server leaves unanswered sends the others to the watchdog at once, whose last pass
+// as the client goes stops at its first timeout: ~client costs a couple of command_timeouts
+// whatever the number of waiters. The entries left are evicted after fair_lock_wait_timeout,
+// as a crashed client's are (api.md, "Cancellation").
+TEST(fair_lock, a_client_destroyed_with_acquires_pending_on_a_paused_server_does_not_wait_for_each) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.command_timeout = 300ms;
+    rlock::client a(o);
+    auto b = std::make_unique<rlock::client>(o);
+    rlock::fair_lock holder(a, name()), waiting(*b, name());
+    holder.lock();
+    std::vector<std::future<rlock::hold>> pending;
+    for (int i = 0; i < 8; ++i) pending.push_back(waiting.async_lock(rlock::use_future));
+    ASSERT_TRUE(eventually([&] { return own.integer({"LLEN", queue_of(name())}) == 8; }));
+    own.pause();
+    const auto start = rlock_test::steady::now();
+    b.reset();
+    const long long took = rlock_test::millis(rlock_test::steady::now() - start);
+    own.resume();
+    EXPECT_LT(took, 5 * 300) << "~client waited for the paused server once per pending acquire";
+    for (auto& f : pending) {
+        ASSERT_EQ(f.wait_for(0s), std::future_status::ready);
+        try {
+            (void)f.get();
+            ADD_FAILURE() << "a pending acquire got the lock";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::connection_failed) << e.what();
+        }
+    }
+    holder.unlock();
+}
+
 TEST(fair_lock, an_expired_head_or_an_out_of_sync_queue_never_hangs_lock_or_errors) {
     // Redisson failure modes: a dead head whose deadline passed with the lock free (Redisson's
     // enqueue path then returns a negative TTL and lock() waits for ever), and a queue entry

@@ -346,6 +346,7 @@ public:
                     try {
                         got = Kind::acquire(c, keys_, spec, server());
                     } catch (const error& e) {
+                        if (e.value() == errc::timeout) core_->note_unanswered();
                         if (e.value() == errc::timeout && kind != try_kind::reentry)
                             undone_after = write_undo_after(c, value);
                         throw;
@@ -441,18 +442,31 @@ public:
     // server cannot be reached (paused, restarting), the client's watchdog thread leaves for
     // it once the server answers (client_core::defer_undo), or until the entry would have
     // been evicted anyway (fair_lock_wait_timeout).
+    //
+    // A server that has just left a command unanswered (this wait's last try, another waiter's
+    // leave: client_core::unanswered) gets the leave through the watchdog at once: the caller
+    // does not wait out another command_timeout for it, nor does ~client one per waiter it
+    // ends. The leave is sent once (a broken connection defers it too).
     void give_up(const std::string& value) const noexcept {
         if constexpr (Kind::abandons) {
-            try {
-                leave(*core_, keys_, value);
-            } catch (const error& e) {
-                if (!is_ambiguous(e)) return;
+            client_core* core = core_.get();  // the watchdog thread keeps it alive
+            auto defer = [&] {
                 try {
-                    client_core* core = core_.get();  // the watchdog thread keeps it alive
                     core->defer_undo(undo_key(value), [core, keys = keys_, value] { leave(*core, keys, value); },
                                      std::chrono::steady_clock::now() + options_.fair_lock_wait_timeout);
                 } catch (...) {
                 }
+            };
+            if (core->unanswered()) {
+                defer();
+                return;
+            }
+            try {
+                leave(*core, keys_, value);
+            } catch (const error& e) {
+                if (!is_ambiguous(e)) return;
+                if (e.value() == errc::timeout) core->note_unanswered();
+                defer();
             } catch (...) {
             }
         } else {
@@ -460,7 +474,7 @@ public:
         }
     }
     static void leave(client_core& core, const lock_keys& keys, const std::string& value) {
-        core.pool.run(keys.name, on_break::retry, [&](const connection& c) {
+        core.pool.run(keys.name, on_break::fail, [&](const connection& c) {
             Kind::abandon(c, keys, value, core.ep.name);
             return 0;
         }, Kind::follows_ask);

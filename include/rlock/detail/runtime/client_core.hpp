@@ -104,6 +104,16 @@ public:
     void defer_undo(std::string key, deferred_undos::step undo, clock::time_point until) {
         watchdog_.defer(std::move(key), std::move(undo), until);
     }
+    /// A command of this client got no reply within command_timeout (a paused or hung
+    /// server): for the next command_timeout, unanswered() is true, and a waiter that gives up
+    /// hands what it leaves to the watchdog (defer_undo) instead of waiting for the server too.
+    void note_unanswered() noexcept {
+        unanswered_until_.store((clock::now() + ep.options.command_timeout).time_since_epoch().count(),
+                                std::memory_order_relaxed);
+    }
+    bool unanswered() const noexcept {
+        return clock::now().time_since_epoch().count() < unanswered_until_.load(std::memory_order_relaxed);
+    }
     /// The waiter `key` names queues again: it will leave by itself (deferred_undos::forget).
     void forget_undo(const std::string& key) { watchdog_.forget_undo(key); }
 
@@ -177,6 +187,7 @@ private:
     std::array<race_record, 64> races_{};
     std::atomic<clock::rep>& courtesy_slot(std::string_view lock) const noexcept;
     mutable std::array<std::atomic<clock::rep>, 64> courtesy_until_{};  // steady_clock ticks
+    std::atomic<clock::rep> unanswered_until_{0};  // note_unanswered(), steady_clock ticks
     // Where the server's invalidations go (loss_watch.hpp): shared by the subscriber, which
     // listens for them, and the watchdog, whose connection is tracked.
     tracking_route route_;

@@ -44,6 +44,7 @@ public:
     /// Tries each undo once, on the calling thread (the watchdog's). One that fails with the
     /// server out of reach (connection_failed, timeout) is kept for the next call until its
     /// `until`; any other failure (an ACL, a key of another type) would only repeat: dropped.
+    /// After a timeout the rest are kept untried: one command_timeout a call, not one each.
     void try_all() noexcept;
 
 private:
@@ -107,8 +108,13 @@ RLOCK_DECL void deferred_undos::try_all() noexcept {
     forgotten_.clear();
     running_ = taken.size();  // still counted (empty()) while they run
     std::vector<entry> kept;
+    // An undo that timed out: the server does not answer, and the rest would each wait out a
+    // command_timeout too. They are kept for the next call untried.
+    bool unanswered = false;
     for (entry& e : taken) {
-        if (!forgotten_locked(e.key)) {
+        if (unanswered) {
+            if (!forgotten_locked(e.key) && clock::now() < e.until) kept.push_back(std::move(e));
+        } else if (!forgotten_locked(e.key)) {
             current_ = e.key;
             g.unlock();
             bool keep = false;
@@ -116,6 +122,7 @@ RLOCK_DECL void deferred_undos::try_all() noexcept {
                 e.undo();
             } catch (const error& x) {
                 keep = is_ambiguous(x) && clock::now() < e.until;
+                unanswered = x.value() == errc::timeout;
             } catch (...) {
             }
             g.lock();
