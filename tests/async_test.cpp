@@ -324,6 +324,24 @@ TEST_F(async_one, an_owner_re_enters_a_reentrant_lock_and_another_owner_waits) {
     EXPECT_TRUE(l.async_try_lock(someone, rlock::use_future).get());
 }
 
+// A re-entry of a lost hold names its owner too: an rlock::owner's, not "this thread's".
+TEST_F(async_one, an_owners_re_entry_of_a_lost_hold_is_refused_naming_the_owner) {
+    rlock::client c(options());
+    rlock::reentrant_lock l(c, name());
+    rlock::owner me;
+    rlock::hold outer = l.async_lock(me, rlock::use_future).get();
+    server().cmd({"DEL", name()});
+    ASSERT_TRUE(rlock_test::eventually([&] { return outer.lost(); }));
+    try {
+        (void)l.async_lock(me, rlock::use_future).get();
+        ADD_FAILURE() << "no lock_lost";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::lock_lost) << e.what();
+        EXPECT_NE(std::string(e.what()).find("rlock::owner " + std::to_string(me.number())), std::string::npos)
+            << e.what();
+    }
+}
+
 TEST_F(async_one, a_mutex_refuses_its_owners_second_acquire) {
     rlock::client c(options());
     rlock::mutex m(c, name());

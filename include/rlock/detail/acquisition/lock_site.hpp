@@ -249,6 +249,11 @@ public:
         }
     }
 
+    // Why a re-entry of a lost hold is refused, naming its owner (this thread, rlock::owner N).
+    static std::string lost_reentry_why(std::uint64_t owner) {
+        return "the hold of " + owner_name(owner) + " was lost; unlock it before locking again";
+    }
+
     /// `again`: a re-entry made after one that failed in an outage (it may have run). It first
     /// takes back the level that one added if it did (undo_reentry), so that exactly one is
     /// added.
@@ -262,8 +267,7 @@ public:
                         owner_name(h.thread) + " already holds the lock, and a mutex is not reentrant");
         } else {
             if (reg.is_lost(h)) {
-                throw error(errc::lock_lost, name(), server(),
-                            "this thread's hold was lost; unlock it before locking again");
+                throw error(errc::lock_lost, name(), server(), lost_reentry_why(h.thread));
             }
             // A re-entry keeps the hold watched if it was, or makes it watched if asked to;
             // otherwise the new lease applies from now.
@@ -276,8 +280,7 @@ public:
             if (!r.acquired) {
                 reg.report(h, error(errc::lock_lost, name(), server(),
                                     "found the hold gone on re-entry"));
-                throw error(errc::lock_lost, name(), server(),
-                            "this thread's hold was lost; unlock it before locking again");
+                throw error(errc::lock_lost, name(), server(), lost_reentry_why(h.thread));
             }
             reg.with([&] {
                 h.count = static_cast<std::size_t>(r.count);
