@@ -649,26 +649,24 @@ RLOCK_DECL void permit_expirable_semaphore::taking::undo() noexcept {
     // Once, then (the server not answering) by the watchdog thread until it does or the lease
     // has ended them anyway; straight to it when the last attempt timed out: the caller, whose
     // wait is over, does not wait for a server that did not answer.
-    auto release = [core = core.get(), keys = keys, packed = packed] {
-        (void)core->pool.run(keys.name, detail::on_break::fail, [&](const detail::connection& c) {
-            return detail::eval_integer(c, detail::permit_scripts::release_packed(),
-                                        {keys.name, keys.timeouts}, {keys.channel, packed},
-                                        keys.name, core->ep.name);
-        });
-    };
     try {
+        auto release = [core = core.get(), keys = keys, packed = packed] {
+            (void)core->pool.run(keys.name, detail::on_break::fail, [&](const detail::connection& c) {
+                return detail::eval_integer(c, detail::permit_scripts::release_packed(),
+                                            {keys.name, keys.timeouts}, {keys.channel, packed},
+                                            keys.name, core->ep.name);
+            });
+        };
         if (!timed_out) {
-            release();
-            return;
+            try {
+                release();
+                return;
+            } catch (const error& e) {
+                if (!detail::is_ambiguous(e)) return;
+            }
         }
-    } catch (const error& e) {
-        if (!detail::is_ambiguous(e)) return;
-    } catch (...) {
-        return;
-    }
-    try {
         core->defer_undo(keys.name + '\n' + detail::hex(packed), release, clock::now() + term);
-    } catch (...) {
+    } catch (...) {  // unreachable still, or out of memory: the lease ends them
     }
 }
 
