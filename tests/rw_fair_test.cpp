@@ -378,6 +378,25 @@ TEST(read_write_lock, an_unlock_after_a_restart_lost_a_read_hold_tells_the_owner
     }
 }
 
+// A read hold of several levels whose hash is deleted: its unlocks (told lost) delete the
+// level keys too, which otherwise outlived them by their lease (a probe's find: one
+// {name}:<holder>:rwlock_timeout:<n> key per level left for 30 s).
+TEST(read_write_lock, the_unlocks_of_a_read_hold_whose_hash_was_deleted_leave_no_level_keys) {
+    redis_server own;
+    rlock_test::lost_log lost;
+    rlock::client_options o = own.options();
+    o.on_lock_lost = lost.hold_handler();
+    rlock::client c(o);
+    rlock::read_write_lock lock(c, name());
+    for (int level = 0; level < 3; ++level) lock.lock_shared();
+    ASSERT_EQ(own.cmd({"KEYS", "*rwlock_timeout*"})->elements, 3U);
+    own.cmd({"DEL", name()});
+    for (int level = 0; level < 3; ++level) EXPECT_NO_THROW(lock.unlock_shared());
+    EXPECT_TRUE(lock.lost_shared());
+    EXPECT_EQ(lost.calls.load(), 1);
+    EXPECT_EQ(own.cmd({"KEYS", "*"})->elements, 0U) << rlock_test::keys_left(own);
+}
+
 TEST(fair_lock_layout, a_waiter_is_queued_with_a_deadline_and_the_release_wakes_it) {
     rlock::client holder(server().options()), waiter(server().options());
     rlock::fair_lock mine(holder, name()), theirs(waiter, name());

@@ -248,8 +248,9 @@ return {1, n, fencing_token(KEYS[2], ARGV[4], had)}
     /// Leave one read level. KEYS[1] lock hash; ARGV[1] holder id, ARGV[2] channel.
     /// Deletes the hold's own key. When the holder's last level goes and no live reader (nor
     /// writer) remains, deletes the hash and publishes `0`; otherwise the hash lives on for the
-    /// longest remaining reader hold. Returns -1 not held (with no hash at all `1` is
-    /// published: the lock is free, wake_waiters), n > 0 levels left, 0 released
+    /// longest remaining reader hold. Returns -1 not held (with no hash at all, this holder's
+    /// level keys are deleted and `1` is published: the lock is free, wake_waiters), n > 0
+    /// levels left, 0 released
     /// (readers remain), {0, subscribers reached} released and published.
     /// Mode and count come in one HMGET; when the hash holds nothing but `mode` and this
     /// holder (the common case), the last level deletes it without scanning for other readers.
@@ -259,7 +260,15 @@ return {1, n, fencing_token(KEYS[2], ARGV[4], had)}
 local mode, count, stored, failed = held_level(ARGV[1])
 if failed then return failed end
 if (mode ~= 'read' and mode ~= 'write') or not count then
-    if redis.call('exists', KEYS[1]) == 0 then wake_waiters(ARGV[2], '1') end
+    if redis.call('exists', KEYS[1]) == 0 then
+        -- The hash is gone (deleted, flushed, expired), and with it every hold it counted:
+        -- this holder's level keys go too (levels 1..n, each unlock deletes the top one), or
+        -- they would outlive the unlock by their lease. The lock is free: its waiters are woken.
+        for n = 1, 1000 do
+            if redis.call('del', hold_key(KEYS[1], ARGV[1], n)) == 0 then break end
+        end
+        wake_waiters(ARGV[2], '1')
+    end
     return -1
 end
 if count > 1 then
