@@ -207,9 +207,10 @@ private:
 
     void run();
 
-    // Asks the connection's CLIENT ID and queues its SUBSCRIBE to the invalidations' channel
-    // (route_ names the id once the server confirms it). False when the connection broke; a
-    // server that refuses (an ACL, a server before Redis 6) leaves detection off, told once.
+    // Asks the connection's CLIENT ID, turns on its own tracking of flushes (flush_watch_prefix)
+    // and queues its SUBSCRIBE to the invalidations' channel (route_ names the id once the
+    // server confirms it). False when the connection broke; a server that refuses (an ACL, a
+    // server before Redis 6) leaves detection off, told once.
     bool listen_for_invalidations(redisContext* c);
 
     // The broadcast prefix of the connection's own tracking (listen_for_invalidations): no key
