@@ -161,8 +161,9 @@ RLOCK_DECL bool count_down_latch::wait_until_steady(clock::time_point deadline) 
     // an outage again itself, so a repeat here would only double what a paused server costs
     // a wait past its deadline.
     return synchronizer::wait_until(deadline, detail::repeat::safe, [&] {
-        return run(detail::on_break::fail,
-                   [&](const detail::connection& c) { return detail::read_count(c, name_, server()) <= 0; });
+        return run(detail::on_break::fail, [&](const detail::connection& c) {
+            return detail::read_count(c, name_, server()) <= 0;
+        });
     });
 }
 

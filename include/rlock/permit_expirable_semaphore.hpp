@@ -651,11 +651,13 @@ RLOCK_DECL void permit_expirable_semaphore::taking::undo() noexcept {
     // wait is over, does not wait for a server that did not answer.
     try {
         auto release = [core = core.get(), keys = keys, packed = packed] {
-            (void)core->pool.run(keys.name, detail::on_break::fail, [&](const detail::connection& c) {
-                return detail::eval_integer(c, detail::permit_scripts::release_packed(),
-                                            {keys.name, keys.timeouts}, {keys.channel, packed},
-                                            keys.name, core->ep.name);
-            });
+            (void)core->pool.run(keys.name, detail::on_break::fail,
+                                 [&](const detail::connection& c) {
+                                     return detail::eval_integer(
+                                         c, detail::permit_scripts::release_packed(),
+                                         {keys.name, keys.timeouts}, {keys.channel, packed},
+                                         keys.name, core->ep.name);
+                                 });
         };
         if (!timed_out) {
             try {

@@ -83,7 +83,8 @@ end
     /// KEYS[1] lock key; ARGV[1] token, ARGV[2] channel.
     /// Returns {0, subscribers reached} when deleted (and `0` published), -1 when the key holds
     /// another value or none (or another type); none: `0` is published all the same
-    /// (wake_waiters: the lock is free). Any other error reading it (an ACL's refusal) is the script's error.
+    /// (wake_waiters: the lock is free). Any other error reading it (an ACL's refusal) is the
+    /// script's error.
     static const script& release_script() {
         static const script s(with_read_failed(with_channel_check(lua_release_steps) + R"lua(
 local value, failed = mutex_read(KEYS[1])

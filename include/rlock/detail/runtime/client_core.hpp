@@ -108,11 +108,12 @@ public:
     /// server): for the next command_timeout, unanswered() is true, and a waiter that gives up
     /// hands what it leaves to the watchdog (defer_undo) instead of waiting for the server too.
     void note_unanswered() noexcept {
-        unanswered_until_.store((clock::now() + ep.options.command_timeout).time_since_epoch().count(),
-                                std::memory_order_relaxed);
+        const auto until = clock::now() + ep.options.command_timeout;
+        unanswered_until_.store(until.time_since_epoch().count(), std::memory_order_relaxed);
     }
     bool unanswered() const noexcept {
-        return clock::now().time_since_epoch().count() < unanswered_until_.load(std::memory_order_relaxed);
+        const clock::rep now = clock::now().time_since_epoch().count();
+        return now < unanswered_until_.load(std::memory_order_relaxed);
     }
     /// The waiter `key` names queues again: it will leave by itself (deferred_undos::forget).
     void forget_undo(const std::string& key) { watchdog_.forget_undo(key); }
