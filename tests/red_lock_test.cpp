@@ -513,15 +513,16 @@ TEST_F(red_lock_test, losing_a_majority_of_nodes_is_reported_once_a_minority_is_
 TEST_F(red_lock_test, a_bare_majority_that_loses_a_node_s_data_is_told_at_unlock) {
     // Found by the safety checker (FLUSHALL on one node of three): a holder with exactly a
     // majority (another client's leftover key on a third node) loses it when one of its nodes
-    // loses its data; a second client can then hold the lock too. Before any renewal tick could
-    // notice, the unlock finds the key on a minority only: the owner must hear of it.
-    auto clients = make_clients();
+    // loses its data; a second client can then hold the lock too. Without loss tracking (which
+    // would tell the flush at once: the test below) and before any renewal tick could notice,
+    // the unlock finds the key on a minority only: the owner must hear of it.
+    auto clients = make_clients(30s, 300ms, nullptr, /*loss_tracking=*/false);
     rlock::red_lock lock(raw(clients), name());
     servers[3]->cmd({"SET", name(), "someone-else", "PX", "30000"});
     servers[4]->cmd({"SET", name(), "someone-else", "PX", "30000"});
     lock.lock();  // nodes 0, 1, 2: a bare majority of five
     servers[0]->cmd({"FLUSHALL"});
-    EXPECT_FALSE(lock.lost());  // no tick yet: the client cannot know
+    EXPECT_FALSE(lock.lost());  // no tick yet, no tracking: the client cannot know
     EXPECT_EQ(lock.unlock(), 2u);
     EXPECT_EQ(lost.calls, 1);
     EXPECT_EQ(lost.code, static_cast<int>(rlock::errc::lock_lost));
@@ -534,6 +535,24 @@ TEST_F(red_lock_test, a_bare_majority_that_loses_a_node_s_data_is_told_at_unlock
     servers[0]->cmd({"FLUSHALL"});
     EXPECT_EQ(lock.unlock(), 4u);
     EXPECT_EQ(lost.calls, 1);
+}
+
+// As above with loss tracking on (the default): the flush is told at once, before any unlock
+// or renewal tick, and the unlock that follows does not tell it again.
+TEST_F(red_lock_test, a_bare_majority_that_loses_a_node_s_data_is_told_at_once) {
+    auto clients = make_clients();
+    rlock::red_lock lock(raw(clients), name());
+    servers[3]->cmd({"SET", name(), "someone-else", "PX", "30000"});
+    servers[4]->cmd({"SET", name(), "someone-else", "PX", "30000"});
+    lock.lock();  // nodes 0, 1, 2: a bare majority of five
+    servers[0]->cmd({"FLUSHALL"});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() > 0; }, 3s))
+        << "a flush that left the hold on a minority was not told before the unlock";
+    EXPECT_TRUE(lock.lost());
+    EXPECT_EQ(lost.code, static_cast<int>(rlock::errc::lock_lost));
+    EXPECT_NO_THROW((void)lock.unlock());
+    EXPECT_EQ(lost.calls, 1);
+    EXPECT_EQ(keys_named(name(), 0), 2);  // the other client's keys are untouched
 }
 
 // Issue 16: as above, with the node restarted empty instead of flushed: its connection broke,

@@ -22,11 +22,12 @@ protected:
         for (int i = 0; i < N; ++i) servers.push_back(std::make_unique<redis_server>());
     }
     /// A client of each server (command and connect timeouts `timeouts`, on_lock_lost: `lost`;
-    /// the first node's listener: `first_listener`).
+    /// the first node's listener: `first_listener`; client_options::loss_tracking as given).
     std::vector<std::unique_ptr<rlock::client>> make_clients(
         std::chrono::milliseconds watchdog = std::chrono::seconds(30),
         std::chrono::milliseconds timeouts = std::chrono::milliseconds(300),
-        const std::shared_ptr<rlock::lock_listener>& first_listener = nullptr) {
+        const std::shared_ptr<rlock::lock_listener>& first_listener = nullptr,
+        bool loss_tracking = true) {
         std::vector<std::unique_ptr<rlock::client>> out;
         for (auto& s : servers) {
             rlock::client_options o = s->options();
@@ -35,6 +36,7 @@ protected:
             o.command_timeout = timeouts;
             o.connect_timeout = timeouts;
             o.on_lock_lost = lost.hold_handler();
+            o.loss_tracking = loss_tracking;
             out.push_back(std::make_unique<rlock::client>(o));
         }
         return out;
