@@ -435,6 +435,45 @@ TYPED_TEST(fault_test, a_wait_whose_deadline_comes_while_the_server_is_paused_en
     EXPECT_NO_THROW(mine.unlock());
 }
 
+// One client's asynchronous waits share its engine thread, where each try is a round trip:
+// when their deadlines come in a pause, each one's last try waited for the paused server in
+// turn, and the k-th ended k command_timeouts past its deadline (six waits of 1 s with 300 ms
+// timeouts: 1.3, 1.6, ... 2.8 s). Once one try has gone unanswered, the others are not sent
+// for a command_timeout: every wait ends one command_timeout past its deadline, with its error.
+TYPED_TEST(fault_test, asynchronous_waits_whose_deadlines_come_in_a_pause_end_together) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.command_timeout = 300ms;
+    rlock::client holder(o), other(o);
+    TypeParam mine(holder, this->name()), theirs(other, this->name());
+    mine.lock(30s);
+    const auto start = steady::now();
+    std::vector<std::future<rlock::hold>> waits;
+    for (int i = 0; i < 6; ++i) waits.push_back(theirs.async_try_lock_for(1s, rlock::use_future));
+    std::this_thread::sleep_for(200ms);
+    own.pause();
+    std::vector<long long> ended_ms;
+    for (auto& w : waits) {
+        if (w.wait_for(8s) != std::future_status::ready) break;
+        ended_ms.push_back(millis(steady::now() - start));
+        try {
+            (void)w.get();
+            ADD_FAILURE() << "a wait ended without an error (an empty hold says the lock was held)";
+        } catch (const rlock::error& e) {
+            EXPECT_TRUE(connection_error(e.value())) << e.what();
+            EXPECT_NE(std::string(e.what()).find(this->name()), std::string::npos) << e.what();
+        }
+    }
+    own.resume();
+    ASSERT_EQ(ended_ms.size(), waits.size()) << "a wait did not end";
+    for (long long t : ended_ms) {
+        EXPECT_LT(t, 1000 + 300 + 400) << "past its deadline by more than one command_timeout";
+    }
+    EXPECT_NO_THROW(mine.unlock());
+    EXPECT_TRUE(theirs.try_lock_for(5s)) << "a wait that ended left something that keeps the lock";
+    theirs.unlock();
+}
+
 // An inner unlock that cannot reach the server tells the owner the hold is lost, and lost()
 // says so. That verdict is final: the last unlock, made once the server answers again, finds
 // the key still there and deletes it, and lost() still says true afterwards (until the thread

@@ -720,6 +720,51 @@ TEST(count_down_latch, a_flushall_opens_it_for_every_waiter_at_once) {
     EXPECT_EQ(lock_wait.get(), "got it");
 }
 
+// As a lock's (fault_test.asynchronous_waits_whose_deadlines_come_in_a_pause_end_together):
+// one client's asynchronous synchronizer waits share its engine thread, and each last try
+// waited for the paused server in turn. Now every wait ends one command_timeout past its
+// deadline, with its error.
+TEST(semaphore, asynchronous_waits_of_one_client_whose_deadlines_come_in_a_pause_end_together) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.command_timeout = 300ms;
+    rlock::client c(o);
+    rlock::semaphore sem(c, name());
+    ASSERT_TRUE(sem.try_set_permits(0));
+    rlock::count_down_latch latch(c, name("-latch"));
+    ASSERT_TRUE(latch.try_set_count(1));
+    rlock::permit_expirable_semaphore slots(c, name("-permits"));
+    ASSERT_TRUE(slots.try_set_permits(0));
+    const auto start = rlock_test::steady::now();
+    std::vector<std::future<bool>> waits;
+    std::vector<std::future<rlock::permit>> permits;
+    for (int i = 0; i < 2; ++i) {
+        waits.push_back(sem.async_try_acquire_for(1s, rlock::use_future));
+        waits.push_back(latch.async_wait_for(1s, rlock::use_future));
+        permits.push_back(slots.async_try_acquire_for(1s, 1, rlock::use_future));
+    }
+    std::this_thread::sleep_for(200ms);
+    own.pause();
+    std::vector<long long> ended_ms;
+    auto ended = [&](auto& f) {
+        if (f.wait_for(8s) != std::future_status::ready) return;
+        ended_ms.push_back(rlock_test::millis(rlock_test::steady::now() - start));
+        try {
+            (void)f.get();
+            ADD_FAILURE() << "a wait ended without an error";
+        } catch (const rlock::error& e) {
+            EXPECT_TRUE(rlock_test::connection_error(e.value())) << e.what();
+        }
+    };
+    for (auto& f : waits) ended(f);
+    for (auto& f : permits) ended(f);
+    own.resume();
+    ASSERT_EQ(ended_ms.size(), 6u) << "a wait did not end";
+    for (long long t : ended_ms) {
+        EXPECT_LT(t, 1000 + 300 + 400) << "past its deadline by more than one command_timeout";
+    }
+}
+
 // Issue 31, item 4: a restart without persistence takes the count with it. The waiters of a
 // client that saw the count set are told (lock_lost, naming the semaphore) instead of waiting
 // for ever, as are its later acquires; a client that never saw it set reads an absent count as

@@ -106,8 +106,11 @@ public:
     }
     /// A command of this client got no reply within command_timeout (a paused or hung
     /// server): for the next command_timeout, unanswered() is true, and a waiter that gives up
-    /// hands what it leaves to the watchdog (defer_undo) instead of waiting for the server too.
+    /// hands what it leaves to the watchdog (defer_undo) instead of waiting for the server too,
+    /// and asynchronous waits send nothing (on_engine, async_lock.hpp). Not with Redis Cluster:
+    /// one master that does not answer says nothing of the others.
     void note_unanswered() noexcept {
+        if (ep.slots) return;
         const auto until = clock::now() + ep.options.command_timeout;
         unanswered_until_.store(until.time_since_epoch().count(), std::memory_order_relaxed);
     }
@@ -115,6 +118,9 @@ public:
         const clock::rep now = clock::now().time_since_epoch().count();
         return now < unanswered_until_.load(std::memory_order_relaxed);
     }
+    /// What a command not sent because of unanswered() fails with: timeout, naming `lock` and
+    /// the server, marked as met before anything was sent (nothing ran).
+    RLOCK_DECL error unanswered_error(std::string_view lock) const;
     /// The waiter `key` names queues again: it will leave by itself (deferred_undos::forget).
     void forget_undo(const std::string& key) { watchdog_.forget_undo(key); }
 
@@ -267,6 +273,17 @@ namespace rlock::detail {
 RLOCK_DECL handoff_bound handoff_bound_of(const client_options& o) noexcept {
     return {o.local_handoff_passes,
             std::chrono::duration_cast<std::chrono::microseconds>(o.local_handoff_time)};
+}
+
+RLOCK_DECL error client_core::unanswered_error(std::string_view lock) const {
+    error_origin unsent;
+    unsent.unsent = true;
+    return error_access::with_origin(
+        errc::timeout, lock, ep.name,
+        "not sent: another command of this client got no reply within " +
+            std::to_string(ep.options.command_timeout.count()) +
+            " ms (client_options::command_timeout) less than that long ago",
+        std::move(unsent));
 }
 
 RLOCK_DECL client_options validated(client_options o) {

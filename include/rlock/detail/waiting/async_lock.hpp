@@ -31,6 +31,7 @@
 #include <list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -75,6 +76,24 @@ struct wait_group;
 /// its message's, where TSan cannot see: a release there after the waiter's thread read it was
 /// reported as a race. Another exception is handed on as it is.
 RLOCK_DECL std::exception_ptr own_copy(std::exception_ptr e) noexcept;
+
+/// Runs `f`, a try (or an undo) of an asynchronous wait, on the client's engine thread, which
+/// every asynchronous wait of the client shares and each round trip blocks. While the server
+/// has left a command of the client unanswered within the last command_timeout
+/// (client_core::unanswered) nothing is sent: it fails at once with a timeout that ran nothing
+/// (unanswered_error), which the wait rides as an outage (outage_step) or ends with at its
+/// deadline. So k waits on a paused server end one command_timeout past their deadlines, not k
+/// of them. A timeout of `f` marks the server so.
+template <class F>
+decltype(auto) on_engine(client_core& core, std::string_view lock, F&& f) {
+    if (core.unanswered()) throw core.unanswered_error(lock);
+    try {
+        return f();
+    } catch (const error& e) {
+        if (e.value() == errc::timeout) core.note_unanswered();
+        throw;
+    }
+}
 
 /// One pending asynchronous acquire; its state is the engine thread's.
 class async_waiter : public cancellable, public std::enable_shared_from_this<async_waiter> {
@@ -355,9 +374,12 @@ public:
             wait_hint hint;
             hint.ttl = -3;
             // An outage: the wait rides it out, as a blocking one does (outage_step).
+            const try_phase phase = may_wait ? try_phase::first : try_phase::only;
+            engine_op eop{*this};
+            auto attempt = [&] { return op_->attempt(phase); };
             const std::optional<try_result> r = step_.run(
-                *op_, [&] { return op_->attempt(may_wait ? try_phase::first : try_phase::only); },
-                deadline, hint.again);
+                eop, [&] { return on_engine(*site_->core_, lock_name(), attempt); }, deadline,
+                hint.again);
             outage = step_.last_failure();
             if (!r) {
                 join(hint);
@@ -393,8 +415,11 @@ public:
             // An outage is ridden out until the deadline (outage_step): the next try undoes
             // what this one may have taken first; its last failure is what the wait ends with
             // then (settle).
-            std::optional<try_result> r =
-                step_.run(*op_, [&] { return op_->attempt(try_phase::waiting); }, deadline, hint.again);
+            engine_op eop{*this};
+            auto attempt = [&] { return op_->attempt(try_phase::waiting); };
+            std::optional<try_result> r = step_.run(
+                eop, [&] { return on_engine(*site_->core_, lock_name(), attempt); }, deadline,
+                hint.again);
             outage = step_.last_failure();
             if (!r) return attempt_outcome::refused;
             if constexpr (Kind::races) race_.after_try(*r, woken);
@@ -431,6 +456,13 @@ public:
     unsigned tries() const noexcept override { return op_ ? op_->tries() : 0; }
 
 private:
+    // op_ as outage_step runs it here: its undo, like its tries, is not sent while the server
+    // leaves this client unanswered (on_engine).
+    struct engine_op {
+        async_acquire& self;
+        void undo() { on_engine(*self.site_->core_, self.lock_name(), [&] { self.op_->undo(); }); }
+    };
+
     // A re-entry (this owner holds the lock) rides an outage as a blocking one does
     // (basic_lock::reenter_riding): each next try on a timer, the acquire kept meanwhile by
     // async_waits as a waiter at the gate is (nothing else owns it), so that a cancel and the

@@ -276,13 +276,16 @@ public:
 private:
     // As the blocking driver's (outage_step): an attempt that fails in an outage is made again
     // after a backoff; a wait whose deadline comes while it rides one ends with its last error.
+    // Not sent while the server leaves the client unanswered (on_engine).
     // Nothing is undone between tries: a repeat::safe attempt finds its own earlier work.
     attempt_result try_once() {
         struct nothing_to_undo {
             void undo() noexcept {}
         } keep;
         auto again = clock::time_point::max();
-        const std::optional<attempt_result> r = step_.run(keep, [&] { return op_.attempt(); }, deadline, again);
+        auto attempt = [&] { return op_.attempt(); };
+        const std::optional<attempt_result> r =
+            step_.run(keep, [&] { return on_engine(waits.core, name_, attempt); }, deadline, again);
         outage = step_.last_failure();
         if (r) return *r;
         return {false, again};

@@ -114,7 +114,9 @@ public:
             return r;
         } catch (const error& e) {
             again = ride_.again_after(e, deadline);
-            undo_first_ = true;
+            // A failure met before anything was sent ran nothing: an undo still owed (one that
+            // failed so itself) stays owed, and none is added.
+            if (!error_access::origin(e).unsent) undo_first_ = true;
             last_ = std::current_exception();
             return std::nullopt;
         }
@@ -126,7 +128,7 @@ public:
 
 private:
     failure_ride ride_;
-    bool undo_first_ = false;  // the last try failed in an outage: it may have run
+    bool undo_first_ = false;  // a try failed in an outage after it was sent: it may have run
     std::exception_ptr last_;
 };
 
