@@ -55,6 +55,41 @@ TYPED_TEST(lock_test, works_with_the_standard_guards) {
     EXPECT_FALSE(b.is_locked());
 }
 
+// Found by a probe: a far deadline in coarse units (a time_point of seconds or hours at its
+// max(), a system_clock time in the year 2300) overflowed its conversion to steady_clock
+// nanoseconds, and try_lock_until gave up at once, false, on a lock freed a moment later.
+TYPED_TEST(lock_test, a_far_deadline_in_coarse_units_is_waited_for) {
+    rlock::client holder(this->options()), other(this->options());
+    TypeParam mine(holder, this->name()), theirs(other, this->name());
+    // Another thread holds it for 300 ms.
+    auto held_briefly = [&] {
+        std::promise<void> taken;
+        auto done = std::async(std::launch::async, [&] {
+            mine.lock();
+            taken.set_value();
+            std::this_thread::sleep_for(300ms);
+            mine.unlock();
+        });
+        taken.get_future().wait();
+        return done;
+    };
+    using std::chrono::time_point;
+    auto waits = [&](const auto& deadline, const char* what) {
+        auto holder_done = held_briefly();
+        EXPECT_TRUE(theirs.try_lock_until(deadline)) << what;
+        if (theirs.is_held_by_current_thread()) theirs.unlock();
+        holder_done.get();
+    };
+    waits(time_point<std::chrono::steady_clock, std::chrono::seconds>::max(), "steady seconds max()");
+    waits(time_point<std::chrono::system_clock, std::chrono::hours>::max(), "system hours max()");
+    waits(time_point<std::chrono::system_clock, std::chrono::seconds>(std::chrono::seconds(10400000000)),
+          "system seconds, year 2300");
+    // As far in the past: one try, refused.
+    auto holder_done = held_briefly();
+    EXPECT_FALSE(theirs.try_lock_until(time_point<std::chrono::system_clock, std::chrono::hours>::min()));
+    holder_done.get();
+}
+
 TYPED_TEST(lock_test, another_client_is_refused_until_unlock) {
     rlock::client holder(this->options()), other(this->options());
     TypeParam mine(holder, this->name()), theirs(other, this->name());

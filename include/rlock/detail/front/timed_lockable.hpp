@@ -47,15 +47,25 @@ std::chrono::steady_clock::time_point deadline_after(const Duration& wait) {
     return now + std::chrono::ceil<clock::duration>(wait);
 }
 
-/// A deadline on any clock as a steady_clock one, measured from now.
+/// A deadline on any clock as a steady_clock one, measured from now. A deadline further from
+/// the clock's epoch than half of what steady_clock's nanoseconds hold (about 146 years: a
+/// coarse time_point's max(), seconds or hours) is never reached (time_point::max()), or long
+/// past (now) for one as far before it: converted to nanoseconds, or compared with now, it
+/// would overflow.
 template <class Clock, class Duration>
 std::chrono::steady_clock::time_point to_steady(const std::chrono::time_point<Clock, Duration>& t) {
-    if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
-        return std::chrono::time_point_cast<std::chrono::steady_clock::duration>(t);
+    using steady = std::chrono::steady_clock;
+    using seconds = std::chrono::duration<double>;
+    const double at = std::chrono::duration_cast<seconds>(t.time_since_epoch()).count();
+    const double room = std::chrono::duration_cast<seconds>(steady::duration::max()).count() / 2;
+    if (at >= room) return steady::time_point::max();
+    if (at <= -room) return steady::now();
+    if constexpr (std::is_same_v<Clock, steady>) {
+        return std::chrono::time_point_cast<steady::duration>(t);
     } else {
         // Compare first: `t - now` overflows for a deadline near the clock's minimum.
         const auto now = Clock::now();
-        if (t <= now) return std::chrono::steady_clock::now();
+        if (t <= now) return steady::now();
         return deadline_after(t - now);
     }
 }
