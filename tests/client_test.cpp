@@ -231,6 +231,28 @@ TEST(client_options, nonsense_is_invalid_argument_before_connecting) {
     EXPECT_EQ(with([](auto& x) { x.lock_watchdog_timeout = 1ms; }), rlock::errc::invalid_argument);
     EXPECT_EQ(with([](auto& x) { x.port = 70000; }), rlock::errc::invalid_argument);
     EXPECT_EQ(with([](auto& x) { x.host = ""; }), rlock::errc::invalid_argument);
+    // Past 100 years (a lease's limit) a duration overflows the client's clock arithmetic: with
+    // a watchdog timeout of 400 years every watched hold was told lost as it was taken.
+    const std::chrono::milliseconds centuries = std::chrono::hours(24 * 365 * 400);
+    EXPECT_EQ(with([&](auto& x) { x.lock_watchdog_timeout = centuries; }), rlock::errc::invalid_argument);
+    EXPECT_EQ(with([&](auto& x) { x.command_timeout = centuries; }), rlock::errc::invalid_argument);
+    EXPECT_EQ(with([&](auto& x) { x.connect_timeout = centuries; }), rlock::errc::invalid_argument);
+    EXPECT_EQ(with([&](auto& x) { x.local_handoff_time = centuries; }), rlock::errc::invalid_argument);
+    // 50 years is allowed: the client goes on to connect (nothing listens on port 1).
+    EXPECT_EQ(with([](auto& x) { x.lock_watchdog_timeout = std::chrono::hours(24 * 365 * 50); }),
+              rlock::errc::connection_failed);
+}
+
+TEST(lock_options, a_fair_lock_wait_timeout_not_positive_or_over_100_years_is_invalid_argument) {
+    rlock::client c(rlock_test::server().options());
+    rlock::lock_options lo;
+    auto code = [&](std::chrono::milliseconds t) {
+        lo.fair_lock_wait_timeout = t;
+        return code_of([&] { rlock::fair_lock f(c, rlock_test::name(), lo); });
+    };
+    EXPECT_EQ(code(0ms), rlock::errc::invalid_argument);
+    EXPECT_EQ(code(std::chrono::hours(24 * 365 * 400)), rlock::errc::invalid_argument);
+    EXPECT_EQ(code(std::chrono::hours(24 * 365 * 50)), rlock::errc{});
 }
 
 TEST(client_connect, an_unreachable_server_is_connection_failed_naming_it) {

@@ -50,6 +50,10 @@ public:
             throw error(errc::invalid_argument, name, core_->ep.name,
                         "lock_options::fair_lock_wait_timeout must be positive");
         }
+        if (options_.fair_lock_wait_timeout > std::chrono::hours(24 * 365 * 100)) {
+            throw error(errc::invalid_argument, name, core_->ep.name,
+                        "lock_options::fair_lock_wait_timeout must be at most 100 years");
+        }
         keys_.channel = prefixed_key(Kind::channel_prefix, name);
         keys_.fencing = prefixed_key("redisson_lock_token", name);
         keys_.queue = prefixed_key("redisson_lock_queue", name);

@@ -326,6 +326,18 @@ RLOCK_DECL client_options validated(client_options o) {
     if (o.lock_watchdog_timeout < std::chrono::milliseconds(30)) {
         bad("client_options: lock_watchdog_timeout must be at least 30ms");
     }
+    // As a lease (max_lease, timed_lockable.hpp): longer would overflow the client's
+    // steady_clock arithmetic (a hold's expiry, a command's deadline).
+    constexpr std::chrono::milliseconds longest = std::chrono::hours(24 * 365 * 100);
+    const std::pair<std::chrono::milliseconds, const char*> durations[] = {
+        {o.connect_timeout, "connect_timeout"},
+        {o.command_timeout, "command_timeout"},
+        {o.lock_watchdog_timeout, "lock_watchdog_timeout"},
+        {o.local_handoff_time, "local_handoff_time"},
+        {o.sync_timeout, "sync_timeout"}};
+    for (const auto& [d, what] : durations) {
+        if (d > longest) bad(std::string("client_options: ") + what + " must be at most 100 years");
+    }
     // With a listener, every report to on_lock_lost is an event too (event_sink::telling).
     o.on_lock_lost = event_sink::telling(std::move(o.on_lock_lost), o.listener);
     return o;
