@@ -435,6 +435,34 @@ TYPED_TEST(fault_test, a_wait_whose_deadline_comes_while_the_server_is_paused_en
     EXPECT_NO_THROW(mine.unlock());
 }
 
+// Found by a probe: a blocking try_lock_for(1.5 s) on a paused server ended at 3.1 s, two
+// command_timeouts past its deadline. Its first try timed out (its undo written after it on its
+// connection); the next try first sent that undo again, on a new connection, and repeated it
+// after the timeout. Now the written undo is owed no more: the wait ends one command_timeout
+// past its deadline, and the server, once it answers, keeps nothing.
+TYPED_TEST(fault_test, a_blocking_wait_on_a_paused_server_ends_one_command_timeout_past_its_deadline) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.command_timeout = 1s;
+    rlock::client c(o);
+    TypeParam l(c, this->name());
+    l.lock();  // a connection in the pool: the first try below is sent at once
+    l.unlock();
+    own.pause();
+    const auto start = steady::now();
+    try {
+        (void)l.try_lock_for(1200ms);
+        ADD_FAILURE() << "a wait on a paused server ended without an error";
+    } catch (const rlock::error& e) {
+        EXPECT_TRUE(connection_error(e.value())) << e.what();
+    }
+    const long long took = millis(steady::now() - start);
+    own.resume();
+    EXPECT_LT(took, 1200 + 1000 + 350) << "past its deadline by more than one command_timeout";
+    EXPECT_TRUE(eventually([&] { return own.integer({"EXISTS", this->name()}) == 0; }, 3s))
+        << "a try the pause left unanswered kept the lock";
+}
+
 // One client's asynchronous waits share its engine thread, where each try is a round trip:
 // when their deadlines come in a pause, each one's last try waited for the paused server in
 // turn, and the k-th ended k command_timeouts past its deadline (six waits of 1 s with 300 ms

@@ -353,7 +353,6 @@ public:
                     try {
                         got = Kind::acquire(c, keys_, spec, server());
                     } catch (const error& e) {
-                        if (e.value() == errc::timeout) core_->note_unanswered();
                         if (e.value() == errc::timeout && kind != try_kind::reentry)
                             undone_after = write_undo_after(c, value);
                         throw;
@@ -364,17 +363,23 @@ public:
                 core_->scripts_allowed.store(true, std::memory_order_relaxed);
                 return r;
             } catch (const error& e) {
+                // The server is taken as not answering for a while (give_up defers to the
+                // watchdog); a connection to a paused server times out while it is opened too.
+                if (e.value() == errc::timeout) core_->note_unanswered();
                 // Nothing to undo for an acquire never sent (no connection could be had).
-                if (!is_ambiguous(e) || kind == try_kind::reentry || undone_after ||
+                if (!is_ambiguous(e) || kind == try_kind::reentry ||
                     error_access::origin(e).unsent) {
                     throw;
                 }
+                // Undone already, or now: the caller owes no undo (outage_step), and does not
+                // wait for a paused server a second time to send one.
+                if (undone_after) throw error_access::undone(e);
                 try {
                     undo(value);
                 } catch (const error&) {
                     throw e;
                 }
-                if (round > 0) throw;
+                if (round > 0) throw error_access::undone(e);
             }
         }
     }

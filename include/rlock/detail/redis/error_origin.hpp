@@ -32,6 +32,8 @@ struct error_origin {
     bool readonly = false;  // a replica refused a write (READONLY): the command did not run
     bool settings_refused = false;  // AUTH or SELECT refused: every server will say the same
     bool unsent = false;    // no connection could be had: the command was not sent
+    bool undone = false;    // it may have run, and its undo is sent already (after it, on its
+                            // connection, or since): nothing is owed
 };
 
 /// rlock's internal view of an error: the origin make_error recorded, and the same error
@@ -51,6 +53,8 @@ public:
     static std::string brief(const error& e);
     /// `e`, naming `lock` (when it named none), marked as met before anything was sent.
     static error unsent(const error& e, std::string_view lock);
+    /// `e`, marked as undone: what its command may have done is undone already.
+    static error undone(const error& e);
     /// `e` without its redirection: an error a redirection must not be followed for.
     static error unredirected(const error& e);
 
@@ -113,6 +117,12 @@ RLOCK_DECL error error_access::unsent(const error& e, std::string_view lock) {
     o.unsent = true;
     return with_origin(e.value(), e.lock().empty() ? lock : e.lock(), e.server(), e.cause(),
                        std::move(o));
+}
+
+RLOCK_DECL error error_access::undone(const error& e) {
+    error_origin o = origin(e);
+    o.undone = true;
+    return with_origin(e.value(), e.lock(), e.server(), e.cause(), std::move(o));
 }
 
 RLOCK_DECL error error_access::unredirected(const error& e) {

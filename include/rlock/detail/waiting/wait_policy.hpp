@@ -114,9 +114,11 @@ public:
             return r;
         } catch (const error& e) {
             again = ride_.again_after(e, deadline);
-            // A failure met before anything was sent ran nothing: an undo still owed (one that
-            // failed so itself) stays owed, and none is added.
-            if (!error_access::origin(e).unsent) undo_first_ = true;
+            // A failure met before anything was sent ran nothing, and one whose undo was sent
+            // already (lock_site writes it after a try left unanswered) owes none: an undo
+            // still owed (one that failed so itself) stays owed, and none is added.
+            const error_origin& o = error_access::origin(e);
+            if (!o.unsent && !o.undone) undo_first_ = true;
             last_ = std::current_exception();
             return std::nullopt;
         }
