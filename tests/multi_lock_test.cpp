@@ -145,10 +145,70 @@ TEST(multi_lock, losing_any_part_loses_the_whole_and_is_told_once) {
     server().cmd({"DEL", name(":b")});
     ASSERT_TRUE(eventually([&] { return lost.calls.load() > 0; }));
     EXPECT_TRUE(both.lost());
+    {
+        // The part lost is named, with its server (a probe saw only the first part's name).
+        std::lock_guard<std::mutex> g(lost.mu);
+        EXPECT_NE(lost.last_message.find("part \"" + name(":b") + "\" on " + c.server()), std::string::npos)
+            << lost.last_message;
+    }
     EXPECT_NO_THROW(both.unlock());
     std::this_thread::sleep_for(400ms);
     EXPECT_EQ(lost.calls, 1);
     EXPECT_EQ(server().integer({"EXISTS", name(":a"), name(":b")}), 0);
+}
+
+// Found by a probe: the one script of parts on one server, refused by an ACL that allows one
+// part's key and not the other's, was blamed on the first part (NOPERM does not say which key).
+// The parts are then taken one by one, and the error names the part refused; nothing is left.
+TEST(multi_lock, an_acl_refusal_of_one_part_names_that_part) {
+    redis_server own;
+    rlock_test::set_acl_user(own, {"parts", "on", ">pw", "~allowed*", "~redisson_lock_token:{allowed*", "&*",
+                                   "+@all"});
+    rlock::client_options o = own.options();
+    o.username = "parts";
+    o.password = "pw";
+    rlock::client c(o);
+    rlock::mutex a(c, "allowed:a");
+    rlock::reentrant_lock b(c, "denied:b");
+    rlock::multi_lock both{a, b};
+    try {
+        (void)both.try_lock();
+        ADD_FAILURE() << "locked a part the ACL refuses";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::auth_failed) << e.what();
+        EXPECT_EQ(e.lock(), "denied:b") << e.what();
+    }
+    EXPECT_EQ(own.integer({"EXISTS", "allowed:a", "denied:b"}), 0);
+}
+
+// Found by a probe: two clients of one server whose addresses are spelled differently
+// (127.0.0.1 and localhost) hid the same key given twice, and the multi_lock waited for itself
+// (try_lock_for on a free key returned false; lock() would never return). Now refused, as the
+// same spelling is, by the servers' run_ids.
+TEST(multi_lock, one_key_twice_through_two_spellings_of_one_server_is_refused) {
+    rlock::client_options o = server().options();
+    rlock::client by_ip(o);
+    o.host = "localhost";
+    rlock::client by_name(o);
+    ASSERT_NE(by_ip.server(), by_name.server());
+    rlock::mutex a(by_ip, name()), b(by_name, name());
+    rlock::multi_lock both{a, b};
+    try {
+        (void)both.try_lock_for(1s);
+        ADD_FAILURE() << "the same key twice was waited for";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << e.what();
+        EXPECT_NE(std::string(e.what()).find("one server"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW((void)both.async_try_lock_for(1s, rlock::use_future), rlock::error);
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+    // Two servers, one name each: two locks, as before.
+    redis_server other;
+    rlock::client elsewhere(other.options());
+    rlock::mutex c(elsewhere, name());
+    rlock::multi_lock apart{a, c};
+    EXPECT_TRUE(apart.try_lock());
+    apart.unlock();
 }
 
 // Issue 31, item 2, for a multi_lock: a wait (blocking and asynchronous) rides out a 2 s
@@ -188,6 +248,37 @@ TEST(multi_lock, a_wait_rides_out_a_two_second_restart) {
     ASSERT_EQ(waited.wait_for(15s), std::future_status::ready) << "the blocking waiter still waits";
     EXPECT_EQ(waited.get(), "got it");
     EXPECT_NO_THROW(held.unlock());  // gone with the restart: told, not thrown
+}
+
+// Found by a probe: one script's try on a paused server took two command_timeouts (2.0 s at
+// 1 s), a part's lock one: its undo went on a fresh connection and waited for the server again.
+// It is now written after the script on the script's own connection, as a lock's is, and the
+// server runs both in order when it resumes: nothing is left.
+TEST(multi_lock, a_one_script_try_on_a_paused_server_costs_one_command_timeout_and_leaves_nothing) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.command_timeout = 500ms;
+    rlock::client c(o);
+    rlock::mutex a(c, name(":a"));
+    rlock::reentrant_lock b(c, name(":b"));
+    rlock::multi_lock both{a, b};
+    both.lock();  // warm the pool: the try below is sent on a connection already open
+    both.unlock();
+    own.pause();
+    const auto start = rlock_test::steady::now();
+    try {
+        (void)both.try_lock();
+        ADD_FAILURE() << "a try on a paused server returned";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::timeout) << e.what();
+    }
+    const long long took = rlock_test::millis(rlock_test::steady::now() - start);
+    own.resume();
+    EXPECT_LT(took, 500 + 350) << "the try waited for the paused server more than once";
+    EXPECT_TRUE(eventually([&] { return own.integer({"EXISTS", name(":a"), name(":b")}) == 0; }, 3s))
+        << "the paused server kept a part of the try";
+    EXPECT_TRUE(both.try_lock());
+    both.unlock();
 }
 
 // The same when the server that is down is not the first part's (in canonical order, by

@@ -26,11 +26,14 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -154,6 +157,14 @@ private:
 
     void set_refused(std::string what);
 
+    // The same key given twice through clients of one server whose addresses are spelled
+    // differently (127.0.0.1:6379 and localhost:6379), which name_parts cannot tell apart: the
+    // acquire would wait for itself for ever. Their servers' run_ids, read when their pooled
+    // connections opened, can: throws invalid_argument when two parts of one name sit on one
+    // server. Sends nothing and never blocks (idle connections only; a server not known yet is
+    // checked at a later acquire); once every pair is known, not again.
+    void refuse_one_server_twice();
+
     friend class detail::timed_lockable<multi_lock>;
     friend class detail::async_lockable<multi_lock>;
     const std::string& name() const noexcept { return parts_.front().name; }  // in lease errors
@@ -191,6 +202,7 @@ private:
 
     std::vector<part> parts_;
     bool one_node_ = false;
+    std::atomic<bool> servers_known_{false};  // refuse_one_server_twice found every pair
     mutable std::mutex mu_;
     std::string refused_;
 };
@@ -261,20 +273,56 @@ RLOCK_DECL void multi_lock::name_parts() {
     });
 }
 
+RLOCK_DECL void multi_lock::refuse_one_server_twice() {
+    if (servers_known_.load(std::memory_order_acquire)) return;
+    // server_identity behind an idle connection of `p`'s client (0: unknown for now).
+    auto identity = [](const part& p) -> std::uint64_t {
+        std::optional<detail::pool::handle> h = p.view.core->pool.try_checkout(p.name);
+        return h ? h->server_id() : 0;
+    };
+    bool all_known = true;
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+        for (std::size_t j = i + 1; j < parts_.size(); ++j) {
+            const part& a = parts_[i];
+            const part& b = parts_[j];
+            if (a.name != b.name || !a.view.core || !b.view.core || a.view.core == b.view.core)
+                continue;
+            const std::uint64_t ia = identity(a), ib = identity(b);
+            if (ia == 0 || ib == 0) {
+                all_known = false;
+                continue;
+            }
+            if (ia != ib) continue;
+            throw error(errc::invalid_argument, a.name, a.view.server,
+                        "the same lock is given twice to one multi_lock: " + a.view.server +
+                            " and " + b.view.server + " are one server (the same run_id)");
+        }
+    }
+    if (all_known) servers_known_.store(true, std::memory_order_release);
+}
+
 RLOCK_DECL void multi_lock::set_refused(std::string what) {
     std::lock_guard<std::mutex> g(mu_);
     refused_ = std::move(what);
 }
 
 RLOCK_DECL bool multi_lock::acquire(clock::time_point deadline, detail::lease_request lease) {
+    refuse_one_server_twice();
     std::size_t first = 0;
     if (one_node_) {
         std::size_t refusing = 0;
-        if (acquire_in_one_script(lease, refusing)) {
-            set_refused("");
-            return true;
+        try {
+            if (acquire_in_one_script(lease, refusing)) {
+                set_refused("");
+                return true;
+            }
+            first = refusing;  // wait for that one first
+        } catch (const error& e) {
+            // An ACL's NOPERM does not say which key it refused, and the script ran nothing:
+            // the parts one by one name the part refused (and take the others back).
+            if (e.value() != errc::auth_failed) throw;
+            first = 0;
         }
-        first = refusing;  // wait for that one first
     }
     for (;;) {
         part& head = parts_[first];
@@ -321,6 +369,7 @@ RLOCK_DECL bool multi_lock::acquire(clock::time_point deadline, detail::lease_re
 }
 
 RLOCK_DECL detail::async_start multi_lock::async_starter() {
+    refuse_one_server_twice();
     std::vector<detail::multi_acquire::part_ref> refs;
     refs.reserve(parts_.size());
     for (part& p : parts_) {
@@ -393,9 +442,23 @@ RLOCK_DECL bool multi_lock::acquire_in_one_script(detail::lease_request requeste
     const std::string& name = parts_.front().name;
     const auto sent = clock::now();
     detail::reply_ptr r;
+    bool undone_after = false;  // the undo was written after the script, on its connection
     try {
         r = core.pool.run(name, detail::on_break::fail, [&](const detail::connection& c) {
-            detail::reply_ptr got = detail::run_script(c, call, name, core.ep.name);
+            detail::reply_ptr got;
+            try {
+                got = detail::run_script(c, call, name, core.ep.name);
+            } catch (const error& e) {
+                // Left unanswered (a paused server): the undo goes after the script on the
+                // same connection, as a lock's attempt does (lock_site), so the server runs
+                // both in order once it answers, and nobody waits for it a second time.
+                if (e.value() == errc::timeout) {
+                    core.note_unanswered();
+                    detail::script_call undo = release_call(values);
+                    undone_after = detail::write_after(c, undo);
+                }
+                throw;
+            }
             if (got && got->type == REDIS_REPLY_ARRAY && got->elements >= 1 &&
                 got->element[0]->integer == 1) {
                 sync_or_undo(core, c, values);
@@ -403,9 +466,10 @@ RLOCK_DECL bool multi_lock::acquire_in_one_script(detail::lease_request requeste
             return got;
         });
     } catch (const error& e) {
-        // A connection that broke or timed out may have run the script: undo it, as
-        // basic_lock's attempt does, so nothing of ours outlives the failure.
-        if (detail::is_ambiguous(e)) {
+        // A connection that broke (or timed out without the undo written after) may have run
+        // the script: undo it, as basic_lock's attempt does, so nothing of ours outlives the
+        // failure.
+        if (detail::is_ambiguous(e) && !undone_after && !detail::error_access::origin(e).unsent) {
             try {
                 detail::script_call undo = release_call(values);
                 (void)core.pool.run(name, detail::on_break::retry,

@@ -368,14 +368,16 @@ RLOCK_DECL void registry::tell_hold(const hold& h, const error& reason,
         if (!group) {
             tell(on_lost_, lost_hold{h.name, h.id, fencing, refused}, reason);
         } else if (group->part_lost()) {
-            // A part lost is the group's loss; a part that answered an error (a renewal or
-            // a release an ACL refused, say) is told as that error, as for a plain hold.
+            // A part lost is the group's loss; a part that failed otherwise (a renewal or a
+            // release an ACL refused, a server that did not answer) is told as that error, as
+            // for a plain hold. Either names the part and its server.
+            const std::string part = "part \"" + h.name + "\"" +
+                                     (reason.server().empty() ? "" : " on " + reason.server()) +
+                                     ": " + reason.cause();
             if (reason.value() == errc::lock_lost) {
-                tell_group(*group, "too few of its parts are still held; the last loss: " +
-                                       error_access::brief(reason));
+                tell_group(*group, "too few of its parts are still held; the last loss: " + part);
             } else {
-                tell_group(*group, "a part answered an error: " + error_access::brief(reason),
-                           reason.value(), refused);
+                tell_group(*group, "its " + part, reason.value(), refused);
             }
         }
     } catch (...) {
