@@ -477,6 +477,26 @@ TEST(cluster, names_with_a_hash_tag_keep_their_keys_in_the_tags_slot_as_redisson
         EXPECT_EQ(e.value(), rlock::errc::invalid_argument);
         EXPECT_NE(std::string(e.what()).find("orders{7"), std::string::npos) << e.what();
     }
+    // So does the operator's view (it was CROSSSLOT, a server_error), and listing leaves such a
+    // name out.
+    for (const char* bad : {"orders{7", "a{}b", "x}{y"}) {
+        try {
+            (void)rlock::inspect(a, bad);
+            ADD_FAILURE() << bad << ": inspected";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << e.what();
+            EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+        }
+        try {
+            (void)rlock::force_unlock(a, bad);
+            ADD_FAILURE() << bad << ": force_unlock returned";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << e.what();
+        }
+    }
+    const std::string queue = "redisson_lock_queue:{orders{7}";
+    c.master_for_slot(redis_cluster::key_slot(queue)).cmd({"RPUSH", queue, "x"});
+    EXPECT_NO_THROW((void)rlock::list_locks(a, "orders*"));
 }
 
 TEST(cluster, a_lock_whose_slot_migrates_stays_held_and_exclusive_through_ask_and_moved) {

@@ -40,8 +40,9 @@ namespace rlock {
 /// A name with no key is a normal answer: `kind == lock_kind::not_found` (`found()` false).
 /// Throws `error`: wrong_type when one of the name's keys holds something no lock kind writes
 /// (a list at the name, a hash whose values are not counts, a string beside a fair queue), the
-/// message naming the key and the server; invalid_argument for an empty name;
-/// connection_failed / timeout / auth_failed as any command.
+/// message naming the key and the server; invalid_argument for an empty name, and in a Redis
+/// Cluster for a name with '{' but no usable hash tag (its keys would land in different slots;
+/// nothing is sent); connection_failed / timeout / auth_failed as any command.
 /// Thread-safe, as every call on a client.
 [[nodiscard]] inline lock_info inspect(client& c, std::string_view name) {
     return detail::inspect_name(detail::client_access::core(c), name);
@@ -87,7 +88,9 @@ RLOCK_DECL std::vector<lock_info> list_locks(client& c, const std::string& patte
             lock_info i = inspect(c, n);
             if (i.found()) out.push_back(std::move(i));
         } catch (const error& e) {
-            if (e.value() != errc::wrong_type) throw;
+            // No lock's keys, or (Redis Cluster) a name no lock can have: its keys would land
+            // in different slots.
+            if (e.value() != errc::wrong_type && e.value() != errc::invalid_argument) throw;
         }
     }
     return out;

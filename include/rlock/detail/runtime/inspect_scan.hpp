@@ -13,6 +13,7 @@
 
 #include "rlock/config.hpp"
 #include "rlock/detail/protocol/inspect_layout.hpp"
+#include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/redis/connect.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/pool.hpp"
@@ -60,6 +61,16 @@ namespace rlock::detail {
 RLOCK_DECL lock_info inspect_name(client_core& core, std::string_view name) {
     if (name.empty()) throw error(errc::invalid_argument, name, core.ep.name, "the name is empty");
     const inspect_keys keys(name);
+    if (core.ep.slots) {
+        // One script reads every key: they must share the name's slot (as a lock's do).
+        const int slot = key_slot(keys.name);
+        for (const std::string* k : {&keys.queue, &keys.deadlines, &keys.permits, &keys.counter}) {
+            if (key_slot(*k) == slot) continue;
+            throw error(errc::invalid_argument, name, core.ep.name,
+                        "in a cluster a lock name with '{' needs a hash tag ({tag} with a "
+                        "non-empty tag), or its keys land in different slots; nothing was sent");
+        }
+    }
     return core.pool.run(
         name, on_break::retry,
         [&](const connection& c) {
