@@ -596,6 +596,27 @@ TEST(rlock_command, bad_input_and_non_lock_keys_exit_2_with_one_clear_line) {
     const cli_result help = run_cli({"--help"});
     EXPECT_EQ(help.code, 0);
     EXPECT_TRUE(has(help.out, "force-unlock NAME")) << help.out;
+    // A name with a newline: still one line (the probe saw three).
+    server().cmd({"RPUSH", name(".a\nb"), "x"});
+    expect_one_clear_line(run_cli({"inspect", name(".a\nb"), "--uri", server().uri()}));
+}
+
+// Found by a probe: a fair lock's force-unlock named the channel of the queue's head as seen
+// before it, a dead waiter the unlock evicts, not the live one it woke.
+TEST(rlock_command, force_unlock_of_a_fair_lock_names_the_live_waiter_it_woke) {
+    const std::string n = name();
+    server().cmd({"HSET", n, "someone:1", "1"});
+    server().cmd({"PEXPIRE", n, "30000"});
+    const std::string queue = "redisson_lock_queue:{" + n + "}", deadlines = "redisson_lock_timeout:{" + n + "}";
+    const long long now = server().integer({"EVAL",
+                                            "local t = redis.call('time') return t[1] * 1000 + math.floor(t[2] / 1000)",
+                                            "0"});
+    server().cmd({"RPUSH", queue, "dead:1", "live:2"});
+    server().cmd({"ZADD", deadlines, std::to_string(now - 1000), "dead:1", std::to_string(now + 60000), "live:2"});
+    const cli_result r = run_cli({"force-unlock", n, "--uri", server().uri(), "--yes"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(has(r.out, "redisson_lock__channel:{" + n + "}:live:2")) << r.out;
+    EXPECT_FALSE(has(r.out, "dead:1")) << r.out;
 }
 
 TEST(rlock_command, list_prints_one_line_per_lock_and_json) {
@@ -699,6 +720,45 @@ TEST(rlock_command, watch_follows_a_lock_by_its_unlock_message_and_leaves_at_sig
     EXPECT_TRUE(eventually([&] { return has(output(), "released"); }, 3000ms))
         << "the unlock message did not make it read again: " << output();
     EXPECT_TRUE(has(output(), "message \"0\" on redisson_lock__channel:{" + name() + "}")) << output();
+    ::kill(pid, SIGINT);
+    EXPECT_EQ(rlock_test::wait_exit(pid), 0) << output();
+    std::remove(out_path);
+}
+
+// Found by a probe: under an ACL whose channel rules allow the channels but not the pattern
+// PSUBSCRIBE reads literally, watch exited 2 (NOPERM). It now watches without a fair lock's
+// wake-ups, saying so, and still follows the unlock messages.
+TEST(rlock_command, watch_goes_on_without_the_pattern_an_acl_refuses) {
+    redis_server own;
+    own.cmd({"ACL", "SETUSER", "watcher", "on", ">pw", "~*", "&*", "+@all", "-psubscribe"});
+    rlock::client a(own.options());
+    rlock::reentrant_lock l(a, name());
+    l.lock(20s);
+    char out_path[] = "/tmp/rlock_watch_XXXXXX";
+    const int fd = ::mkstemp(out_path);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+    auto output = [&] {
+        std::string text;
+        if (FILE* f = std::fopen(out_path, "r")) {
+            char buf[4096];
+            std::size_t n = 0;
+            while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+            std::fclose(f);
+        }
+        return text;
+    };
+    const std::string uri = "redis://watcher:pw@127.0.0.1:" + std::to_string(own.port());
+    const pid_t pid = rlock_test::spawn({"/bin/sh", "-c",
+                                         "exec " + quoted(RLOCK_TEST_CLI) + " watch " + quoted(name()) + " --uri " +
+                                             quoted(uri) + " --interval 60000 >" + quoted(out_path) + " 2>&1"});
+    ASSERT_GT(pid, 0);
+    EXPECT_TRUE(eventually([&] { return has(output(), "watching"); })) << output();
+    EXPECT_TRUE(has(output(), "PSUBSCRIBE refused")) << output();
+    EXPECT_TRUE(eventually([&] { return has(output(), "+ exclusive " + a.id() + ":"); })) << output();
+    l.unlock();
+    EXPECT_TRUE(eventually([&] { return has(output(), "released"); }, 3000ms))
+        << "the unlock message did not make it read again: " << output();
     ::kill(pid, SIGINT);
     EXPECT_EQ(rlock_test::wait_exit(pid), 0) << output();
     std::remove(out_path);

@@ -337,8 +337,15 @@ std::string channel_text(const rlock::lock_info& i) {
         case rlock::lock_kind::token: return prefixed_key("rlock_lock__channel", i.name);
         case rlock::lock_kind::reentrant: return prefixed_key("redisson_lock__channel", i.name);
         case rlock::lock_kind::fair:
+            // The unlock evicts the waiters at the head whose deadline has passed (or that have
+            // none) and wakes the first live one.
+            for (const rlock::lock_waiter& w : i.waiters) {
+                if (w.deadline_in && w.deadline_in->count() > 0) {
+                    return prefixed_key("redisson_lock__channel", i.name) + ":" + w.id;
+                }
+            }
             return i.waiters.empty() ? std::string("no channel (no waiter queued)")
-                                     : prefixed_key("redisson_lock__channel", i.name) + ":" + i.waiters.front().id;
+                                     : std::string("no channel (no live waiter queued)");
         case rlock::lock_kind::read_write: return prefixed_key("redisson_rwlock", i.name);
         default: return "";
     }
@@ -469,7 +476,12 @@ std::vector<std::string> changes(const rlock::lock_info& was, const rlock::lock_
 
 /// Subscribes a connection of its own to every channel a lock, semaphore or latch of `name`
 /// publishes on (classic pub/sub; with Redis Cluster none: the reads at each interval alone).
-rlock::detail::context_ptr subscribe_to(rlock::client& redis, const std::string& name) {
+/// A fair lock's waiters' channels take a pattern, which an ACL's channel rules match
+/// literally (`&redisson_lock__channel:{app:*` does not grant the PSUBSCRIBE of
+/// `redisson_lock__channel:{app:orders}:*`): refused, `no_pattern` is set and the watch goes on
+/// without those messages (the queue itself is still read every --interval).
+rlock::detail::context_ptr subscribe_to(rlock::client& redis, const std::string& name,
+                                        bool& no_pattern) {
     rlock::detail::endpoint& ep = rlock::detail::client_access::core(redis).ep;
     if (ep.slots) return nullptr;
     using rlock::detail::prefixed_key;
@@ -482,7 +494,12 @@ rlock::detail::context_ptr subscribe_to(rlock::client& redis, const std::string&
                                   prefixed_key("redisson_rwlock", name), prefixed_key("redisson_sc", name), latch}) {
         (void)rlock::detail::run_command(conn, {"SUBSCRIBE", ch}, name, ep.name);
     }
-    (void)rlock::detail::run_command(conn, {"PSUBSCRIBE", fair_waiters}, name, ep.name);
+    try {
+        (void)rlock::detail::run_command(conn, {"PSUBSCRIBE", fair_waiters}, name, ep.name);
+    } catch (const rlock::error& e) {
+        if (e.value() != rlock::errc::auth_failed) throw;
+        no_pattern = true;
+    }
     return c;
 }
 
@@ -495,7 +512,8 @@ int watch(const command_line& cl) {
     }
     std::signal(SIGINT, on_interrupt);
     std::signal(SIGTERM, on_interrupt);
-    const rlock::detail::context_ptr sub = subscribe_to(redis, name);
+    bool no_pattern = false;
+    const rlock::detail::context_ptr sub = subscribe_to(redis, name, no_pattern);
     rlock::lock_info last = rlock::inspect(redis, name);
     auto read_at = std::chrono::steady_clock::now();
     auto show = [&](const rlock::lock_info& i, const std::vector<std::string>& lines) {
@@ -506,7 +524,9 @@ int watch(const command_line& cl) {
         for (const std::string& l : lines) std::cout << now_text() << "  " << l << std::endl;
     };
     show(last, {std::string(last.found() ? "" : "(not found) ") + "watching " + name + " on " + last.server +
-                (sub ? "" : " (Redis Cluster: reads every --interval only)")});
+                (sub ? "" : " (Redis Cluster: reads every --interval only)") +
+                (no_pattern ? " (PSUBSCRIBE refused: a fair lock's wake-ups are not shown)"
+                            : "")});
     if (!cl.json) {
         for (const std::string& l : changes(rlock::lock_info{}, last, std::chrono::milliseconds(0))) show(last, {l});
     }
@@ -566,17 +586,42 @@ int run(int argc, char** argv) {
     throw bad_input{"unknown command '" + cl.command + "' (rlock --help)"};
 }
 
+/// `text` on one line: control characters (a name may hold a newline) written as \n, \r, \t
+/// or \xNN, so that a failure is one line on stderr whatever the name.
+std::string one_line(std::string_view text) {
+    std::string out;
+    for (const char c : text) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u >= 0x20 && u != 0x7f) {
+            out += c;
+        } else if (c == '\n') {
+            out += "\\n";
+        } else if (c == '\r') {
+            out += "\\r";
+        } else if (c == '\t') {
+            out += "\\t";
+        } else {
+            static const char hex[] = "0123456789abcdef";
+            out += "\\x";
+            out += hex[u >> 4];
+            out += hex[u & 0xf];
+        }
+    }
+    return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     try {
         return run(argc, argv);
     } catch (const bad_input& e) {
-        std::cerr << "rlock: " << e.message << '\n';
+        std::cerr << "rlock: " << one_line(e.message) << '\n';
     } catch (const rlock::error& e) {
-        std::cerr << e.what() << '\n';  // what() starts with "rlock: " and names the lock and server
+        // what() starts with "rlock: " and names the lock and server
+        std::cerr << one_line(e.what()) << '\n';
     } catch (const std::exception& e) {
-        std::cerr << "rlock: " << e.what() << '\n';
+        std::cerr << "rlock: " << one_line(e.what()) << '\n';
     } catch (...) {
         std::cerr << "rlock: unknown failure\n";
     }
