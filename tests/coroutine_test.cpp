@@ -10,6 +10,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rlock/asio.hpp"
 #include "rlock/rlock.hpp"
@@ -100,6 +101,52 @@ TEST(coroutine, a_client_destroyed_first_resumes_the_suspended_coroutine_with_an
     EXPECT_EQ(p.ended_with, rlock::errc::connection_failed);
     EXPECT_EQ(server().integer({"EXISTS", n + ":owned"}), 0) << "the frame's hold outlived its client";
     busy.unlock();
+}
+
+/// Awaits `op()` and records the error it ended with (errc{} when none).
+template <class Op>
+asio::awaitable<void> record_error(Op op, rlock::errc& ended_with, bool& done) {
+    try {
+        (void)co_await op();
+    } catch (const rlock::error& e) {
+        ended_with = e.value();
+    }
+    done = true;
+}
+
+// Found by a probe: use_awaitable starts an operation inside the coroutine's suspension, and
+// what the start threw there (a red_lock's lease too short for its drift, a hold's unlock
+// after its client was destroyed, an acquire awaited after its client was destroyed) escaped
+// a noexcept function: std::terminate, the process gone. Each now ends the co_await with the
+// error, which the coroutine catches.
+TEST(coroutine, errors_at_the_start_of_an_awaited_operation_are_thrown_by_the_co_await) {
+    const std::string n = name();
+    asio::io_context io;
+    auto run = [&](auto op) {
+        rlock::errc ended_with{};
+        bool done = false;
+        io.restart();  // the last run ran out of work, which stopped it
+        asio::co_spawn(io, record_error(op, ended_with, done), asio::detached);
+        for (int i = 0; i < 500 && !done; ++i) io.run_for(10ms);
+        EXPECT_TRUE(done) << "the coroutine never ended";
+        return ended_with;
+    };
+    redis_server a, b, c;
+    std::vector<std::unique_ptr<rlock::client>> nodes;
+    for (redis_server* s : {&a, &b, &c}) nodes.push_back(std::make_unique<rlock::client>(s->options()));
+    rlock::red_lock red({nodes[0].get(), nodes[1].get(), nodes[2].get()}, n + ":red");
+    EXPECT_EQ(run([&] { return red.async_lock(2ms, asio::use_awaitable); }), rlock::errc::invalid_argument);
+
+    auto client = std::make_unique<rlock::client>(server().options());
+    rlock::mutex m(*client, n);
+    rlock::hold h = m.async_lock(rlock::use_future).get();
+    auto later = m.async_lock(asio::use_awaitable);  // made now, awaited after the client is gone
+    client.reset();
+    EXPECT_EQ(run([&] { return h.async_unlock(asio::use_awaitable); }), rlock::errc::connection_failed);
+    EXPECT_EQ(run([&]() mutable { return std::move(later); }), rlock::errc::connection_failed);
+    nodes[0].reset();  // the first node's client: its engine runs the rounds
+    EXPECT_EQ(run([&] { return red.async_lock(asio::use_awaitable); }), rlock::errc::connection_failed);
+    EXPECT_EQ(server().integer({"EXISTS", n}), 0) << "the hold outlived its unlock";
 }
 
 }  // namespace

@@ -199,6 +199,21 @@ public:
         work_.reset();
     }
 
+    /// The operation could not start: its initiation threw (run lazily by a token such as
+    /// use_awaitable, inside the coroutine's suspension, after the client was destroyed, say).
+    /// The handler is told `e` with empty results, posted: never run inside the initiation.
+    void fail_to_start(std::exception_ptr e) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (!handler_) return;  // the context is gone
+        auto ex = asio_ns::get_associated_executor(*handler_);
+        asio_ns::post(ex, [h = std::move(*handler_), e = std::move(e)]() mutable {
+            std::tuple<R...> none;
+            std::apply([&](auto&... g) { std::move(h)(std::move(e), deliver(g)...); }, none);
+        });
+        handler_.reset();
+        work_.reset();
+    }
+
     void context_gone() noexcept override {
         std::optional<Handler> handler;
         rlock::pending p;
@@ -298,20 +313,31 @@ struct token_adapter<Token, void(std::exception_ptr, R...),
                 const bool watched = !ctx || asio_ns::use_service<context_watch>(*ctx).watch(op);
                 completion_t<void(std::exception_ptr, R...)> done(
                     [op](std::exception_ptr e, R... got) { op->complete(std::move(e), std::move(got)...); });
-                if constexpr (std::is_same_v<decltype(begin(std::move(done))), rlock::pending>) {
-                    // The slot is connected before the operation starts: once started, it may
-                    // complete, and its handler run on another thread (and reuse or destroy the
-                    // slot's signal), before this returns.
-                    std::shared_ptr<slot_cancel> on_cancel;
-                    if (slot.is_connected()) {
-                        on_cancel = std::make_shared<slot_cancel>();
-                        slot.assign([on_cancel](asio_ns::cancellation_type) { on_cancel->emitted(); });
+                // What the start throws (a client destroyed, a lease refused) goes to the
+                // handler, as Asio's own operations report errors, and co_await rethrows it: a
+                // lazy token (use_awaitable) runs this inside the coroutine's suspension, where
+                // a throw would end the process.
+                try {
+                    using started = decltype(begin(std::move(done)));
+                    if constexpr (std::is_same_v<started, rlock::pending>) {
+                        // The slot is connected before the operation starts: once started, it
+                        // may complete, and its handler run on another thread (and reuse or
+                        // destroy the slot's signal), before this returns.
+                        std::shared_ptr<slot_cancel> on_cancel;
+                        if (slot.is_connected()) {
+                            on_cancel = std::make_shared<slot_cancel>();
+                            slot.assign(
+                                [on_cancel](asio_ns::cancellation_type) { on_cancel->emitted(); });
+                        }
+                        const rlock::pending p = begin(std::move(done));
+                        op->set_pending(p);
+                        if (on_cancel) on_cancel->started(p);
+                    } else {
+                        begin(std::move(done));
                     }
-                    const rlock::pending p = begin(std::move(done));
-                    op->set_pending(p);
-                    if (on_cancel) on_cancel->started(p);
-                } else {
-                    begin(std::move(done));
+                } catch (...) {
+                    if (slot.is_connected()) slot.clear();
+                    op->fail_to_start(std::current_exception());
                 }
                 if (!watched) op->context_gone();
             },
