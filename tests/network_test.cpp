@@ -772,6 +772,29 @@ TEST(hygiene, a_destroyed_client_leaves_no_threads_and_no_server_connections) {
         << client_connections(s) << " connections, " << connections_before << " before";
 }
 
+// Found by a probe: a lock object or a hold that outlived its client kept the client's pooled
+// connections open (6 of 7) until the last of them was destroyed. Now they close with the
+// client, and a hold's unlock after it (which still releases) keeps none.
+TEST(hygiene, lock_objects_and_holds_that_outlive_their_client_keep_no_connection) {
+    redis_server s;
+    const long long connections_before = client_connections(s);
+    auto c = std::make_unique<rlock::client>(s.options());
+    auto m = std::make_unique<rlock::mutex>(*c, "kept");
+    rlock::mutex other(*c, "other");
+    rlock::hold h = other.async_lock(rlock::use_future).get();
+    m->lock();
+    m->unlock();
+    EXPECT_GT(client_connections(s), connections_before);
+    c.reset();
+    EXPECT_TRUE(eventually([&] { return client_connections(s) == connections_before; }, 5s))
+        << client_connections(s) << " connections, " << connections_before << " before";
+    h.unlock();  // after the client: still released, on a connection of its own
+    EXPECT_EQ(s.integer({"EXISTS", "other"}), 0);
+    EXPECT_TRUE(eventually([&] { return client_connections(s) == connections_before; }, 5s))
+        << client_connections(s) << " connections after the unlock, " << connections_before << " before";
+    m.reset();
+}
+
 TEST(hygiene, waiters_of_a_destroyed_client_wake_with_an_error) {
     redis_server s;
     rlock::client holder(s.options());

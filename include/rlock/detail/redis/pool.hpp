@@ -149,6 +149,11 @@ public:
     /// Closes every idle connection (of every node).
     void drop_idle();
 
+    /// The client is destroyed: the idle connections are closed now, and every connection
+    /// given back from now on (a hold's unlock after the client, which still works) is closed
+    /// rather than kept. A lock object or hold outliving its client then keeps no connection.
+    void close();
+
 private:
     struct pooled {
         context_ptr ctx;
@@ -290,6 +295,7 @@ private:
     // open_ahead's opening under way (without Redis Cluster); guarded by mu_. Its thread keeps
     // the client core, and so this pool, alive: it is null by the time the pool is destroyed.
     std::shared_ptr<opening> opening_;
+    bool closed_ = false;  // close(): connections given back are closed; guarded by mu_
 };
 
 /// Runs a release `f(connection)`: a script that frees only what its holder holds, so running
@@ -391,6 +397,14 @@ RLOCK_DECL auto pool::open_ahead(std::string_view lock, const std::shared_ptr<wa
         replaced = std::exchange(opening_, op);
     }
     return op;
+}
+
+RLOCK_DECL void pool::close() {
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        closed_ = true;
+    }
+    drop_idle();
 }
 
 RLOCK_DECL void pool::drop_idle() {
@@ -576,7 +590,7 @@ RLOCK_DECL void pool::give_back(node_pool& n, context_ptr c, std::uint64_t epoch
                                 std::uint64_t server_id) {
     {
         std::lock_guard<std::mutex> g(mu_);
-        if (c->err || epoch != ep_.epoch.load()) {
+        if (c->err || epoch != ep_.epoch.load() || closed_) {
             --n.open;
         } else {
             n.idle.push_back({std::move(c), epoch, server_id});

@@ -425,6 +425,9 @@ RLOCK_DECL void client_core::stop() {
     if (sentinel) sentinel->stop();
     watchdog_.stop();
     sub->stop();
+    // Last: the stops above may still send (a deferred undo's last try). A lock object or
+    // hold that outlives the client keeps no connection open.
+    pool.close();
 }
 
 RLOCK_DECL void client_core::throw_if_destroyed(std::string_view lock, const char* what) const {
