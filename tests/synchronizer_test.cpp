@@ -1657,6 +1657,28 @@ TEST(permit_expirable_semaphore, a_destroyed_clients_semaphore_takes_nothing) {
     EXPECT_EQ(counts.available_permits(), 3);
 }
 
+// Found by a probe: a permit that outlived its client was not released by release() (nothing
+// sent: the permit kept others out for its whole watched lease, 30 s) and told the destroyed
+// client's on_lock_lost. It is released as a hold's unlock after its client is: sent, and the
+// permits free at once; nothing is told.
+TEST(permit_expirable_semaphore, a_permit_released_after_its_client_frees_its_permits) {
+    rlock::client setter(server().options());
+    rlock::permit_expirable_semaphore counts(setter, name());
+    ASSERT_TRUE(counts.try_set_permits(1));
+    rlock_test::lost_log lost;
+    rlock::client_options o = server().options();
+    o.on_lock_lost = lost.hold_handler();
+    auto doomed = std::make_unique<rlock::client>(o);
+    rlock::permit_expirable_semaphore sem(*doomed, name());
+    rlock::permit p = sem.acquire();
+    EXPECT_EQ(counts.available_permits(), 0);
+    doomed.reset();
+    p.release();
+    EXPECT_EQ(counts.available_permits(), 1) << "the permit was not released";
+    EXPECT_FALSE(p.lost());
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+}
+
 // A permit acquire that rides out a restart longer than the lease it asks for holds a permit
 // whose lease runs from the try that took it: not lost, and renewed. The tries the restart
 // refused sent nothing. Before, its lease was counted from the first of them, so the permit came

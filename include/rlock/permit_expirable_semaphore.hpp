@@ -424,8 +424,8 @@ RLOCK_DECL void permit::release() {
     ids_.clear();
     long long kept = 0;
     try {
-        core_->throw_if_destroyed(keys_.name,
-                                  "the client these permits came from has been destroyed");
+        // Sent after the client is destroyed too, as a lock hold's unlock is: the permits
+        // are free at once, not at the end of their lease.
         kept = send_release(h->value);
     } catch (const error& e) {
         lost_at_release_ = true;
