@@ -688,41 +688,67 @@ TEST(rlock_command, force_unlock_deletes_the_key_says_what_and_wakes_a_waiter) {
     EXPECT_EQ(server().text({"GET", name(".sem")}), "3");
 }
 
-TEST(rlock_command, watch_follows_a_lock_by_its_unlock_message_and_leaves_at_sigint) {
-    rlock::client a(server().options());
-    rlock::reentrant_lock l(a, name());
-    l.lock(20s);
-    char out_path[] = "/tmp/rlock_watch_XXXXXX";
-    const int fd = ::mkstemp(out_path);
-    ASSERT_GE(fd, 0);
-    ::close(fd);
-    auto output = [&] {
+/// `rlock watch NAME --uri URI --interval 60000` running in the background, its stdout and
+/// stderr in a file of its own: a read every minute only, so what it prints within seconds
+/// came from a message.
+class watch_run {
+public:
+    watch_run(const std::string& lock, const std::string& uri) {
+        const int fd = ::mkstemp(path_);
+        if (fd >= 0) ::close(fd);
+        pid_ = rlock_test::spawn({"/bin/sh", "-c",
+                                  "exec " + quoted(RLOCK_TEST_CLI) + " watch " + quoted(lock) + " --uri " +
+                                      quoted(uri) + " --interval 60000 >" + quoted(path_) + " 2>&1"});
+    }
+    watch_run(const watch_run&) = delete;
+    watch_run& operator=(const watch_run&) = delete;
+    ~watch_run() {
+        if (pid_ > 0 && !stopped_) {
+            ::kill(pid_, SIGKILL);
+            (void)rlock_test::wait_exit(pid_);
+        }
+        std::remove(path_);
+    }
+    bool started() const { return pid_ > 0; }
+    /// What it printed so far.
+    std::string output() const {
         std::string text;
-        if (FILE* f = std::fopen(out_path, "r")) {
+        if (FILE* f = std::fopen(path_, "r")) {
             char buf[4096];
             std::size_t n = 0;
             while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
             std::fclose(f);
         }
         return text;
-    };
-    // A read every minute only: what it prints within seconds came from a message.
-    const pid_t pid = rlock_test::spawn({"/bin/sh", "-c",
-                                         "exec " + quoted(RLOCK_TEST_CLI) + " watch " + quoted(name()) + " --uri " +
-                                             quoted(server().uri()) + " --interval 60000 >" + quoted(out_path) +
-                                             " 2>&1"});
-    ASSERT_GT(pid, 0);
-    EXPECT_TRUE(eventually([&] { return has(output(), "watching"); })) << output();
+    }
+    /// SIGINT, and its exit status.
+    int interrupt() {
+        ::kill(pid_, SIGINT);
+        stopped_ = true;
+        return rlock_test::wait_exit(pid_);
+    }
+
+private:
+    char path_[32] = "/tmp/rlock_watch_XXXXXX";
+    pid_t pid_ = -1;
+    bool stopped_ = false;
+};
+
+TEST(rlock_command, watch_follows_a_lock_by_its_unlock_message_and_leaves_at_sigint) {
+    rlock::client a(server().options());
+    rlock::reentrant_lock l(a, name());
+    l.lock(20s);
+    watch_run w(name(), server().uri());
+    ASSERT_TRUE(w.started());
+    EXPECT_TRUE(eventually([&] { return has(w.output(), "watching"); })) << w.output();
     // Printed right after "watching", line by line: looked for until it is there.
-    EXPECT_TRUE(eventually([&] { return has(output(), "+ exclusive " + a.id() + ":"); }))
-        << "the holder at the start: " << output();
+    EXPECT_TRUE(eventually([&] { return has(w.output(), "+ exclusive " + a.id() + ":"); }))
+        << "the holder at the start: " << w.output();
     l.unlock();
-    EXPECT_TRUE(eventually([&] { return has(output(), "released"); }, 3000ms))
-        << "the unlock message did not make it read again: " << output();
-    EXPECT_TRUE(has(output(), "message \"0\" on redisson_lock__channel:{" + name() + "}")) << output();
-    ::kill(pid, SIGINT);
-    EXPECT_EQ(rlock_test::wait_exit(pid), 0) << output();
-    std::remove(out_path);
+    EXPECT_TRUE(eventually([&] { return has(w.output(), "released"); }, 3000ms))
+        << "the unlock message did not make it read again: " << w.output();
+    EXPECT_TRUE(has(w.output(), "message \"0\" on redisson_lock__channel:{" + name() + "}")) << w.output();
+    EXPECT_EQ(w.interrupt(), 0) << w.output();
 }
 
 // Found by a probe: under an ACL whose channel rules allow the channels but not the pattern
@@ -734,34 +760,15 @@ TEST(rlock_command, watch_goes_on_without_the_pattern_an_acl_refuses) {
     rlock::client a(own.options());
     rlock::reentrant_lock l(a, name());
     l.lock(20s);
-    char out_path[] = "/tmp/rlock_watch_XXXXXX";
-    const int fd = ::mkstemp(out_path);
-    ASSERT_GE(fd, 0);
-    ::close(fd);
-    auto output = [&] {
-        std::string text;
-        if (FILE* f = std::fopen(out_path, "r")) {
-            char buf[4096];
-            std::size_t n = 0;
-            while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-            std::fclose(f);
-        }
-        return text;
-    };
-    const std::string uri = "redis://watcher:pw@127.0.0.1:" + std::to_string(own.port());
-    const pid_t pid = rlock_test::spawn({"/bin/sh", "-c",
-                                         "exec " + quoted(RLOCK_TEST_CLI) + " watch " + quoted(name()) + " --uri " +
-                                             quoted(uri) + " --interval 60000 >" + quoted(out_path) + " 2>&1"});
-    ASSERT_GT(pid, 0);
-    EXPECT_TRUE(eventually([&] { return has(output(), "watching"); })) << output();
-    EXPECT_TRUE(has(output(), "PSUBSCRIBE refused")) << output();
-    EXPECT_TRUE(eventually([&] { return has(output(), "+ exclusive " + a.id() + ":"); })) << output();
+    watch_run w(name(), "redis://watcher:pw@127.0.0.1:" + std::to_string(own.port()));
+    ASSERT_TRUE(w.started());
+    EXPECT_TRUE(eventually([&] { return has(w.output(), "watching"); })) << w.output();
+    EXPECT_TRUE(has(w.output(), "PSUBSCRIBE refused")) << w.output();
+    EXPECT_TRUE(eventually([&] { return has(w.output(), "+ exclusive " + a.id() + ":"); })) << w.output();
     l.unlock();
-    EXPECT_TRUE(eventually([&] { return has(output(), "released"); }, 3000ms))
-        << "the unlock message did not make it read again: " << output();
-    ::kill(pid, SIGINT);
-    EXPECT_EQ(rlock_test::wait_exit(pid), 0) << output();
-    std::remove(out_path);
+    EXPECT_TRUE(eventually([&] { return has(w.output(), "released"); }, 3000ms))
+        << "the unlock message did not make it read again: " << w.output();
+    EXPECT_EQ(w.interrupt(), 0) << w.output();
 }
 
 #endif  // RLOCK_TEST_CLI
