@@ -50,7 +50,7 @@ public:
             throw error(errc::invalid_argument, name, core_->ep.name,
                         "lock_options::fair_lock_wait_timeout must be positive");
         }
-        if (options_.fair_lock_wait_timeout > std::chrono::hours(24 * 365 * 100)) {
+        if (options_.fair_lock_wait_timeout > max_lease) {
             throw error(errc::invalid_argument, name, core_->ep.name,
                         "lock_options::fair_lock_wait_timeout must be at most 100 years");
         }

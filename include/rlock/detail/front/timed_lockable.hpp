@@ -11,12 +11,9 @@
 
 #include "rlock/detail/acquisition/lease_request.hpp"
 #include "rlock/errors.hpp"
+#include "rlock/options.hpp"
 
 namespace rlock::detail {
-
-/// The longest lease rlock accepts: 100 years. Longer ones would overflow the client's
-/// steady_clock arithmetic (and Redis refuses expiries near 2^63 ms).
-inline constexpr std::chrono::hours max_lease{24 * 365 * 100};
 
 /// `lease` in whole milliseconds (rounded up, at least 1). Throws `error` (invalid_argument,
 /// naming `lock` and `server`) for a lease that is not positive or longer than max_lease.

@@ -326,9 +326,9 @@ RLOCK_DECL client_options validated(client_options o) {
     if (o.lock_watchdog_timeout < std::chrono::milliseconds(30)) {
         bad("client_options: lock_watchdog_timeout must be at least 30ms");
     }
-    // As a lease (max_lease, timed_lockable.hpp): longer would overflow the client's
-    // steady_clock arithmetic (a hold's expiry, a command's deadline).
-    constexpr std::chrono::milliseconds longest = std::chrono::hours(24 * 365 * 100);
+    // As a lease (max_lease): longer would overflow the client's steady_clock arithmetic (a
+    // hold's expiry, a command's deadline).
+    constexpr std::chrono::milliseconds longest = max_lease;
     const std::pair<std::chrono::milliseconds, const char*> durations[] = {
         {o.connect_timeout, "connect_timeout"},
         {o.command_timeout, "command_timeout"},
