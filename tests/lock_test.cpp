@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -84,6 +85,8 @@ TYPED_TEST(lock_test, a_far_deadline_in_coarse_units_is_waited_for) {
     waits(time_point<std::chrono::system_clock, std::chrono::hours>::max(), "system hours max()");
     waits(time_point<std::chrono::system_clock, std::chrono::seconds>(std::chrono::seconds(10400000000)),
           "system seconds, year 2300");
+    // A clock whose epoch is far away (libstdc++'s file_clock: 2174) is measured from its now.
+    waits(std::filesystem::file_time_type::clock::now() + 5s, "file_clock now + 5 s");
     // As far in the past: one try, refused.
     auto holder_done = held_briefly();
     EXPECT_FALSE(theirs.try_lock_until(time_point<std::chrono::system_clock, std::chrono::hours>::min()));

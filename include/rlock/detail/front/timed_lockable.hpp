@@ -44,26 +44,28 @@ std::chrono::steady_clock::time_point deadline_after(const Duration& wait) {
     return now + std::chrono::ceil<clock::duration>(wait);
 }
 
-/// A deadline on any clock as a steady_clock one, measured from now. A deadline further from
-/// the clock's epoch than half of what steady_clock's nanoseconds hold (about 146 years: a
-/// coarse time_point's max(), seconds or hours) is never reached (time_point::max()), or long
-/// past (now) for one as far before it: converted to nanoseconds, or compared with now, it
-/// would overflow.
+/// A deadline on any clock as a steady_clock one, measured from now. A deadline too far away
+/// for steady_clock's nanoseconds (a coarse time_point's max(), in seconds or hours) is never
+/// reached (time_point::max()); one long past, or not a number, is past (now). Another clock's
+/// deadline is measured from its now in floating point, never converted to nanoseconds
+/// whole: a clock's epoch may itself be far away (libstdc++'s file_clock's is in 2174).
 template <class Clock, class Duration>
 std::chrono::steady_clock::time_point to_steady(const std::chrono::time_point<Clock, Duration>& t) {
     using steady = std::chrono::steady_clock;
     using seconds = std::chrono::duration<double>;
-    const double at = std::chrono::duration_cast<seconds>(t.time_since_epoch()).count();
-    const double room = std::chrono::duration_cast<seconds>(steady::duration::max()).count() / 2;
-    if (at >= room) return steady::time_point::max();
-    if (at <= -room) return steady::now();
     if constexpr (std::is_same_v<Clock, steady>) {
+        const double at = std::chrono::duration_cast<seconds>(t.time_since_epoch()).count();
+        const double room =
+            std::chrono::duration_cast<seconds>(steady::duration::max()).count() / 2;
+        if (!(at > -room)) return steady::now();  // long past, or NaN
+        if (at >= room) return steady::time_point::max();
         return std::chrono::time_point_cast<steady::duration>(t);
     } else {
-        // Compare first: `t - now` overflows for a deadline near the clock's minimum.
         const auto now = Clock::now();
-        if (t <= now) return steady::now();
-        return deadline_after(t - now);
+        const double away = std::chrono::duration_cast<seconds>(t.time_since_epoch()).count() -
+                            std::chrono::duration_cast<seconds>(now.time_since_epoch()).count();
+        if (!(away > 0)) return steady::now();  // past, or NaN
+        return deadline_after(seconds(away));   // saturates at time_point::max()
     }
 }
 
