@@ -365,7 +365,7 @@ public:
             } catch (const error& e) {
                 // The server is taken as not answering for a while (give_up defers to the
                 // watchdog); a connection to a paused server times out while it is opened too.
-                if (e.value() == errc::timeout) core_->note_unanswered();
+                core_->note_if_unanswered(e);
                 // Nothing to undo for an acquire never sent (no connection could be had).
                 if (!is_ambiguous(e) || kind == try_kind::reentry ||
                     error_access::origin(e).unsent) {
@@ -477,7 +477,7 @@ public:
                 leave(*core, keys_, value);
             } catch (const error& e) {
                 if (!is_ambiguous(e)) return;
-                if (e.value() == errc::timeout) core->note_unanswered();
+                core->note_if_unanswered(e);
                 defer();
             } catch (...) {
             }

@@ -34,6 +34,8 @@ struct error_origin {
     bool unsent = false;    // no connection could be had: the command was not sent
     bool undone = false;    // it may have run, and its undo is sent already (after it, on its
                             // connection, or since): nothing is owed
+    bool no_connection_free = false;  // a timeout waiting for a free pooled connection: the
+                                      // server was not asked
 };
 
 /// rlock's internal view of an error: the origin make_error recorded, and the same error

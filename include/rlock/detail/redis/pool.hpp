@@ -424,11 +424,14 @@ RLOCK_DECL auto pool::checkout_at(node_pool& n, std::string_view lock) -> handle
         while (n.idle.empty() && n.open >= cap) {
             if (n.cv.wait_until(g, deadline) == std::cv_status::timeout && n.idle.empty() &&
                 n.open >= cap) {
-                throw error_access::unsent(
-                    error(errc::timeout, lock, ep_.slots ? n.name : ep_.name,
-                          "no pooled connection free within command_timeout (pool_size " +
-                              std::to_string(cap) + ")"),
-                    lock);
+                error_origin none_free;
+                none_free.unsent = true;
+                none_free.no_connection_free = true;
+                throw error_access::with_origin(
+                    errc::timeout, lock, ep_.slots ? n.name : ep_.name,
+                    "no pooled connection free within command_timeout (pool_size " +
+                        std::to_string(cap) + ")",
+                    std::move(none_free));
             }
         }
         if (idle_ready(n, g, closed)) {

@@ -107,16 +107,19 @@ public:
     /// A command of this client got no reply within command_timeout (a paused or hung
     /// server): for the next command_timeout, unanswered() is true, and a waiter that gives up
     /// hands what it leaves to the watchdog (defer_undo) instead of waiting for the server too,
-    /// and asynchronous waits send nothing (on_engine, async_lock.hpp). Not with Redis Cluster:
-    /// one master that does not answer says nothing of the others.
+    /// and (without Redis Cluster) asynchronous waits send nothing (on_engine, async_lock.hpp).
     void note_unanswered() noexcept {
-        if (ep.slots) return;
         const auto until = clock::now() + ep.options.command_timeout;
         unanswered_until_.store(until.time_since_epoch().count(), std::memory_order_relaxed);
     }
     bool unanswered() const noexcept {
         const clock::rep now = clock::now().time_since_epoch().count();
         return now < unanswered_until_.load(std::memory_order_relaxed);
+    }
+    /// note_unanswered() when `e` says the server left a command unanswered: a timeout, but not
+    /// one met waiting for a free pooled connection (the server was not asked).
+    void note_if_unanswered(const error& e) noexcept {
+        if (e.value() == errc::timeout && !error_access::origin(e).no_connection_free) note_unanswered();
     }
     /// What a command not sent because of unanswered() fails with: timeout, naming `lock` and
     /// the server, marked as met before anything was sent (nothing ran).

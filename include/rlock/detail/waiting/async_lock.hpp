@@ -83,14 +83,15 @@ RLOCK_DECL std::exception_ptr own_copy(std::exception_ptr e) noexcept;
 /// (client_core::unanswered) nothing is sent: it fails at once with a timeout that ran nothing
 /// (unanswered_error), which the wait rides as an outage (outage_step) or ends with at its
 /// deadline. So k waits on a paused server end one command_timeout past their deadlines, not k
-/// of them. A timeout of `f` marks the server so.
+/// of them. A timeout of `f` marks the server so. Not with Redis Cluster, where one master not
+/// answering says nothing of the others.
 template <class F>
 decltype(auto) on_engine(client_core& core, std::string_view lock, F&& f) {
-    if (core.unanswered()) throw core.unanswered_error(lock);
+    if (!core.ep.slots && core.unanswered()) throw core.unanswered_error(lock);
     try {
         return f();
     } catch (const error& e) {
-        if (e.value() == errc::timeout) core.note_unanswered();
+        core.note_if_unanswered(e);
         throw;
     }
 }
