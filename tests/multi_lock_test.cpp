@@ -199,9 +199,17 @@ TEST(multi_lock, one_key_twice_through_two_spellings_of_one_server_is_refused) {
     } catch (const rlock::error& e) {
         EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << e.what();
         EXPECT_NE(std::string(e.what()).find("one server"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(by_name.server()), std::string::npos) << e.what();
     }
     EXPECT_THROW((void)both.async_try_lock_for(1s, rlock::use_future), rlock::error);
     EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+    // Another db of that server keeps other keys: two locks.
+    o.db = 1;
+    rlock::client other_db(o);
+    rlock::mutex d(other_db, name());
+    rlock::multi_lock dbs{a, d};
+    EXPECT_TRUE(dbs.try_lock());
+    dbs.unlock();
     // Two servers, one name each: two locks, as before.
     redis_server other;
     rlock::client elsewhere(other.options());

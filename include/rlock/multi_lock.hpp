@@ -285,7 +285,8 @@ RLOCK_DECL void multi_lock::refuse_one_server_twice() {
         for (std::size_t j = i + 1; j < parts_.size(); ++j) {
             const part& a = parts_[i];
             const part& b = parts_[j];
-            if (a.name != b.name || !a.view.core || !b.view.core || a.view.core == b.view.core)
+            if (a.name != b.name || !a.view.core || !b.view.core || a.view.core == b.view.core ||
+                a.view.core->ep.options.db != b.view.core->ep.options.db)
                 continue;
             const std::uint64_t ia = identity(a), ib = identity(b);
             if (ia == 0 || ib == 0) {
@@ -293,9 +294,10 @@ RLOCK_DECL void multi_lock::refuse_one_server_twice() {
                 continue;
             }
             if (ia != ib) continue;
-            throw error(errc::invalid_argument, a.name, a.view.server,
-                        "the same lock is given twice to one multi_lock: " + a.view.server +
-                            " and " + b.view.server + " are one server (the same run_id)");
+            const std::string& at = a.view.core->ep.name;
+            throw error(errc::invalid_argument, a.name, at,
+                        "the same lock is given twice to one multi_lock: " + at + " and " +
+                            b.view.core->ep.name + " are one server (the same run_id)");
         }
     }
     if (all_known) servers_known_.store(true, std::memory_order_release);
