@@ -226,13 +226,4 @@ struct lock_options {
     bool local_handoff = true;
 };
 
-namespace detail {
-
-/// The longest lease, and the longest duration option, rlock accepts: 100 years. Longer ones
-/// would overflow the client's steady_clock arithmetic (and Redis refuses expiries near 2^63
-/// ms).
-inline constexpr std::chrono::hours max_lease{24 * 365 * 100};
-
-}  // namespace detail
-
 }  // namespace rlock

@@ -16,6 +16,7 @@
 #include "rlock/detail/acquisition/lease_request.hpp"
 #include "rlock/detail/acquisition/try_result.hpp"
 #include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/protocol/limits.hpp"
 #include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/random.hpp"

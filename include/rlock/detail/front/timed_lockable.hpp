@@ -10,8 +10,8 @@
 #include <type_traits>
 
 #include "rlock/detail/acquisition/lease_request.hpp"
+#include "rlock/detail/protocol/limits.hpp"
 #include "rlock/errors.hpp"
-#include "rlock/options.hpp"
 
 namespace rlock::detail {
 

@@ -22,6 +22,7 @@
 
 #include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind.hpp"
+#include "rlock/detail/protocol/limits.hpp"
 #include "rlock/detail/redis/connect.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/pool.hpp"
