@@ -120,7 +120,8 @@ public:
     /// note_unanswered() when `e` says the server left a command unanswered: a timeout, but not
     /// one met waiting for a free pooled connection (the server was not asked).
     void note_if_unanswered(const error& e) noexcept {
-        if (e.value() == errc::timeout && !error_access::origin(e).no_connection_free) note_unanswered();
+        if (e.value() == errc::timeout && !error_access::origin(e).no_connection_free)
+            note_unanswered();
     }
     /// What a command not sent because of unanswered() fails with: timeout, naming `lock` and
     /// the server, marked as met before anything was sent (nothing ran).
