@@ -468,9 +468,7 @@ TYPED_TEST(fault_test, a_blocking_wait_on_a_paused_server_ends_one_command_timeo
 // turn, and the k-th ended k command_timeouts past its deadline (six waits of 1 s with 300 ms
 // timeouts: 1.3, 1.6, ... 2.8 s). Once one try has gone unanswered, the others are not sent
 // for a command_timeout: every wait ends one command_timeout past its deadline, with its error.
-// The bound allows three: under ThreadSanitizer a reentrant_lock's waits were seen (about one
-// run in twenty) to end together three command_timeouts past it, a stall not yet explained;
-// the old headers' k-th wait ended k past it.
+// Under ThreadSanitizer the waits end later now and then, together (tsan_symbolize_slack).
 TYPED_TEST(fault_test, asynchronous_waits_whose_deadlines_come_in_a_pause_end_together) {
     redis_server own;
     rlock::client_options o = own.options();
@@ -497,8 +495,10 @@ TYPED_TEST(fault_test, asynchronous_waits_whose_deadlines_come_in_a_pause_end_to
     }
     own.resume();
     ASSERT_EQ(ended_ms.size(), waits.size()) << "a wait did not end";
+    // One command_timeout past the deadline, and scheduling; under TSan, its symbolizing too.
+    const long long bound = 1000 + 300 + 400 + rlock_test::tsan_symbolize_slack.count();
     for (long long t : ended_ms) {
-        EXPECT_LT(t, 1000 + 3 * 300 + 400) << "past its deadline by a command_timeout per wait";
+        EXPECT_LT(t, bound) << "past its deadline by more than one command_timeout";
     }
     EXPECT_NO_THROW(mine.unlock());
     EXPECT_TRUE(theirs.try_lock_for(5s)) << "a wait that ended left something that keeps the lock";
