@@ -1,10 +1,14 @@
 # Finds hiredis as the target hiredis::hiredis, whichever way it is installed:
 #  - hiredis >= 1.0 (vcpkg, Conan, source builds) ships hiredis-config.cmake with hiredis::hiredis;
-#  - Debian/Ubuntu's libhiredis-dev (0.14) ships only hiredis.pc, so pkg-config it is.
-# Used by rlock's own build and by the installed rlockConfig.cmake.
+#  - Debian/Ubuntu's libhiredis-dev (0.14) ships hiredis.pc, and a HiredisConfig.cmake that
+#    defines no target (and that find_package(hiredis) does not find): pkg-config it is.
+# Used by rlock's own build (not found: a fatal error) and by the installed rlockConfig.cmake,
+# which passes OPTIONAL and then reports rlock as not found, so that find_package(rlock QUIET)
+# can fall back to something else.
 include_guard(GLOBAL)
 
 macro(rlock_find_hiredis)
+    set(_rlock_find_hiredis_args ${ARGN})
     if(NOT TARGET hiredis::hiredis)
         find_package(hiredis CONFIG QUIET)
     endif()
@@ -31,9 +35,9 @@ macro(rlock_find_hiredis)
                 INTERFACE_INCLUDE_DIRECTORIES "${_rlock_hiredis_parents}")
         endif()
     endif()
-    if(NOT TARGET hiredis::hiredis)
-        message(FATAL_ERROR
-            "rlock needs hiredis: install libhiredis-dev (Debian/Ubuntu), or hiredis through "
-            "vcpkg or Conan, or point CMAKE_PREFIX_PATH at a hiredis install.")
+    set(RLOCK_HIREDIS_MISSING
+        "rlock needs hiredis: install libhiredis-dev (Debian/Ubuntu), or hiredis through vcpkg or Conan, or point CMAKE_PREFIX_PATH at a hiredis install.")
+    if(NOT TARGET hiredis::hiredis AND NOT "OPTIONAL" IN_LIST _rlock_find_hiredis_args)
+        message(FATAL_ERROR "${RLOCK_HIREDIS_MISSING}")
     endif()
 endmacro()

@@ -20,6 +20,8 @@ ensure_deps() {
     [ -e /usr/include/benchmark/benchmark.h ] || [ -e /usr/local/include/benchmark/benchmark.h ] || missing+=(libbenchmark-dev)
     # Standalone Asio: the tests of rlock/asio.hpp and the coroutine example (examples/11).
     [ -e /usr/include/asio.hpp ] || [ -e /usr/local/include/asio.hpp ] || missing+=(libasio-dev)
+    # python3: tests/package checks the vcpkg and Conan recipes with it (check_recipes.py).
+    command -v python3 >/dev/null || missing+=(python3)
     if [ ${#missing[@]} -eq 0 ]; then
         return 0
     fi

@@ -134,7 +134,7 @@ install_tool)
     # shellcheck disable=SC2046
     cmake -S "$src" -B "$work/tool-build" $(generator_args) -DCMAKE_CXX_COMPILER="$cxx" \
         -DRLOCK_BUILD_TESTS=OFF -DRLOCK_BUILD_EXAMPLES=OFF -DRLOCK_BUILD_BENCHMARKS=OFF
-    cmake --build "$work/tool-build" --target rlock_cli
+    cmake --build "$work/tool-build"  # README's command: the build step, then the install
     cmake --install "$work/tool-build" --prefix "$work/tool-prefix"
     [ -x "$work/tool-prefix/bin/rlock" ] || fail "not installed: bin/rlock"
     out=$("$work/tool-prefix/bin/rlock" --help) || fail "bin/rlock --help did not exit 0"
@@ -201,6 +201,28 @@ find_package)
     cmake_build "$here/consumer" "$work/find_package" -DCMAKE_PREFIX_PATH="$work/prefix"
     run_consumer "$work/find_package/consumer"
     run_consumer "$work/find_package/consumer_separate"
+    # Without hiredis (hidden from CMake here), find_package(rlock QUIET) reports rlock not
+    # found, for the project to fall back on, and REQUIRED fails naming hiredis.
+    mkdir -p "$work/no_hiredis/src"
+    cat > "$work/no_hiredis/src/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.16)
+project(no_hiredis CXX)
+find_package(rlock CONFIG ${HOW})
+if(rlock_FOUND)
+    message(FATAL_ERROR "rlock found although hiredis is not")
+endif()
+message(STATUS "fallback: rlock not found")
+CMAKE
+    hide=(-DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_DISABLE_FIND_PACKAGE_hiredis=ON
+          -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON)
+    out=$(cmake -S "$work/no_hiredis/src" -B "$work/no_hiredis/quiet" "${hide[@]}" -DHOW=QUIET 2>&1) ||
+        fail "find_package(rlock QUIET) without hiredis stopped the configure: $out"
+    case $out in *"fallback: rlock not found"*) ;; *) fail "no fallback: $out" ;; esac
+    if out=$(cmake -S "$work/no_hiredis/src" -B "$work/no_hiredis/required" "${hide[@]}" \
+             -DHOW=REQUIRED 2>&1); then
+        fail "find_package(rlock REQUIRED) without hiredis configured: $out"
+    fi
+    case $out in *"rlock needs hiredis"*) ;; *) fail "REQUIRED did not name hiredis: $out" ;; esac
     ;;
 add_subdirectory)
     src=$1 work=$2

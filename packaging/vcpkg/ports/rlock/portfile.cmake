@@ -5,7 +5,7 @@
 # vcpkg's package hash covers the port files, not this checkout: after changing the sources,
 # `vcpkg remove rlock` (and disable binary caching for it) before installing again.
 # For a registry, replace SOURCE_PATH with vcpkg_from_github(OUT_SOURCE_PATH SOURCE_PATH
-# REPO <owner>/rlock REF v${VERSION} SHA512 <sha512 of the tarball>).
+# REPO <owner>/rlock REF <commit> SHA512 <sha512 of the tarball>): no release is tagged yet.
 get_filename_component(SOURCE_PATH "${CMAKE_CURRENT_LIST_DIR}/../../../.." ABSOLUTE)
 if(NOT EXISTS "${SOURCE_PATH}/include/rlock/rlock.hpp")
     message(FATAL_ERROR "rlock sources not found at ${SOURCE_PATH}")
