@@ -523,6 +523,10 @@ TEST(client_errors, the_error_type_keeps_its_parts_through_copies_and_moves) {
     EXPECT_EQ(bare.cause(), "pool_size must be at least 1");
     EXPECT_TRUE(bare.lock().empty());
     EXPECT_TRUE(bare.server().empty());
+    // Empty parts are left out, as api.md says, with no empty field between two colons.
+    EXPECT_STREQ(rlock::error(rlock::errc::timeout, "", "h:1", "").what(), "rlock: on h:1: timed out");
+    EXPECT_STREQ(rlock::error(rlock::errc::timeout, "x", "", "").what(), "rlock: lock \"x\": timed out");
+    EXPECT_STREQ(rlock::error(rlock::errc::timeout, "", "", "").what(), "rlock: timed out");
 }
 
 TEST(client_errors, messages_name_the_server_and_the_cause_once) {

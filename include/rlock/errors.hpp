@@ -157,6 +157,8 @@ RLOCK_DECL std::string error::compose(const parts& p) {
     if (!p.server.empty()) {
         m.append(" on ").append(p.server);
     }
+    // std::system_error appends ": <code's message>": an empty part leaves no empty field.
+    if (p.cause.empty()) return p.lock.empty() && p.server.empty() ? "rlock" : m;
     m.append(p.lock.empty() && p.server.empty() ? " " : ": ").append(p.cause);
     return m;
 }
