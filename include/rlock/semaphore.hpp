@@ -32,8 +32,9 @@
 // it also try again after 10 ms, doubling to 1 s.
 //
 // Failures: a command whose connection broke or timed out may or may not have run. An acquire
-// attempt is then made once more on a new connection, so that a waiter outlives a restart or
-// a killed connection, and then throws; if the first had run on a server
+// attempt whose connection broke is made once more on a new connection, so that a waiter
+// outlives a restart or a killed connection, and then throws (a timeout throws at once: the
+// server is not answering); if the first had run on a server
 // that kept its data, its permits stay taken for good (there are no leases) — fewer holders
 // than permits, never more. So it is not repeated further: a permit-expirable semaphore, whose
 // repeats find their own ids, rides out longer failures. A release (and
@@ -169,12 +170,14 @@ private:
     template <class Token>
     auto async_acquire_steady(clock::time_point deadline, long long permits, Token&& token) {
         check_positive(permits, "acquire");
-        // As take(): one repeat after an ambiguous failure (pool::run), never more.
+        // As take(): one repeat after a broken connection (pool::run), none after a timeout
+        // (which on_engine notes), never more.
         auto take = [core = core_, name = name_, channel = channel_, n = permits,
                      cap = capacity_]() -> detail::attempt_result {
-            return core->pool.run(name, detail::on_break::retry, [&](const detail::connection& c) {
-                return detail::take_permits(*core, c, name, channel, n, cap);
-            });
+            return core->pool.run(name, detail::on_break::retry_broken,
+                                  [&](const detail::connection& c) {
+                                      return detail::take_permits(*core, c, name, channel, n, cap);
+                                  });
         };
         // Its result owns the permits until the handler is told (detail::owned_result).
         detail::told_permits_op<decltype(take)> op{
@@ -187,10 +190,10 @@ private:
 
     void check_positive(long long permits, std::string_view op) const;
 
-    // One attempt. One that failed ambiguously (the connection broke or timed out, so the
-    // script may have run) is made once more on a new connection: a waiter outlives a restart
-    // or a killed connection. If the first had run on a server that kept its data, its permits
-    // stay taken: fewer holders than permits, never more.
+    // One attempt. One whose connection broke (so the script may have run) is made once more
+    // on a new connection: a waiter outlives a restart or a killed connection. If the first
+    // had run on a server that kept its data, its permits stay taken: fewer holders than
+    // permits, never more. One that timed out is not repeated (the server is not answering).
     bool take(long long permits);
 
     bool acquire_until(clock::time_point deadline, long long permits);
@@ -248,9 +251,18 @@ RLOCK_DECL void semaphore::check_positive(long long permits, std::string_view op
 }
 
 RLOCK_DECL bool semaphore::take(long long permits) {
-    return run(detail::on_break::retry, [&](const detail::connection& c) {
-        return detail::take_permits(*core_, c, name_, channel_, permits, capacity_);
-    });
+    try {
+        // A broken connection (a restart, a killed connection) gets the one repeat. A timeout
+        // does not: the server is not answering (paused, stalled), a new connection would wait
+        // as long, and each attempt may keep its permits.
+        return run(detail::on_break::retry_broken, [&](const detail::connection& c) {
+            return detail::take_permits(*core_, c, name_, channel_, permits, capacity_);
+        });
+    } catch (const error& e) {
+        // The engine's other tries hold back for a command_timeout (on_engine).
+        core_->note_if_unanswered(e);
+        throw;
+    }
 }
 
 RLOCK_DECL bool semaphore::acquire_until(clock::time_point deadline, long long permits) {

@@ -29,7 +29,17 @@ namespace rlock::detail {
 
 /// Whether a command may be sent again on a new connection after its connection broke (or
 /// timed out) while it was in flight: an idempotent one (a read, a DEL of our own key) may.
-enum class on_break : unsigned char { fail, retry };
+/// `retry_broken`: only after its connection broke (a restart, a killed connection), not after
+/// a timeout — the server is not answering, and a new connection would wait as long (for a
+/// command that may keep what it took each time it runs: a semaphore's acquire).
+enum class on_break : unsigned char { fail, retry, retry_broken };
+
+/// Whether `broken_then` lets a command that failed with `e` (its connection discarded) be sent
+/// again on a new connection.
+inline bool may_send_again(on_break broken_then, const error& e) noexcept {
+    return broken_then == on_break::retry ||
+           (broken_then == on_break::retry_broken && e.value() != errc::timeout);
+}
 
 class pool {
     struct node_pool;
@@ -141,7 +151,7 @@ public:
                 h.discard();
                 drop_idle();
                 broken();
-                if (broken_then != on_break::retry || attempt > 0) throw;
+                if (!may_send_again(broken_then, e) || attempt > 0) throw;
             }
         }
     }
@@ -231,7 +241,7 @@ private:
                 ep_.slots->mark_stale();
                 to.reset();
                 ask = false;
-                if (broken_then != on_break::retry || !pause_before_retry(deadline)) {
+                if (!may_send_again(broken_then, e) || !pause_before_retry(deadline)) {
                     throw on_node(e, lock, *n);
                 }
             }
