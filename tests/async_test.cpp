@@ -984,6 +984,28 @@ TEST_F(asio_tokens, permits_taken_for_a_handler_dropped_with_its_io_context_are_
     EXPECT_EQ(s.available_permits(), 1) << "permits delivered to a handler were given back";
 }
 
+// The other order: the client destroyed first, then the io_context with the completion queued
+// unrun. The permits were given back through the destroyed client, which refused (nothing
+// sent): they stayed taken for good, a plain semaphore having no leases.
+TEST_F(asio_tokens, permits_taken_for_a_handler_dropped_after_its_client_are_given_back) {
+    rlock::client watcher(options());
+    rlock::semaphore counted(watcher, name());
+    ASSERT_TRUE(counted.try_set_permits(3));
+    int calls = 0;
+    {
+        asio::io_context io;
+        {
+            rlock::client c(options());
+            rlock::semaphore s(c, name());
+            s.async_acquire(2, asio::bind_executor(io, [&calls](std::exception_ptr, bool) { ++calls; }));
+            ASSERT_TRUE(eventually([&] { return counted.available_permits() == 1; }));
+        }  // the client goes first, the completion still queued on io
+    }  // then the io_context, with the completion unrun
+    EXPECT_EQ(calls, 0) << "a handler ran after its io_context was destroyed";
+    EXPECT_TRUE(eventually([&] { return counted.available_permits() == 3; }))
+        << "the permits taken for the dropped handler stayed taken";
+}
+
 // A handler class that names its executor (executor_type, get_executor(): Asio's idiom) runs
 // there, and io.run() waits for it, as one bound with bind_executor does.
 TEST_F(asio_tokens, a_handler_class_naming_its_executor_runs_there) {

@@ -317,12 +317,17 @@ RLOCK_DECL count_change add_to_count(client_core& core, const std::string& name,
 /// waiting for it in the process first (local hand-off), the rest to Redis, never above
 /// `capacity`; the listener is told (as `kind`), and the owners are told of permits that did
 /// not fit (on_lock_lost).
+/// `after_client`: sent after the client is destroyed too (permits taken for a handler that never
+/// ran, its io_context destroyed last), as a lock hold's unlock is, and nobody of that client
+/// is told; otherwise that throws connection_failed.
 RLOCK_DECL void release_permits(client_core& core, const std::string& name, const std::string& channel,
-                                long long capacity, long long permits, const char* kind);
+                                long long capacity, long long permits, const char* kind,
+                                bool after_client = false);
 
 /// A semaphore's asynchronous acquisition: told_bool_op whose result owns the permits taken
-/// until its handler is told (owned_result): a handler dropped unrun (its io_context destroyed
-/// first) cannot release them, so they are released for it.
+/// until its handler is told (owned_result): a handler dropped unrun (its io_context destroyed,
+/// before or after the client) cannot release them, so they are released for it
+/// (release_permits, also after the client).
 template <class F>
 struct told_permits_op : told_bool_op<F> {
     std::string channel;
@@ -332,7 +337,7 @@ struct told_permits_op : told_bool_op<F> {
         (void)told_bool_op<F>::finish();
         return owned_result(true, [core = this->core, name = this->name, channel = channel, n = permits,
                                    cap = capacity, kind = this->kind] {
-            release_permits(*core, name, channel, cap, n, kind);
+            release_permits(*core, name, channel, cap, n, kind, /*after_client=*/true);
         });
     }
 };
@@ -487,7 +492,8 @@ RLOCK_DECL count_change add_to_count(client_core& core, const std::string& name,
 }
 
 RLOCK_DECL void release_permits(client_core& core, const std::string& name, const std::string& channel,
-                                long long capacity, long long permits, const char* kind) {
+                                long long capacity, long long permits, const char* kind,
+                                bool after_client) {
     // Local hand-off: threads of this client waiting for permits take them first.
     const std::shared_ptr<permit_gate> gate = core.permit_gates.find(semaphore_gate_kind, name);
     const long long left = gate ? gate->hand_over(permits) : permits;
@@ -495,8 +501,12 @@ RLOCK_DECL void release_permits(client_core& core, const std::string& name, cons
         core.events.released(kind, name, 0, {}, /*handed_on=*/true);
         return;
     }
-    core.throw_if_destroyed(name, "the client this object was made from has been destroyed");
+    const bool gone = core.sub->stopped();
+    if (!after_client) {
+        core.throw_if_destroyed(name, "the client this object was made from has been destroyed");
+    }
     const count_change c = add_to_count(core, name, channel, left, capacity);
+    if (gone) return;  // its listener and on_lock_lost are not called after ~client
     core.events.released(kind, name, 0, {});
     const long long untold = core.counts.released(name, left, c.over);
     if (untold > 0) {
