@@ -7,8 +7,12 @@
 # can fall back to something else.
 include_guard(GLOBAL)
 
+# A macro runs under the caller's policies: nothing here may need a newer one (IN_LIST needs
+# CMP0057, which a consumer's cmake_minimum_required below 3.3 leaves OLD).
 macro(rlock_find_hiredis)
     set(_rlock_find_hiredis_args ${ARGN})
+    list(FIND _rlock_find_hiredis_args OPTIONAL _rlock_hiredis_optional)
+    unset(_rlock_find_hiredis_args)
     if(NOT TARGET hiredis::hiredis)
         find_package(hiredis CONFIG QUIET)
     endif()
@@ -23,8 +27,9 @@ macro(rlock_find_hiredis)
             set(_rlock_hiredis_parents "")
             foreach(_rlock_dir IN LISTS RLOCK_HIREDIS_INCLUDE_DIRS)
                 get_filename_component(_rlock_parent "${_rlock_dir}" DIRECTORY)
+                list(FIND CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES "${_rlock_parent}" _rlock_implicit)
                 if(EXISTS "${_rlock_parent}/hiredis/hiredis.h"
-                   AND NOT _rlock_parent IN_LIST CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES
+                   AND _rlock_implicit EQUAL -1
                    AND NOT _rlock_parent STREQUAL "/usr/include")
                     list(APPEND _rlock_hiredis_parents "${_rlock_parent}")
                 endif()
@@ -35,9 +40,13 @@ macro(rlock_find_hiredis)
                 INTERFACE_INCLUDE_DIRECTORIES "${_rlock_hiredis_parents}")
         endif()
     endif()
-    set(RLOCK_HIREDIS_MISSING
-        "rlock needs hiredis: install libhiredis-dev (Debian/Ubuntu), or hiredis through vcpkg or Conan, or point CMAKE_PREFIX_PATH at a hiredis install.")
-    if(NOT TARGET hiredis::hiredis AND NOT "OPTIONAL" IN_LIST _rlock_find_hiredis_args)
-        message(FATAL_ERROR "${RLOCK_HIREDIS_MISSING}")
+    unset(RLOCK_HIREDIS_MISSING)
+    if(NOT TARGET hiredis::hiredis)
+        set(RLOCK_HIREDIS_MISSING
+            "rlock needs hiredis: install libhiredis-dev (Debian/Ubuntu), or hiredis through vcpkg or Conan, or point CMAKE_PREFIX_PATH at a hiredis install.")
+        if(_rlock_hiredis_optional EQUAL -1)
+            message(FATAL_ERROR "${RLOCK_HIREDIS_MISSING}")
+        endif()
     endif()
+    unset(_rlock_hiredis_optional)
 endmacro()

@@ -205,7 +205,8 @@ find_package)
     # found, for the project to fall back on, and REQUIRED fails naming hiredis.
     mkdir -p "$work/no_hiredis/src"
     cat > "$work/no_hiredis/src/CMakeLists.txt" <<'CMAKE'
-cmake_minimum_required(VERSION 3.16)
+# As old as CMake allows: the config runs under the consumer's policies.
+cmake_minimum_required(VERSION 3.2)
 project(no_hiredis CXX)
 find_package(rlock CONFIG ${HOW})
 if(rlock_FOUND)
