@@ -189,6 +189,7 @@ private:
         std::optional<server_address> to;  // set: the next try goes there (MOVED, ASK)
         bool ask = false;                  // ... with ASKING (ASK)
         int redirects = 0;
+        int resent = 0;  // sends again after a broken connection (retry_broken: at most one)
         for (;;) {
             node_pool* n = nullptr;
             std::optional<handle> h;
@@ -241,7 +242,8 @@ private:
                 ep_.slots->mark_stale();
                 to.reset();
                 ask = false;
-                if (!may_send_again(broken_then, e) || !pause_before_retry(deadline)) {
+                const bool once_more = broken_then != on_break::retry_broken || resent++ == 0;
+                if (!may_send_again(broken_then, e) || !once_more || !pause_before_retry(deadline)) {
                     throw on_node(e, lock, *n);
                 }
             }
