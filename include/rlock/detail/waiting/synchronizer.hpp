@@ -501,12 +501,13 @@ RLOCK_DECL void release_permits(client_core& core, const std::string& name, cons
         core.events.released(kind, name, 0, {}, /*handed_on=*/true);
         return;
     }
-    const bool gone = core.sub->stopped();
     if (!after_client) {
         core.throw_if_destroyed(name, "the client this object was made from has been destroyed");
     }
     const count_change c = add_to_count(core, name, channel, left, capacity);
-    if (gone) return;  // its listener and on_lock_lost are not called after ~client
+    // Its listener and on_lock_lost are not called after ~client (read after the send, which
+    // may take a command_timeout while the client goes).
+    if (core.sub->stopped()) return;
     core.events.released(kind, name, 0, {});
     const long long untold = core.counts.released(name, left, c.over);
     if (untold > 0) {
