@@ -157,6 +157,21 @@ RLOCK_DECL bool reply_is_error(const redisReply* r, std::string_view prefix) noe
     return r && r->type == REDIS_REPLY_ERROR && reply_text(r).substr(0, prefix.size()) == prefix;
 }
 
+// strerror_r's text, whichever of its two forms the C library declares (GNU: the text; XSI: 0).
+inline const char* strerror_text(int rc, const char* buf) noexcept { return rc == 0 ? buf : ""; }
+inline const char* strerror_text(const char* text, const char* /*buf*/) noexcept {
+    return text ? text : "";
+}
+
+// Whether hiredis's error text `what` says `number` (strerror_r, in the program's locale, as
+// hiredis wrote it: LC_MESSAGES translates it), or `english`, as C locale's text reads.
+inline bool says_errno(std::string_view what, int number, std::string_view english) noexcept {
+    if (what.find(english) != std::string_view::npos) return true;
+    char buf[256] = {};
+    const std::string_view text = strerror_text(strerror_r(number, buf, sizeof buf), buf);
+    return !text.empty() && what.find(text) != std::string_view::npos;
+}
+
 RLOCK_DECL error make_error(const redisContext* ctx, const redisReply* reply, std::string_view lock,
                             std::string_view server) {
     if (ctx && ctx->err) {
@@ -166,16 +181,18 @@ RLOCK_DECL error make_error(const redisContext* ctx, const redisReply* reply, st
         if (ctx->err == REDIS_ERR_TIMEOUT) code = errc::timeout;
 #endif
         // A blocking hiredis context reports an expired SO_RCVTIMEO / connect timeout as an I/O
-        // error whose text is strerror(EAGAIN) or strerror(ETIMEDOUT), in 0.14 and in 1.x.
+        // error whose text is strerror(EAGAIN) or strerror(ETIMEDOUT), in 0.14 and in 1.x, in
+        // the program's locale (a program that calls setlocale gets it translated).
+        const bool again = says_errno(what, EAGAIN, "temporarily unavailable") ||
+                           says_errno(what, EWOULDBLOCK, "temporarily unavailable");
         if (ctx->err == REDIS_ERR_IO &&
-            (what.find("temporarily unavailable") != std::string_view::npos ||
-             what.find("timed out") != std::string_view::npos ||
+            (again || says_errno(what, ETIMEDOUT, "timed out") ||
              what.find("Timeout") != std::string_view::npos)) {
             code = errc::timeout;
         }
         // strerror(EAGAIN) is how an expired SO_RCVTIMEO / SO_SNDTIMEO reads: say what it means,
         // with the timeout the socket had (client_options::command_timeout).
-        if (code == errc::timeout && what.find("temporarily unavailable") != std::string_view::npos) {
+        if (code == errc::timeout && again) {
             std::string says = "the server did not answer in time";
             timeval tv{};
             socklen_t len = sizeof tv;
