@@ -22,6 +22,10 @@ ensure_deps() {
     [ -e /usr/include/asio.hpp ] || [ -e /usr/local/include/asio.hpp ] || missing+=(libasio-dev)
     # python3: tests/package checks the vcpkg and Conan recipes with it (check_recipes.py).
     command -v python3 >/dev/null || missing+=(python3)
+    # A German locale and libc's translations: a timeout must read as one in any locale
+    # (client_errors.a_timeout_is_a_timeout_in_any_locale builds the locale with localedef).
+    [ -e /usr/share/i18n/locales/de_DE ] || missing+=(locales)
+    [ -e /usr/share/locale/de/LC_MESSAGES/libc.mo ] || missing+=(libc-l10n)
     if [ ${#missing[@]} -eq 0 ]; then
         return 0
     fi

@@ -1,10 +1,13 @@
 // rlock::client: URIs and options, connecting (errors, AUTH with ACL users, unix sockets, db),
 // and what destruction does.
 #include <gtest/gtest.h>
+#include <locale.h>
 #include <signal.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <memory>
@@ -527,6 +530,43 @@ TEST(client_errors, the_error_type_keeps_its_parts_through_copies_and_moves) {
     EXPECT_STREQ(rlock::error(rlock::errc::timeout, "", "h:1", "").what(), "rlock: on h:1: timed out");
     EXPECT_STREQ(rlock::error(rlock::errc::timeout, "x", "", "").what(), "rlock: lock \"x\": timed out");
     EXPECT_STREQ(rlock::error(rlock::errc::timeout, "", "", "").what(), "rlock: timed out");
+}
+
+// hiredis writes an I/O error's text with strerror_r, in the program's locale: a program that
+// calls setlocale under a German one read a paused server's timeout as "Die Ressource ist zur
+// Zeit nicht verfügbar", which rlock took for a broken connection (connection_failed, and a
+// semaphore's acquire sent again). The locale is built here (scripts/lib.sh installs locales
+// and libc-l10n) and used on this thread only.
+TEST(client_errors, a_timeout_is_a_timeout_in_any_locale) {
+    redis_server own;
+    const std::string sock = own.socket_path();  // in the server's own temporary directory
+    const std::string dir = sock.substr(0, sock.rfind('/')) + "/locales";
+    const std::string build = "mkdir -p " + dir + " && localedef -i de_DE -f UTF-8 " + dir +
+                              "/de_DE.UTF-8 > /dev/null 2>&1";
+    ASSERT_EQ(std::system(build.c_str()), 0) << "localedef failed: " << build;
+    ASSERT_EQ(::setenv("LOCPATH", dir.c_str(), 1), 0);
+    locale_t german = ::newlocale(LC_ALL_MASK, "de_DE.UTF-8", nullptr);
+    ::unsetenv("LOCPATH");
+    ASSERT_NE(german, nullptr) << "the locale built in " << dir << " did not load";
+    const std::string english = "Resource temporarily unavailable";
+    ASSERT_NE(std::string(::strerror_l(EAGAIN, german)), english)
+        << "no German text for EAGAIN: libc-l10n is missing";
+    rlock::client_options o = own.options();
+    o.command_timeout = std::chrono::milliseconds(300);
+    rlock::client c(o);
+    rlock::semaphore s(c, "german");
+    ASSERT_TRUE(s.try_set_permits(1));
+    own.pause();
+    const locale_t before = ::uselocale(german);
+    try {
+        (void)s.try_acquire();
+        ADD_FAILURE() << "an acquire on a paused server returned";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::timeout) << e.what();
+    }
+    ::uselocale(before);
+    own.resume();
+    ::freelocale(german);
 }
 
 TEST(client_errors, messages_name_the_server_and_the_cause_once) {
