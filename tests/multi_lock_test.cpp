@@ -27,6 +27,47 @@ using rlock_test::name;
 
 using rlock_test::calls_of;
 
+// An error about the multi_lock as a whole (a bad lease, an unlock by a thread holding no
+// part) names every part and every server, not the first part alone; nothing is sent.
+TEST(multi_lock, an_error_about_the_whole_names_every_part_and_server) {
+    redis_server other_server;
+    rlock::client c(server().options()), there(other_server.options());
+    rlock::mutex a(c, name(":a"));
+    rlock::reentrant_lock b(there, name(":b"));
+    rlock::multi_lock both{a, b};
+    const auto names_all = [&](const rlock::error& e) {
+        const std::string what = e.what(), lock(e.lock()), at(e.server());
+        EXPECT_NE(lock.find(name(":a")), std::string::npos) << what;
+        EXPECT_NE(lock.find(name(":b")), std::string::npos) << what;
+        EXPECT_NE(at.find(c.server()), std::string::npos) << what;
+        EXPECT_NE(at.find(there.server()), std::string::npos) << what;
+    };
+    for (const auto lease : {0ms, -5ms}) {
+        try {
+            (void)both.try_lock_for(1s, lease);
+            ADD_FAILURE() << "a lease of " << lease.count() << " ms was taken";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::invalid_argument) << e.what();
+            names_all(e);
+        }
+    }
+    try {
+        (void)both.async_try_lock_for(1s, 0ms, rlock::use_future);
+        ADD_FAILURE() << "an asynchronous acquire with a lease of 0 was started";
+    } catch (const rlock::error& e) {
+        names_all(e);
+    }
+    try {
+        both.unlock();
+        ADD_FAILURE() << "unlock by a thread holding no part did not throw";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::not_owner) << e.what();
+        names_all(e);
+    }
+    EXPECT_EQ(server().integer({"EXISTS", name(":a")}), 0);
+    EXPECT_EQ(other_server.integer({"EXISTS", name(":b")}), 0);
+}
+
 TEST(multi_lock, takes_nothing_when_one_part_is_held_elsewhere_and_names_it) {
     rlock::client c(server().options()), other(server().options());
     rlock::mutex a(c, name(":a")), b(c, name(":b")), c3(c, name(":c"));

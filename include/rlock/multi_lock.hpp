@@ -35,6 +35,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -167,8 +168,9 @@ private:
 
     friend class detail::timed_lockable<multi_lock>;
     friend class detail::async_lockable<multi_lock>;
-    const std::string& name() const noexcept { return parts_.front().name; }  // in lease errors
-    std::string_view server() const noexcept { return ""; }
+    // What a lease error names: every part, as "multi_lock(a, b)", and their servers.
+    const std::string& name() const noexcept { return label_; }
+    std::string_view server() const noexcept { return servers_; }
 
     // timed_lockable's entry point (see there).
     bool acquire(clock::time_point deadline, detail::lease_request lease);
@@ -201,6 +203,8 @@ private:
     bool release_in_one_script();
 
     std::vector<part> parts_;
+    std::string label_;    // name()
+    std::string servers_;  // server(): each part's servers, once, in parts_ order
     bool one_node_ = false;
     std::atomic<bool> servers_known_{false};  // refuse_one_server_twice found every pair
     mutable std::mutex mu_;
@@ -227,7 +231,7 @@ RLOCK_DECL void multi_lock::unlock() {
         }
     }
     if (!any) {
-        throw error(errc::not_owner, parts_.front().name, parts_.front().view.server,
+        throw error(errc::not_owner, label_, servers_,
                     "unlock by a thread that holds no part of the multi_lock");
     }
 }
@@ -265,6 +269,16 @@ RLOCK_DECL void multi_lock::name_parts() {
             }
         }
     }
+    std::vector<std::string_view> seen;
+    for (const part& p : parts_) {
+        label_ += (label_.empty() ? "multi_lock(" : ", ") + p.name;
+        for (const std::string& at : p.view.where) {
+            if (std::find(seen.begin(), seen.end(), at) != seen.end()) continue;
+            seen.push_back(at);
+            servers_ += (servers_.empty() ? "" : ", ") + at;
+        }
+    }
+    label_ += ")";
     one_node_ = std::all_of(parts_.begin(), parts_.end(), [&](const part& p) {
         // In a cluster one script reaches one slot only.
         return p.view.code && !p.view.fencing && p.view.core == parts_.front().view.core &&
@@ -415,8 +429,7 @@ RLOCK_DECL bool multi_lock::acquire_in_one_script(detail::lease_request requeste
                                                   std::size_t& refusing) {
     detail::client_core& core = *parts_.front().view.core;
     const std::uint64_t thread = detail::current_thread_number();
-    core.throw_if_destroyed(parts_.front().name,
-                            "the client this lock was made from has been destroyed");
+    core.throw_if_destroyed(label_, "the client this lock was made from has been destroyed");
     for (part& p : parts_) {
         if (core.reg.find(p.view.kind, p.name, thread)) {
             refusing = 0;
@@ -534,7 +547,7 @@ RLOCK_DECL void multi_lock::sync_or_undo(detail::client_core& core, const detail
         // Not a redirection for the pool to follow: that would run the acquire again.
         throw detail::error_access::unredirected(e);
     }
-    throw error(errc::replica_sync_failed, name, core.ep.name,
+    throw error(errc::replica_sync_failed, label_, core.ep.name,
                 std::to_string(acked) + " of the " + std::to_string(wanted) +
                     " replicas asked for acknowledged the acquire of the multi_lock's " +
                     std::to_string(parts_.size()) + " parts within " +
