@@ -2,6 +2,7 @@
 // redis-server: standard guards, waiting and wake-ups, leases, the watchdog, lost holds,
 // recovery from SCRIPT FLUSH and restarts, fencing, and mutual exclusion across processes.
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -832,6 +833,56 @@ TEST_F(local_handoff, a_loss_found_after_a_hand_over_is_told_to_the_owner_that_h
 
 // A thread that exits holding frees the gate: the next local waiter waits at Redis, and gets
 // the lock when the exited thread's lease runs out.
+// A long run of passes (local_handoff_passes and local_handoff_time set high) is let go one
+// record at a time. Each owner's record is kept while a loss found later may be theirs (until
+// a renewal finds the key); before, the records of the whole run were freed by a recursion as
+// deep as the run, on the thread that let go of the last one: 138,000 passes overflowed an
+// 8 MB stack. Here the threads have 512 KB stacks and pass the lock some 18,000 times.
+TEST_F(local_handoff, a_long_run_of_passes_is_let_go_without_a_recursion_as_deep_as_the_run) {
+    rlock::client_options o = options();
+    o.local_handoff_passes = 1000000;
+    o.local_handoff_time = 3600s;
+    struct count_passes : rlock::lock_listener {
+        std::atomic<long> handed{0}, all{0};
+        void acquired(const rlock::acquired_event& e) override {
+            ++all;
+            if (e.handed_locally) ++handed;
+        }
+    };
+    auto passes = std::make_shared<count_passes>();
+    o.listener = passes;
+    rlock::client c(o);
+    std::atomic<int> inside{0}, overlaps{0};
+    struct job {
+        rlock::client* c;
+        std::string name;
+        std::atomic<int>* inside;
+        std::atomic<int>* overlaps;
+    } j{&c, name(), &inside, &overlaps};
+    const auto run = [](void* arg) -> void* {
+        job& j = *static_cast<job*>(arg);
+        rlock::mutex m(*j.c, j.name);
+        for (int i = 0; i < 6000; ++i) {
+            m.lock();
+            if (j.inside->fetch_add(1) != 0) ++*j.overlaps;
+            j.inside->fetch_sub(1);
+            m.unlock();
+        }
+        return nullptr;
+    };
+    pthread_attr_t small;
+    ASSERT_EQ(pthread_attr_init(&small), 0);
+    ASSERT_EQ(pthread_attr_setstacksize(&small, 512 * 1024), 0);
+    std::vector<pthread_t> threads(3);
+    for (pthread_t& t : threads) ASSERT_EQ(pthread_create(&t, &small, run, &j), 0);
+    for (pthread_t t : threads) pthread_join(t, nullptr);
+    pthread_attr_destroy(&small);
+    EXPECT_EQ(overlaps.load(), 0);
+    EXPECT_EQ(passes->all.load(), 18000);
+    EXPECT_GT(passes->handed.load(), 9000) << "too few passes to make a long run";
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+}
+
 TEST_F(local_handoff, a_thread_that_exits_holding_does_not_strand_the_local_waiters) {
     rlock::client c(options(300ms));
     rlock::mutex theirs(c, name());

@@ -90,9 +90,20 @@ struct hold::record {
     std::shared_ptr<detail::hold_group> group;  // set for the parts of a red_lock
     detail::gate_place gate;                    // taken through this client's gate (local hand-off)
     // Local hand-off: the hold this one was handed by (and so on back), each with when it was
-    // handed on; kept while a loss found now may have happened during its tenure.
+    // handed on; kept while a loss found now may have happened during its tenure (a renewal
+    // that finds the key cuts off those handed on before it was sent: registry::renewed).
     std::shared_ptr<record> handed_from;
     clock::time_point handed_at;
+
+    record() = default;
+    record(const record&) = delete;
+    record& operator=(const record&) = delete;
+    // A chain of many passes is let go one record at a time, not by a recursion as deep as
+    // the chain.
+    ~record() {
+        std::shared_ptr<record> p = std::move(handed_from);
+        while (p && p.use_count() == 1) p = std::move(p->handed_from);
+    }
 
     /// The key a renewal (and a check of the hold) names: `key` when set, else `name`.
     const std::string& renewed_key() const noexcept { return key.empty() ? name : key; }
@@ -510,12 +521,20 @@ RLOCK_DECL std::vector<std::size_t> registry::renewed(const std::vector<hold_ptr
                                                       const std::vector<char>& gone,
                                                       clock::time_point sent) {
     std::vector<std::size_t> tell;
+    std::vector<hold_ptr> cut;  // let go after the lock
     {
         std::lock_guard<std::mutex> g(mu_);
         const auto now = clock::now();
         for (std::size_t i = 0; i < holds.size(); ++i) {
             hold& h = *holds[i];
             h.in_flight = false;
+            // Found held at `sent`: owners that handed it on before then held a lock that was
+            // there, and no loss found later can be theirs (tell_handed_from).
+            if (ok[i] && h.handed_from) {
+                hold* at = &h;
+                while (at->handed_from && at->handed_from->handed_at > sent) at = at->handed_from.get();
+                if (at->handed_from) cut.push_back(std::move(at->handed_from));
+            }
             if (h.released) {
                 // Its final unlock waits for this reply (remove()), then hands the hold on
                 // or releases it: what the renewal found is the unlock's to act on — a hold
