@@ -757,6 +757,38 @@ TEST(fair_lock, an_unlock_passes_the_hold_to_the_next_queued_thread_of_its_clien
     expect_no_fair_keys(name());
 }
 
+// A leased waiter is not passed the hold (api.md), also when its lease equals the watchdog's
+// timeout: watched or leased is what it asked for, not the duration. Before, a lease of
+// exactly lock_watchdog_timeout was taken as watched and passed to.
+TEST(fair_lock, a_waiter_with_a_lease_as_long_as_the_watchdogs_timeout_is_not_passed_the_hold) {
+    auto log = std::make_shared<rlock_test::event_log>();
+    rlock::client_options o = server().options();
+    o.listener = log;
+    o.lock_watchdog_timeout = 6s;
+    rlock::client c(o);
+    rlock::fair_lock mine(c, name()), local(c, name());
+    mine.lock();
+    std::promise<bool> got;
+    std::thread t_local([&] {
+        const bool ok = local.try_lock_for(5s, 6s);
+        got.set_value(ok);
+        if (ok) local.unlock();
+    });
+    ASSERT_TRUE(eventually([&] { return server().integer({"LLEN", queue_of(name())}) == 1; }));
+    std::this_thread::sleep_for(200ms);  // subscribed, waiting
+    const long long hsets = rlock_test::calls_of("hset");
+    mine.unlock();
+    auto f = got.get_future();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    EXPECT_TRUE(f.get());
+    t_local.join();
+    EXPECT_EQ(rlock_test::calls_of("hset") - hsets, 0) << "the unlock passed the hold";
+    const auto acquired = log->of("acquired");
+    ASSERT_EQ(acquired.size(), 2u);
+    EXPECT_FALSE(acquired[1].local) << "the leased waiter's hold came by a pass";
+    expect_no_fair_keys(name());
+}
+
 TEST(fair_lock, a_pass_never_overtakes_another_clients_waiter_ahead_in_the_queue) {
     rlock::client c(server().options()), other(server().options());
     rlock::fair_lock mine(c, name()), local(c, name()), theirs(other, name());

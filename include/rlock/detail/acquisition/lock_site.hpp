@@ -544,11 +544,15 @@ public:
     /// a try has queued it, it enrolls, and each later try looks for such a pass first (an
     /// acquisition that finds the lock free costs nothing more). Nothing for the other kinds,
     /// or with hand-off off.
-    void enroll_for_passes() {
+    void enroll_for_passes(lease_request asked) {
         if constexpr (Kind::passes_in_queue) {
             const lock_options& o = site_->options_;
+            // Watched as asked, not by its duration: a lease equal to the watchdog's timeout
+            // is still a lease, never passed to.
             may_enroll_ = site_->core_->gates.enabled() && o.local_handoff && !o.fencing &&
-                          lease_ == site_->core_->ep.options.lock_watchdog_timeout;
+                          asked.is_watched();
+        } else {
+            (void)asked;
         }
     }
     /// Whether the hold came by a pass within the client (acquired_event::handed_locally).

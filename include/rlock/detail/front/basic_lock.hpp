@@ -230,7 +230,7 @@ private:
         } lead{gate.get(), beside.get()};
         if (beside) beside->began_beside();
         lock_acquisition<Kind> op(*this, Kind::value_for(core_->id, thread, Kind::reentrant), lease.duration(watchdog));
-        op.enroll_for_passes();  // fair_lock: a final unlock of this client may pass it the hold
+        op.enroll_for_passes(lease);  // fair_lock: a final unlock of this client may pass it the hold
         // The wait (wait_blocking): until the unlock message or the holder's TTL, paced against
         // other clients' waiters, riding out an outage (each try after one undoes what the one
         // before may have taken: a release with the same value, so that nothing sent twice
