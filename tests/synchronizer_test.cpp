@@ -296,6 +296,45 @@ TEST(semaphore, another_clients_waiter_gets_a_permit_while_threads_of_one_client
     EXPECT_EQ(mine.available_permits(), 1);
 }
 
+// The bound for a waiter of another client that needs more permits than one release frees:
+// when the bound cuts a run of passes, every permit the client holds goes back through Redis
+// once before passes resume, so the count there reaches that waiter's need. Before, only the
+// releasing thread's permit went to Redis while the client's other permit kept being passed,
+// and a waiter for 2 of 2 permits ran out every time (0 of 2 in each of 4 runs of 4 s).
+TEST(semaphore, another_clients_waiter_for_every_permit_gets_them_while_threads_of_one_client_keep_passing) {
+    rlock::client busy(server().options()), other(server().options());  // the default bound
+    rlock::semaphore mine(busy, name()), theirs(other, name());
+    ASSERT_TRUE(mine.try_set_permits(2));
+    std::atomic<bool> stop{false};
+    std::atomic<int> cycles{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 4; ++i) {
+        threads.emplace_back([&] {
+            for (int n = 0; n < 20000 && !stop.load(); ++n) {  // bounded
+                if (!mine.try_acquire_for(2s)) continue;
+                ++cycles;
+                std::this_thread::sleep_for(500us);
+                mine.release();
+            }
+        });
+    }
+    ASSERT_TRUE(eventually([&] { return cycles.load() > 50; }));
+    int got = 0;
+    for (int round = 0; round < 3; ++round) {
+        if (theirs.try_acquire_for(3s, 2)) {
+            ++got;
+            theirs.release(2);
+        }
+        std::this_thread::sleep_for(5ms);
+    }
+    const int total = cycles.load();
+    stop = true;
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(got, 3) << "the other client's waiter for 2 permits ran out behind " << total
+                      << " holds of the busy client";
+    EXPECT_EQ(mine.available_permits(), 2);
+}
+
 TEST(semaphore, a_thread_waiting_in_the_process_throws_connection_failed_when_the_client_is_destroyed) {
     auto c = std::make_unique<rlock::client>(server().options());
     rlock::semaphore s(*c, name());

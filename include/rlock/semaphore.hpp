@@ -333,7 +333,7 @@ RLOCK_DECL bool semaphore::acquire_until(clock::time_point deadline, long long p
     const bool got = synchronizer::wait_until(
         deadline, detail::repeat::unsafe,
         [&] {
-            if (leading) gate->courtesy();
+            if (leading) gate->courtesy(deadline);
             ++story.tries;
             return take(permits);
         },

@@ -32,6 +32,8 @@ public:
 
     /// This client took `n` permits of `name` (so its count was set).
     void took(std::string_view name, long long n);
+    /// The permits of `name` this client took and has not released (0 when not remembered).
+    long long held(std::string_view name) const;
 
     /// This client released `n` permits of `name` (a plain semaphore's permits are not owned:
     /// what one thread took another may release; never below 0), of which `over` did not fit
@@ -70,6 +72,12 @@ RLOCK_DECL bool count_memory::seen(std::string_view name) const {
 RLOCK_DECL void count_memory::took(std::string_view name, long long n) {
     std::lock_guard<std::mutex> g(mu_);
     if (entry* e = at_locked(name)) e->held += n;
+}
+
+RLOCK_DECL long long count_memory::held(std::string_view name) const {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = counts_.find(name);
+    return it == counts_.end() ? 0 : it->second.held;
 }
 
 RLOCK_DECL long long count_memory::released(std::string_view name, long long n, long long over) {

@@ -214,21 +214,29 @@ public:
     /// as they would arriving now: a release it cannot use may serve them.
     void led() noexcept;
 
-    /// A release of `n` permits by a thread of the client: hands them to queued threads first
-    /// (first fit, in order) when the bound allows; returns how many are left to release
-    /// through Redis.
-    long long hand_over(long long n);
+    /// A release of `n` permits by a thread of the client, which holds `held` of them in all
+    /// (taken at Redis and not released there, these `n` included): hands them to queued
+    /// threads first (first fit, in order) when the bound allows; returns how many are left to
+    /// release through Redis.
+    ///
+    /// When the bound cuts a run of passes, every permit the client holds goes back through
+    /// Redis once before passes resume (the drain, for at most drain_cap): another client's
+    /// waiter may need more permits than one release frees, and passing the others on would
+    /// keep the count at Redis below its need for good.
+    long long hand_over(long long n, long long held);
 
     /// Before each try of the leader: after a release the bound sent to Redis, waits out the
-    /// rest of a 1 ms courtesy (bounded, once per such release, not a poll), so that the
-    /// waiters of other clients the release woke are first.
-    void courtesy();
+    /// rest of a 1 ms courtesy, and while the client drains its permits back to Redis, the end
+    /// of the drain (bounded by `deadline` and drain_cap, once per such release, not a poll), so
+    /// that the waiters of other clients the releases woke are first.
+    void courtesy(clock::time_point deadline);
 
     /// Tells every queued thread entry::stopped (the client is being destroyed).
     void stop();
 
 private:
     static constexpr std::chrono::microseconds courtesy_time{1000};
+    static constexpr std::chrono::milliseconds drain_cap{50};  // or local_handoff_time, if less
     using turn_state = gate_waiter::turn_state;
     struct waiter {
         std::condition_variable cv;
@@ -246,6 +254,9 @@ private:
     unsigned passes_ = 0;        // releases in a row that went no further than this client
     clock::time_point since_;    // when the first of them did
     clock::time_point courtesy_until_;
+    long long drain_ = 0;            // permits to release through Redis before passing again
+    clock::time_point drain_until_;  // and not after this
+    std::condition_variable drained_;  // the leader's courtesy, told the drain ended
     bool stopped_ = false;
 };
 
@@ -520,16 +531,26 @@ RLOCK_DECL void permit_gate::led() noexcept {
     }
 }
 
-RLOCK_DECL long long permit_gate::hand_over(long long n) {
+RLOCK_DECL long long permit_gate::hand_over(long long n, long long held) {
     std::lock_guard<std::mutex> g(mu_);
     long long left = n;
     const auto now = clock::now();
-    const bool within =
-        passes_ < bound_.max_passes && (passes_ == 0 || now - since_ < bound_.max_time);
-    if (!within && !queue_.empty()) {
-        // The bound cut a run of passes: the permits go to Redis, where this client's
-        // leader lets other clients' waiters have the first go (courtesy()).
+    bool draining = drain_ > 0 && now < drain_until_;
+    const bool within = !draining && passes_ < bound_.max_passes &&
+                        (passes_ == 0 || now - since_ < bound_.max_time);
+    if (!within && !draining && !queue_.empty()) {
+        // The bound cut a run of passes: the permits go to Redis, every one the client holds
+        // once, where this client's leader lets other clients' waiters have the first go
+        // (courtesy()).
+        drain_ = std::max(held, n);
+        drain_until_ = now + std::min<clock::duration>(
+                                 drain_cap, std::max<clock::duration>(bound_.max_time, courtesy_time));
+        draining = true;
+    }
+    if (draining) {
+        drain_ = std::max(0LL, drain_ - n);
         courtesy_until_ = now + courtesy_time;
+        if (drain_ == 0) drained_.notify_all();
     }
     if (!stopped_ && within) {
         for (auto it = queue_.begin(); it != queue_.end() && left > 0;) {
@@ -552,18 +573,21 @@ RLOCK_DECL long long permit_gate::hand_over(long long n) {
     return left;
 }
 
-RLOCK_DECL void permit_gate::courtesy() {
-    clock::time_point until;
-    {
-        std::lock_guard<std::mutex> g(mu_);
-        until = courtesy_until_;
+RLOCK_DECL void permit_gate::courtesy(clock::time_point deadline) {
+    std::unique_lock<std::mutex> g(mu_);
+    if (drain_ > 0) {
+        (void)drained_.wait_until(g, std::min(drain_until_, deadline),
+                                  [&] { return drain_ == 0 || stopped_; });
     }
+    const clock::time_point until = std::min(courtesy_until_, deadline);
+    g.unlock();
     if (clock::now() < until) std::this_thread::sleep_until(until);
 }
 
 RLOCK_DECL void permit_gate::stop() {
     std::lock_guard<std::mutex> g(mu_);
     stopped_ = true;
+    drained_.notify_all();
     for (waiter* w : queue_) {
         w->turn = turn_state::stopped;
         w->cv.notify_one();

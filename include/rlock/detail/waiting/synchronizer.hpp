@@ -496,7 +496,7 @@ RLOCK_DECL void release_permits(client_core& core, const std::string& name, cons
                                 bool after_client) {
     // Local hand-off: threads of this client waiting for permits take them first.
     const std::shared_ptr<permit_gate> gate = core.permit_gates.find(semaphore_gate_kind, name);
-    const long long left = gate ? gate->hand_over(permits) : permits;
+    const long long left = gate ? gate->hand_over(permits, core.counts.held(name)) : permits;
     if (left == 0) {
         core.events.released(kind, name, 0, {}, /*handed_on=*/true);
         return;
