@@ -237,6 +237,7 @@ TEST(client_options, nonsense_is_invalid_argument_before_connecting) {
     EXPECT_EQ(with([](auto& x) { x.lock_watchdog_timeout = 1ms; }), rlock::errc::invalid_argument);
     EXPECT_EQ(with([](auto& x) { x.port = 70000; }), rlock::errc::invalid_argument);
     EXPECT_EQ(with([](auto& x) { x.host = ""; }), rlock::errc::invalid_argument);
+    EXPECT_EQ(with([](auto& x) { x.local_handoff_time = -5ms; }), rlock::errc::invalid_argument);
     // Past 100 years (a lease's limit) a duration overflows the client's clock arithmetic: with
     // a watchdog timeout of 400 years every watched hold was told lost as it was taken.
     const std::chrono::milliseconds centuries = std::chrono::hours(24 * 365 * 400);

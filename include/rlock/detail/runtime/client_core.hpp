@@ -324,6 +324,9 @@ RLOCK_DECL client_options validated(client_options o) {
     if (o.command_timeout.count() <= 0) bad("client_options: command_timeout must be positive");
     if (o.pool_size == 0) bad("client_options: pool_size must be at least 1");
     if (o.sync_replicas < 0) bad("client_options: sync_replicas must not be negative");
+    if (o.local_handoff_time.count() < 0) {
+        bad("client_options: local_handoff_time must not be negative");
+    }
     if (o.sync_replicas > 0 &&
         (o.sync_timeout.count() <= 0 || o.sync_timeout >= o.command_timeout)) {
         bad("client_options: sync_timeout must be positive and shorter than command_timeout");
