@@ -159,10 +159,11 @@ private:
     void set_refused(std::string what);
 
     // The same key given twice through clients of one server whose addresses are spelled
-    // differently (127.0.0.1:6379 and localhost:6379), which name_parts cannot tell apart: the
-    // acquire would wait for itself for ever. Their servers' run_ids, read when their pooled
-    // connections opened, can: throws invalid_argument when two parts of one name sit on one
-    // server. Sends nothing and never blocks (idle connections only; a server not known yet is
+    // differently (127.0.0.1:6379 and localhost:6379, two seeds of one Redis Cluster), which
+    // name_parts cannot tell apart: the acquire would wait for itself for ever. Their servers'
+    // run_ids, read when their pooled connections opened, can: throws invalid_argument when
+    // two parts of one name sit on one server. Sends no command; for such a pair only, opens a
+    // connection where its client has none idle (a server that cannot be reached now is
     // checked at a later acquire); once every pair is known, not again.
     void refuse_one_server_twice();
 
@@ -289,10 +290,20 @@ RLOCK_DECL void multi_lock::name_parts() {
 
 RLOCK_DECL void multi_lock::refuse_one_server_twice() {
     if (servers_known_.load(std::memory_order_acquire)) return;
-    // server_identity behind an idle connection of `p`'s client (0: unknown for now).
+    // server_identity behind a connection of `p`'s client to the server of its key, opened
+    // now when none is idle (as the part's first try would; in a Redis Cluster the client has
+    // none yet to most masters): 0 when it cannot be had (the server down), left for a later
+    // acquire.
     auto identity = [](const part& p) -> std::uint64_t {
         std::optional<detail::pool::handle> h = p.view.core->pool.try_checkout(p.name);
-        return h ? h->server_id() : 0;
+        if (!h) {
+            try {
+                h.emplace(p.view.core->pool.checkout(p.name));
+            } catch (const error&) {
+                return 0;
+            }
+        }
+        return h->server_id();
     };
     bool all_known = true;
     for (std::size_t i = 0; i < parts_.size(); ++i) {
