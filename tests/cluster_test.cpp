@@ -580,6 +580,49 @@ TEST(cluster, a_lock_whose_slot_migrates_stays_held_and_exclusive_through_ask_an
     EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
 }
 
+// A fair_lock waiter whose wait ends while its slot is half migrated (the lock's hash moved,
+// its queue not: every script of the lock is refused with TRYAGAIN) leaves the queue once the
+// migration ends, through the client's watchdog, as after a server that did not answer.
+// Before, the refused leave was dropped: the dead entry stood first in the queue until its
+// deadline (5 minutes) and kept everyone from the free lock.
+TEST(cluster, a_fair_lock_waiter_that_ends_during_a_migration_leaves_the_queue_once_it_ends) {
+    redis_cluster c;
+    rlock::client_options o = rlock::client_options::from_uri(c.uri());
+    o.command_timeout = 500ms;
+    rlock::client holder(c.uri()), waiter(o), fresh(c.uri());
+    redis_server& from = *c.masters()[0];
+    redis_server& to = *c.masters()[1];
+    const std::string n = name_on(c, from, rlock_test::test_lock_name());
+    const int slot = redis_cluster::key_slot(n);
+    const std::string queue = "redisson_lock_queue:{" + n + "}";
+    rlock::fair_lock held(holder, n), waits(waiter, n), later(fresh, n);
+    held.lock();
+    auto wait = std::async(std::launch::async, [&] {
+        try {
+            return waits.try_lock_for(1500ms) ? 1 : 0;
+        } catch (const rlock::error& e) {
+            return e.value() == rlock::errc::server_error ? 2 : 3;
+        }
+    });
+    ASSERT_TRUE(eventually([&] { return from.integer({"LLEN", queue}) == 1; }));
+    c.begin_migration(slot, from, to);
+    rlock::detail::reply_ptr r =
+        from.cmd({"MIGRATE", "127.0.0.1", std::to_string(to.port()), n, "0", "5000"});
+    ASSERT_EQ(r->type, REDIS_REPLY_STATUS) << rlock::detail::reply_text(r.get());
+    ASSERT_EQ(wait.wait_for(10s), std::future_status::ready);
+    const int ended = wait.get();
+    EXPECT_TRUE(ended == 0 || ended == 2) << ended;  // false, or the TRYAGAIN as server_error
+    std::this_thread::sleep_for(300ms);  // the leave is refused meanwhile
+    EXPECT_EQ(from.integer({"LLEN", queue}), 1) << "the queue moved before the test moved it";
+    c.move_keys(slot, from, to);
+    c.end_migration(slot, to);
+    EXPECT_TRUE(eventually([&] { return to.integer({"LLEN", queue}) == 0; }, 10s))
+        << "the waiter's entry stayed in the queue";
+    held.unlock();
+    EXPECT_TRUE(later.try_lock_for(3s)) << "the free lock was kept from a new waiter";
+    later.unlock();
+}
+
 // A read-write lock's scripts also touch its read holds' keys, which they cannot declare. While
 // its slot migrates, some of those keys may be on the new node and some on the old: no script
 // may then run half-way on the old node, nor on the new one (via ASK) where it would take a

@@ -454,7 +454,8 @@ public:
     // A waiter that gives up leaves nothing behind (fair_lock: its queue entry). When the
     // server cannot be reached (paused, restarting), the client's watchdog thread leaves for
     // it once the server answers (client_core::defer_undo), or until the entry would have
-    // been evicted anyway (fair_lock_wait_timeout).
+    // been evicted anyway (fair_lock_wait_timeout); so it does when the server could not run
+    // the leave yet (Redis Cluster: its slot migrating, the cluster down).
     //
     // A server that has just left a command unanswered (this wait's last try, another waiter's
     // leave: client_core::unanswered) gets the leave through the watchdog at once: the caller
@@ -477,7 +478,9 @@ public:
             try {
                 leave(*core, keys_, value);
             } catch (const error& e) {
-                if (!is_ambiguous(e)) return;
+                // Also a leave the server could not run yet: a slot migrating (TRYAGAIN, an
+                // ASK left to wait out), a cluster down, a replica that was the master.
+                if (!may_run_later(e)) return;
                 core->note_if_unanswered(e);
                 defer();
             } catch (...) {

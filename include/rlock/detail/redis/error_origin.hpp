@@ -77,6 +77,15 @@ inline bool is_ambiguous(const error& e) noexcept {
     return e.value() == errc::connection_failed || e.value() == errc::timeout;
 }
 
+/// True for the errors after which a command may run if sent again later: an ambiguous one,
+/// or one the server could not run yet (Redis Cluster: a slot migrating, TRYAGAIN, the
+/// cluster down; a replica that was the master: READONLY).
+inline bool may_run_later(const error& e) noexcept {
+    if (is_ambiguous(e)) return true;
+    const error_origin& o = error_access::origin(e);
+    return o.to.kind != redirect::none || o.readonly;
+}
+
 }  // namespace rlock::detail
 
 // Definitions: in every unit, or with RLOCK_SEPARATE_COMPILATION in the one that includes

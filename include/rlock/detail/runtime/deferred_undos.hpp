@@ -121,7 +121,7 @@ RLOCK_DECL void deferred_undos::try_all() noexcept {
             try {
                 e.undo();
             } catch (const error& x) {
-                keep = is_ambiguous(x) && clock::now() < e.until;
+                keep = may_run_later(x) && clock::now() < e.until;
                 unanswered = x.value() == errc::timeout;
             } catch (...) {
             }
