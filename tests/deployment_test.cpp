@@ -994,6 +994,32 @@ TEST(sentinel, a_replica_refuses_an_acquire_as_a_connection_error_naming_readonl
     EXPECT_EQ(r.master.integer({"EXISTS", m.name(), l.name()}), 0);
 }
 
+// With every sentinel gone and the master well, a client unlocks through the connection it
+// has. Before, the client's first contact with a sentinel made every connection opened before
+// it stale, also when the sentinel named the master they were opened to; the unlock then had
+// to ask a sentinel for a new one, failed, and left the key to its lease (a probe: 2 runs of
+// 4). The uri's first sentinel is down, so that first contact comes after the lock's
+// connection opened.
+TEST(sentinel, with_the_sentinels_gone_a_client_unlocks_through_the_connection_it_has) {
+    sentinel_deployment d(false);
+    for (int round = 0; round < 4; ++round) {
+        rlock_test::lost_log lost;
+        rlock::client_options o = rlock::client_options::from_uri(d.uri());
+        o.connect_timeout = 500ms;
+        o.on_lock_lost = lost.handler();
+        rlock::client c(o);
+        rlock::mutex m(c, rlock_test::test_lock_name());
+        m.lock();
+        std::this_thread::sleep_for(400ms);  // the sentinel watch has named the master
+        d.sentinel->pause();
+        m.unlock();
+        const long long left = d.r.master.integer({"EXISTS", m.name()});
+        d.sentinel->resume();
+        EXPECT_EQ(left, 0) << "round " << round << ": the unlock did not reach the master";
+        EXPECT_EQ(lost.calls.load(), 0) << "round " << round << ": " << lost.last_message;
+    }
+}
+
 TEST(sentinel, an_unknown_master_a_refused_sentinel_password_or_a_missing_db_is_a_clear_error) {
     sentinel_deployment d(false);
     rlock::client_options o = rlock::client_options::from_uri(d.uri());

@@ -45,6 +45,12 @@ struct endpoint {
     /// Sentinel: a +switch-master to `to`: remembers it and makes every connection stale.
     void master_switched(server_address to);
 
+    /// Sentinel: a connection was opened to the master at `address` ("host:port").
+    void opened_to(const std::string& address) const;
+    /// Sentinel: the master every connection opened so far went to ("host:port"); empty when
+    /// none was opened, or when they went to different masters.
+    std::string opened_all_to() const;
+
     /// Redis Cluster: which master serves each slot; null without client_options::cluster.
     std::unique_ptr<slot_map> slots;
     /// Redis Cluster: the seed nodes (cluster_nodes, or host:port when that is empty).
@@ -67,6 +73,7 @@ struct endpoint {
 private:
     mutable std::mutex switch_mu_;
     std::optional<server_address> switched_to_;
+    mutable std::string opened_to_;  // opened_all_to(), "\n" once they differed
 };
 
 /// Opens a TCP (or, with an empty host, unix socket) connection with connect_timeout, sets
@@ -164,6 +171,20 @@ RLOCK_DECL void endpoint::master_switched(server_address to) {
         switched_to_ = std::move(to);
     }
     ++epoch;
+}
+
+RLOCK_DECL void endpoint::opened_to(const std::string& address) const {
+    std::lock_guard<std::mutex> g(switch_mu_);
+    if (opened_to_.empty()) {
+        opened_to_ = address;
+    } else if (opened_to_ != address) {
+        opened_to_ = "\n";
+    }
+}
+
+RLOCK_DECL std::string endpoint::opened_all_to() const {
+    std::lock_guard<std::mutex> g(switch_mu_);
+    return opened_to_ == "\n" ? std::string() : opened_to_;
 }
 
 RLOCK_DECL endpoint::endpoint(client_options o)
@@ -280,6 +301,7 @@ RLOCK_DECL context_ptr connect_via_sentinel(const endpoint& ep) {
             try {
                 if (context_ptr c =
                         connect_master(ep, last->host, last->port, "+switch-master", why)) {
+                    ep.opened_to(address_name(last->host, last->port));
                     return c;
                 }
             } catch (const error& e) {
@@ -298,6 +320,7 @@ RLOCK_DECL context_ptr connect_via_sentinel(const endpoint& ep) {
                     continue;
                 }
                 if (context_ptr c = connect_master(ep, master->host, master->port, sentinel, why)) {
+                    ep.opened_to(address_name(master->host, master->port));
                     return c;
                 }
             } catch (const error& e) {

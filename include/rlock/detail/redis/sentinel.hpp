@@ -49,13 +49,18 @@ private:
         return stopping_;
     }
 
-    // A sentinel named `master` on (re)connecting. If it is not the one last known (always, the
-    // first time: a failover may have come between the client's first connection and now),
-    // every connection is made again; they ask for the master themselves. Not remembered as a
-    // switch: a sentinel that did not run the failover may still name the old master.
+    // A sentinel named `master` on (re)connecting. If it is not the one last known, every
+    // connection is made again; they ask for the master themselves. The first time, that is
+    // when a failover may have come between the client's first connections and now: when every
+    // connection opened so far went to `master`, none is made again (each new one would ask a
+    // sentinel, and with the sentinels gone a working client would lose its connections to a
+    // working master). Not remembered as a switch: a sentinel that did not run the failover
+    // may still name the old master.
     void named(const std::string& master) {
         if (master == known_) return;
+        const bool first = known_.empty();
         known_ = master;
+        if (first && ep_.opened_all_to() == master) return;
         ++ep_.epoch;
         switched_();
     }
