@@ -42,9 +42,11 @@ public:
     bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
 
     /// Tries each undo once, on the calling thread (the watchdog's). One that fails with the
-    /// server out of reach (connection_failed, timeout) is kept for the next call until its
-    /// `until`; any other failure (an ACL, a key of another type) would only repeat: dropped.
-    /// After a timeout the rest are kept untried: one command_timeout a call, not one each.
+    /// server out of reach (connection_failed, timeout) or not able to run it yet (Redis
+    /// Cluster: a slot migrating, the cluster down; may_run_later) is kept for the next call
+    /// until its `until`; any other failure (an ACL, a key of another type) would only repeat:
+    /// dropped. After a timeout, or a refusal the pool waited out (TRYAGAIN for
+    /// command_timeout), the rest are kept untried: one command_timeout a call, not one each.
     void try_all() noexcept;
 
 private:
@@ -122,7 +124,8 @@ RLOCK_DECL void deferred_undos::try_all() noexcept {
                 e.undo();
             } catch (const error& x) {
                 keep = may_run_later(x) && clock::now() < e.until;
-                unanswered = x.value() == errc::timeout;
+                unanswered = x.value() == errc::timeout ||
+                             error_access::origin(x).to.kind != redirect::none;
             } catch (...) {
             }
             g.lock();

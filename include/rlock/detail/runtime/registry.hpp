@@ -522,6 +522,8 @@ RLOCK_DECL std::vector<std::size_t> registry::renewed(const std::vector<hold_ptr
                                                       clock::time_point sent) {
     std::vector<std::size_t> tell;
     std::vector<hold_ptr> cut;  // let go after the lock
+    tell.reserve(holds.size());  // nothing to allocate under the lock, where a throw would
+    cut.reserve(holds.size());   // leave holds in flight
     {
         std::lock_guard<std::mutex> g(mu_);
         const auto now = clock::now();
