@@ -159,13 +159,11 @@ private:
     void set_refused(std::string what);
 
     // The same key given twice through clients of one server whose addresses are spelled
-    // differently (127.0.0.1:6379 and localhost:6379, two seeds of one Redis Cluster), which
-    // name_parts cannot tell apart: the acquire would wait for itself for ever. Their servers'
-    // run_ids, read when their pooled connections opened, can: throws invalid_argument when
-    // two parts of one name sit on one server. Sends no command; for such a pair only, opens a
-    // connection where its client has none idle (a server that cannot be reached now is
-    // checked at a later acquire); once every pair is known, not again.
-    void refuse_one_server_twice();
+    // differently, which name_parts cannot tell apart (detail::twin_parts): throws
+    // invalid_argument when found. Checked as an acquire starts and after each of its rounds.
+    void refuse_one_server_twice() const {
+        if (twins_) twins_->refuse_one_server();
+    }
 
     friend class detail::timed_lockable<multi_lock>;
     friend class detail::async_lockable<multi_lock>;
@@ -207,7 +205,7 @@ private:
     std::string label_;    // name()
     std::string servers_;  // server(): each part's servers, once, in parts_ order
     bool one_node_ = false;
-    std::atomic<bool> servers_known_{false};  // refuse_one_server_twice found every pair
+    std::shared_ptr<const detail::twin_parts> twins_;  // null: no name given through two clients
     mutable std::mutex mu_;
     std::string refused_;
 };
@@ -270,6 +268,19 @@ RLOCK_DECL void multi_lock::name_parts() {
             }
         }
     }
+    auto twins = std::make_shared<detail::twin_parts>();
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+        for (std::size_t j = i + 1; j < parts_.size(); ++j) {
+            const part& a = parts_[i];
+            const part& b = parts_[j];
+            if (a.name != b.name || !a.view.core || !b.view.core || a.view.core == b.view.core ||
+                a.view.core->ep.options.db != b.view.core->ep.options.db)
+                continue;
+            twins->pairs.push_back(
+                {a.view.core->shared_from_this(), b.view.core->shared_from_this(), a.name});
+        }
+    }
+    if (!twins->pairs.empty()) twins_ = std::move(twins);
     std::vector<std::string_view> seen;
     for (const part& p : parts_) {
         label_ += (label_.empty() ? "multi_lock(" : ", ") + p.name;
@@ -286,46 +297,6 @@ RLOCK_DECL void multi_lock::name_parts() {
                (!p.view.core->ep.slots ||
                 detail::key_slot(p.name) == detail::key_slot(parts_.front().name));
     });
-}
-
-RLOCK_DECL void multi_lock::refuse_one_server_twice() {
-    if (servers_known_.load(std::memory_order_acquire)) return;
-    // server_identity behind a connection of `p`'s client to the server of its key, opened
-    // now when none is idle (as the part's first try would; in a Redis Cluster the client has
-    // none yet to most masters): 0 when it cannot be had (the server down), left for a later
-    // acquire.
-    auto identity = [](const part& p) -> std::uint64_t {
-        std::optional<detail::pool::handle> h = p.view.core->pool.try_checkout(p.name);
-        if (!h) {
-            try {
-                h.emplace(p.view.core->pool.checkout(p.name));
-            } catch (const error&) {
-                return 0;
-            }
-        }
-        return h->server_id();
-    };
-    bool all_known = true;
-    for (std::size_t i = 0; i < parts_.size(); ++i) {
-        for (std::size_t j = i + 1; j < parts_.size(); ++j) {
-            const part& a = parts_[i];
-            const part& b = parts_[j];
-            if (a.name != b.name || !a.view.core || !b.view.core || a.view.core == b.view.core ||
-                a.view.core->ep.options.db != b.view.core->ep.options.db)
-                continue;
-            const std::uint64_t ia = identity(a), ib = identity(b);
-            if (ia == 0 || ib == 0) {
-                all_known = false;
-                continue;
-            }
-            if (ia != ib) continue;
-            const std::string& at = a.view.core->ep.name;
-            throw error(errc::invalid_argument, a.name, at,
-                        "the same lock is given twice to one multi_lock: " + at + " and " +
-                            b.view.core->ep.name + " are one server (the same run_id)");
-        }
-    }
-    if (all_known) servers_known_.store(true, std::memory_order_release);
 }
 
 RLOCK_DECL void multi_lock::set_refused(std::string what) {
@@ -392,6 +363,7 @@ RLOCK_DECL bool multi_lock::acquire(clock::time_point deadline, detail::lease_re
             set_refused(parts_[refusing].view.server + "/" + parts_[refusing].name);
             return false;
         }
+        refuse_one_server_twice();  // the refusal may be the other half of one key
     }
 }
 
@@ -403,10 +375,10 @@ RLOCK_DECL detail::async_start multi_lock::async_starter() {
         refs.push_back({p.view.starter(), p.name, p.view.core != nullptr,
                         p.view.core ? p.view.core->ep.options.on_lock_lost : lock_lost_handler()});
     }
-    return [refs = std::move(refs)](clock::time_point deadline, detail::lease_request lease,
+    return [refs = std::move(refs), twins = twins_](clock::time_point deadline, detail::lease_request lease,
                                     std::uint64_t owner, detail::completion done) {
         auto op = std::make_shared<detail::multi_acquire>(
-            refs, deadline, lease, owner != 0 ? owner : detail::next_owner_number(),
+            refs, twins, deadline, lease, owner != 0 ? owner : detail::next_owner_number(),
             std::move(done));
         op->begin();
         return rlock::pending(op);

@@ -13,6 +13,7 @@
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -120,6 +121,26 @@ inline bool part_outage(const error& e) noexcept {
 }
 RLOCK_DECL bool part_outage(const std::exception_ptr& e) noexcept;
 
+/// The parts of one multi_lock that name one key through two clients of one database: two
+/// locks when their servers differ, one key given twice when they are one server whose
+/// addresses are spelled differently (127.0.0.1 and localhost, two seed lists of one Redis
+/// Cluster), which the acquire would wait for for ever. Told apart by the run_ids of the
+/// servers behind idle connections of the two clients to the key's server: sends nothing and
+/// never blocks. A pair not known yet (no idle connection: the parts' tries open them) is
+/// checked again after each round of the acquire, blocking or asynchronous, and so is one
+/// known to differ (a Redis Cluster client's slot map may be out of date until a try follows
+/// a MOVED).
+struct twin_parts {
+    struct pair {
+        std::shared_ptr<client_core> a, b;
+        std::string name;
+    };
+    std::vector<pair> pairs;
+
+    /// Throws invalid_argument when a pair is found on one server.
+    RLOCK_DECL void refuse_one_server() const;
+};
+
 /// One asynchronous multi_lock acquire: the blocking algorithm's rounds, each step a part's own
 /// asynchronous acquire. The head part is waited for (with the deadline); the others are tried
 /// without waiting, in canonical order; a refusal releases every part taken and makes the
@@ -137,10 +158,10 @@ public:
         lock_lost_handler tell;   // its client's on_lock_lost (grouped parts)
     };
 
-    multi_acquire(std::vector<part_ref> parts, clock::time_point deadline, lease_request lease,
-                  std::uint64_t owner, completion done)
-        : parts_(std::move(parts)), taken_(parts_.size()), deadline_(deadline), lease_(lease), owner_(owner),
-          done_(std::move(done)) {}
+    multi_acquire(std::vector<part_ref> parts, std::shared_ptr<const twin_parts> twins,
+                  clock::time_point deadline, lease_request lease, std::uint64_t owner, completion done)
+        : parts_(std::move(parts)), twins_(std::move(twins)), taken_(parts_.size()), deadline_(deadline),
+          lease_(lease), owner_(owner), done_(std::move(done)) {}
 
     /// Starts the first step from the initiating call: what that throws (a destroyed client)
     /// is the call's to throw, so no handler runs inside it.
@@ -170,6 +191,7 @@ private:
     void finish(std::exception_ptr e, rlock::hold h) noexcept;
 
     const std::vector<part_ref> parts_;
+    const std::shared_ptr<const twin_parts> twins_;  // null: no name twice
     std::vector<rlock::hold> taken_;
     std::size_t head_ = 0;
     const clock::time_point deadline_;
@@ -255,6 +277,22 @@ RLOCK_DECL void multi_acquire::start_step(std::size_t i, clock::time_point deadl
     if (failure) finish(std::move(failure), rlock::hold());
 }
 
+RLOCK_DECL void twin_parts::refuse_one_server() const {
+    // The run_id behind an idle connection of `c` to the server of `name` (0: unknown now).
+    auto identity = [](client_core& c, const std::string& name) -> std::uint64_t {
+        std::optional<pool::handle> h = c.pool.try_checkout(name);
+        return h ? h->server_id() : 0;
+    };
+    for (const pair& p : pairs) {
+        const std::uint64_t ia = identity(*p.a, p.name), ib = identity(*p.b, p.name);
+        if (ia == 0 || ia != ib) continue;
+        const std::string& at = p.a->ep.name;
+        throw error(errc::invalid_argument, p.name, at,
+                    "the same lock is given twice to one multi_lock: " + at + " and " +
+                        p.b->ep.name + " are one server (the same run_id)");
+    }
+}
+
 RLOCK_DECL bool part_outage(const std::exception_ptr& e) noexcept {
     try {
         if (e) std::rethrow_exception(e);
@@ -293,6 +331,14 @@ RLOCK_DECL void multi_acquire::on_step(std::size_t i, std::exception_ptr e,
         if (i == head_ || clock::now() >= deadline_) {
             finish(nullptr, rlock::hold());
             return;
+        }
+        if (twins_) {  // the refusal may be the other half of one key given twice
+            try {
+                twins_->refuse_one_server();
+            } catch (...) {
+                finish(std::current_exception(), rlock::hold());
+                return;
+            }
         }
         head_ = i;
         start_step(i, deadline_);
