@@ -219,10 +219,13 @@ public:
     /// threads first (first fit, in order) when the bound allows; returns how many are left to
     /// release through Redis.
     ///
-    /// When the bound cuts a run of passes, every permit the client holds goes back through
-    /// Redis once before passes resume (the drain, for at most drain_cap): another client's
-    /// waiter may need more permits than one release frees, and passing the others on would
-    /// keep the count at Redis below its need for good.
+    /// When the bound cuts a run of passes, the permits the client's threads hold go back
+    /// through Redis once each before passes resume (the drain): another client's waiter may
+    /// need more permits than one release frees, and passing the others on would keep the
+    /// count at Redis below its need for good. The drain ends when `held` permits went back,
+    /// when no release came for as long as the longest gap between two releases of the run (at
+    /// least courtesy_time: a permit kept without being passed on is not waited for), or after
+    /// drain_cap.
     long long hand_over(long long n, long long held);
 
     /// Before each try of the leader: after a release the bound sent to Redis, waits out the
@@ -256,6 +259,9 @@ private:
     clock::time_point courtesy_until_;
     long long drain_ = 0;            // permits to release through Redis before passing again
     clock::time_point drain_until_;  // and not after this
+    clock::time_point last_release_;  // the last hand_over
+    clock::duration quiet_{};         // the drain ends after no release for this long (the run's
+                                      // longest gap between releases, at least courtesy_time)
     std::condition_variable drained_;  // the leader's courtesy, told the drain ended
     bool stopped_ = false;
 };
@@ -535,7 +541,14 @@ RLOCK_DECL long long permit_gate::hand_over(long long n, long long held) {
     std::lock_guard<std::mutex> g(mu_);
     long long left = n;
     const auto now = clock::now();
-    bool draining = drain_ > 0 && now < drain_until_;
+    bool draining = drain_ > 0 && now < drain_until_ && now - last_release_ < quiet_;
+    if (passes_ > 0 || draining) {
+        quiet_ = std::max<clock::duration>(
+            quiet_, std::min<clock::duration>(now - last_release_, drain_cap));
+    } else {
+        quiet_ = courtesy_time;  // a run starts
+    }
+    last_release_ = now;
     const bool within = !draining && passes_ < bound_.max_passes &&
                         (passes_ == 0 || now - since_ < bound_.max_time);
     if (!within && !draining && !queue_.empty()) {
@@ -550,7 +563,7 @@ RLOCK_DECL long long permit_gate::hand_over(long long n, long long held) {
     if (draining) {
         drain_ = std::max(0LL, drain_ - n);
         courtesy_until_ = now + courtesy_time;
-        if (drain_ == 0) drained_.notify_all();
+        drained_.notify_all();  // drained, or the quiet gap starts again
     }
     if (!stopped_ && within) {
         for (auto it = queue_.begin(); it != queue_.end() && left > 0;) {
@@ -575,9 +588,14 @@ RLOCK_DECL long long permit_gate::hand_over(long long n, long long held) {
 
 RLOCK_DECL void permit_gate::courtesy(clock::time_point deadline) {
     std::unique_lock<std::mutex> g(mu_);
-    if (drain_ > 0) {
-        (void)drained_.wait_until(g, std::min(drain_until_, deadline),
-                                  [&] { return drain_ == 0 || stopped_; });
+    // Until drained, the releases stop coming (quiet_), drain_cap, or the deadline: each
+    // release during the drain starts the quiet gap again.
+    for (;;) {
+        if (drain_ == 0 || stopped_) break;
+        const clock::time_point until =
+            std::min({drain_until_, last_release_ + quiet_, deadline});
+        if (clock::now() >= until) break;
+        (void)drained_.wait_until(g, until);
     }
     const clock::time_point until = std::min(courtesy_until_, deadline);
     g.unlock();
