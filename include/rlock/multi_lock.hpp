@@ -26,7 +26,6 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -256,24 +255,22 @@ RLOCK_DECL void multi_lock::name_parts() {
         return std::tie(a.view.server, a.name) < std::tie(b.view.server, b.name);
     });
     // The same key twice (one name on a server both parts are on, whatever their kinds): the
-    // acquire would wait for itself. Distinct servers are distinct locks.
-    for (std::size_t i = 0; i < parts_.size(); ++i) {
-        for (std::size_t j = i + 1; j < parts_.size(); ++j) {
-            if (parts_[i].name != parts_[j].name) continue;
-            for (const std::string& at : parts_[i].view.where) {
-                const auto& other = parts_[j].view.where;
-                if (std::find(other.begin(), other.end(), at) == other.end()) continue;
-                throw error(errc::invalid_argument, parts_[i].name, at,
-                            "the same lock is given twice to one multi_lock");
-            }
-        }
-    }
+    // acquire would wait for itself. Distinct servers are distinct locks, unless they are one
+    // server under two spellings: one name through two clients of one database is checked by
+    // run_id as the acquire goes (twins_).
     auto twins = std::make_shared<detail::twin_parts>();
     for (std::size_t i = 0; i < parts_.size(); ++i) {
         for (std::size_t j = i + 1; j < parts_.size(); ++j) {
             const part& a = parts_[i];
             const part& b = parts_[j];
-            if (a.name != b.name || !a.view.core || !b.view.core || a.view.core == b.view.core ||
+            if (a.name != b.name) continue;
+            for (const std::string& at : a.view.where) {
+                const auto& other = b.view.where;
+                if (std::find(other.begin(), other.end(), at) == other.end()) continue;
+                throw error(errc::invalid_argument, a.name, at,
+                            "the same lock is given twice to one multi_lock");
+            }
+            if (!a.view.core || !b.view.core || a.view.core == b.view.core ||
                 a.view.core->ep.options.db != b.view.core->ep.options.db)
                 continue;
             twins->pairs.push_back(
