@@ -137,8 +137,12 @@ struct twin_parts {
     };
     std::vector<pair> pairs;
 
-    /// Throws invalid_argument when a pair is found on one server.
-    RLOCK_DECL void refuse_one_server() const;
+    /// The invalid_argument error for a pair found on one server; null when none is.
+    RLOCK_DECL std::exception_ptr one_server() const;
+    /// Throws that error.
+    void refuse_one_server() const {
+        if (std::exception_ptr e = one_server()) std::rethrow_exception(e);
+    }
 };
 
 /// One asynchronous multi_lock acquire: the blocking algorithm's rounds, each step a part's own
@@ -277,7 +281,7 @@ RLOCK_DECL void multi_acquire::start_step(std::size_t i, clock::time_point deadl
     if (failure) finish(std::move(failure), rlock::hold());
 }
 
-RLOCK_DECL void twin_parts::refuse_one_server() const {
+RLOCK_DECL std::exception_ptr twin_parts::one_server() const {
     // The run_id behind an idle connection of `c` to the server of `name` (0: unknown now).
     auto identity = [](client_core& c, const std::string& name) -> std::uint64_t {
         std::optional<pool::handle> h = c.pool.try_checkout(name);
@@ -287,10 +291,12 @@ RLOCK_DECL void twin_parts::refuse_one_server() const {
         const std::uint64_t ia = identity(*p.a, p.name), ib = identity(*p.b, p.name);
         if (ia == 0 || ia != ib) continue;
         const std::string& at = p.a->ep.name;
-        throw error(errc::invalid_argument, p.name, at,
-                    "the same lock is given twice to one multi_lock: " + at + " and " +
-                        p.b->ep.name + " are one server (the same run_id)");
+        return std::make_exception_ptr(
+            error(errc::invalid_argument, p.name, at,
+                  "the same lock is given twice to one multi_lock: " + at + " and " +
+                      p.b->ep.name + " are one server (the same run_id)"));
     }
+    return nullptr;
 }
 
 RLOCK_DECL bool part_outage(const std::exception_ptr& e) noexcept {
@@ -333,10 +339,16 @@ RLOCK_DECL void multi_acquire::on_step(std::size_t i, std::exception_ptr e,
             return;
         }
         if (twins_) {  // the refusal may be the other half of one key given twice
+            // Made, not thrown and caught here: the engine thread's catch would end the
+            // exception's life where ThreadSanitizer cannot see the reference count.
+            std::exception_ptr twice;
             try {
-                twins_->refuse_one_server();
+                twice = twins_->one_server();
             } catch (...) {
-                finish(std::current_exception(), rlock::hold());
+                twice = std::current_exception();
+            }
+            if (twice) {
+                finish(std::move(twice), rlock::hold());
                 return;
             }
         }
