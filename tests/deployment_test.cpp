@@ -1020,6 +1020,37 @@ TEST(sentinel, with_the_sentinels_gone_a_client_unlocks_through_the_connection_i
     }
 }
 
+// With every sentinel gone (the uri's first down, the other paused), a client whose
+// connections were cut opens new ones to the master it last connected to, once that answers
+// ROLE as a master: the sentinels' silence is no news of a failover. Before, each new
+// connection had to ask a sentinel, and the lock's tries failed until the wait's deadline.
+TEST(sentinel, with_the_sentinels_gone_a_client_opens_new_connections_to_the_master_it_knows) {
+    sentinel_deployment d(false);
+    rlock::client_options o = rlock::client_options::from_uri(d.uri());
+    o.connect_timeout = 500ms;
+    rlock::client c(o);
+    rlock::mutex m(c, rlock_test::test_lock_name());
+    m.lock();
+    m.unlock();
+    std::this_thread::sleep_for(400ms);  // the sentinel watch has named the master
+    d.sentinel->pause();
+    // Every connection of the client to the master: its pool's and its watchdog's.
+    d.r.master.cmd({"CLIENT", "KILL", "TYPE", "normal"});
+    bool got = false;
+    try {
+        got = m.try_lock_for(5s);
+    } catch (const rlock::error& e) {
+        ADD_FAILURE() << e.what();
+    }
+    const long long held = d.r.master.integer({"EXISTS", m.name()});
+    if (got) m.unlock();
+    const long long left = d.r.master.integer({"EXISTS", m.name()});
+    d.sentinel->resume();
+    EXPECT_TRUE(got);
+    EXPECT_EQ(held, 1);
+    EXPECT_EQ(left, 0);
+}
+
 TEST(sentinel, an_unknown_master_a_refused_sentinel_password_or_a_missing_db_is_a_clear_error) {
     sentinel_deployment d(false);
     rlock::client_options o = rlock::client_options::from_uri(d.uri());

@@ -45,11 +45,16 @@ struct endpoint {
     /// Sentinel: a +switch-master to `to`: remembers it and makes every connection stale.
     void master_switched(server_address to);
 
-    /// Sentinel: a connection was opened to the master at `address` ("host:port").
-    void opened_to(const std::string& address) const;
+    /// Sentinel: a connection was opened to the master at `at`.
+    void opened_to(const server_address& at) const;
     /// Sentinel: the master every connection opened so far went to ("host:port"); empty when
     /// none was opened, or when they went to different masters.
     std::string opened_all_to() const;
+    /// Sentinel: the master the last connection was opened to, if any.
+    std::optional<server_address> last_opened() const {
+        std::lock_guard<std::mutex> g(switch_mu_);
+        return last_opened_;
+    }
 
     /// Redis Cluster: which master serves each slot; null without client_options::cluster.
     std::unique_ptr<slot_map> slots;
@@ -74,6 +79,7 @@ private:
     mutable std::mutex switch_mu_;
     std::optional<server_address> switched_to_;
     mutable std::string opened_to_;  // opened_all_to(), "\n" once they differed
+    mutable std::optional<server_address> last_opened_;
 };
 
 /// Opens a TCP (or, with an empty host, unix socket) connection with connect_timeout, sets
@@ -110,9 +116,12 @@ RLOCK_DECL context_ptr connect_master(const endpoint& ep, const std::string& hos
 /// Sentinel: finds the master and connects to it. First the address the last +switch-master
 /// named (endpoint::switched_to: sentinels that did not run the failover may still name the old
 /// master, which stays a master until it is converted); then each sentinel in turn, asked
-/// `SENTINEL get-master-addr-by-name`. Every candidate must answer ROLE as a master. Tries
-/// again every 50 ms until connect_timeout has passed. Errors of the client's settings (a refused
-/// AUTH or SELECT) are final.
+/// `SENTINEL get-master-addr-by-name`. Every candidate must answer ROLE as a master. When no
+/// sentinel answered in a round (all down, paused or unreachable), the master the client last
+/// connected to, if it still answers ROLE as one: with no sentinel up no failover can move it,
+/// and the connections the client has go there anyway. Tries again every 50 ms until
+/// connect_timeout has passed. Errors of the client's settings (a refused AUTH or SELECT) are
+/// final.
 RLOCK_DECL context_ptr connect_via_sentinel(const endpoint& ep);
 
 /// Redis Cluster: a connection to the node `at`, AUTHed (a cluster has db 0 only).
@@ -173,8 +182,10 @@ RLOCK_DECL void endpoint::master_switched(server_address to) {
     ++epoch;
 }
 
-RLOCK_DECL void endpoint::opened_to(const std::string& address) const {
+RLOCK_DECL void endpoint::opened_to(const server_address& at) const {
+    const std::string address = address_name(at.host, at.port);
     std::lock_guard<std::mutex> g(switch_mu_);
+    last_opened_ = at;
     if (opened_to_.empty()) {
         opened_to_ = address;
     } else if (opened_to_ != address) {
@@ -295,13 +306,13 @@ RLOCK_DECL context_ptr connect_master(const endpoint& ep, const std::string& hos
 RLOCK_DECL context_ptr connect_via_sentinel(const endpoint& ep) {
     const client_options& o = ep.options;
     const auto deadline = std::chrono::steady_clock::now() + o.connect_timeout;
-    std::string why = "no sentinel answered";
+    std::string why = "no sentinel answered", fallback;
     for (;;) {
         if (const std::optional<server_address> last = ep.switched_to()) {
             try {
                 if (context_ptr c =
                         connect_master(ep, last->host, last->port, "+switch-master", why)) {
-                    ep.opened_to(address_name(last->host, last->port));
+                    ep.opened_to(*last);
                     return c;
                 }
             } catch (const error& e) {
@@ -309,18 +320,20 @@ RLOCK_DECL context_ptr connect_via_sentinel(const endpoint& ep) {
                 why = error_access::brief(e);
             }
         }
+        bool answered = false;  // a sentinel answered this round
         for (const server_address& s : o.sentinels) {
             if (std::chrono::steady_clock::now() >= deadline) break;
             const std::string sentinel = "sentinel " + address_name(s.host, s.port);
             try {
                 context_ptr sc = open_sentinel(o, s, sentinel);
                 const std::optional<server_address> master = ask_master(sc.get(), o, sentinel);
+                answered = true;
                 if (!master) {
                     why = sentinel + " does not know a master named " + o.sentinel_master;
                     continue;
                 }
                 if (context_ptr c = connect_master(ep, master->host, master->port, sentinel, why)) {
-                    ep.opened_to(address_name(master->host, master->port));
+                    ep.opened_to(*master);
                     return c;
                 }
             } catch (const error& e) {
@@ -328,11 +341,28 @@ RLOCK_DECL context_ptr connect_via_sentinel(const endpoint& ep) {
                 why = error_access::brief(e);
             }
         }
+        // A sentinel that answered is believed, even when the master it named cannot be used
+        // yet (a failover is under way); silence from all of them is no news of a failover.
+        const std::optional<server_address> last = ep.last_opened(), named = ep.switched_to();
+        if (!answered && last &&
+            (!named || address_name(named->host, named->port) != address_name(last->host, last->port))) {
+            try {
+                const std::string named_by = "the client's last connection (no sentinel answered)";
+                if (context_ptr c = connect_master(ep, last->host, last->port, named_by, fallback)) {
+                    ep.opened_to(*last);
+                    return c;
+                }
+            } catch (const error& e) {
+                if (settings_error(e)) throw;
+                fallback = error_access::brief(e);
+            }
+        }
         const auto now = std::chrono::steady_clock::now();
         if (now >= deadline) {
             throw error(
                 errc::connection_failed, "", ep.name,
-                "no master found through the sentinels within connect_timeout; last: " + why);
+                "no master found through the sentinels within connect_timeout; last: " + why +
+                    (fallback.empty() ? "" : "; " + fallback));
         }
         // A backoff, not a wait for a lock: no sentinel named a usable master yet (a failover
         // is under way, or the master is down), and no message announces that one is ready.
