@@ -94,8 +94,9 @@ TEST(inspect, a_redis_py_token_written_by_hand_is_a_token_of_unknown_origin) {
     EXPECT_EQ(i.holders[0].id, "0f3c2a9b8e7d4c1fa2b3c4d5e6f70812");
     EXPECT_EQ(i.holders[0].origin, rlock::holder_origin::unknown);
     expect_lease_within(i.holders[0].lease, 5s);
-    // The same digits-only value with a TTL is still a token: counts never have one.
-    server().cmd({"SET", name(), "1234", "PX", "5000"});
+    // A token of 32 decimal digits (redis-py's hex that happens to hold no letter) is still a
+    // token: no count is that long.
+    server().cmd({"SET", name(), "40313282917463012345678901234567", "PX", "5000"});
     EXPECT_EQ(rlock::inspect(a, name()).kind, rlock::lock_kind::token);
     server().cmd({"DEL", name()});
 }
@@ -236,6 +237,16 @@ TEST(inspect, a_semaphore_and_a_latch_read_as_counts) {
     i = rlock::inspect(a, name(".latch"));
     EXPECT_EQ(i.kind, rlock::lock_kind::count);
     EXPECT_EQ(i.count, 4);
+
+    // A count given a TTL (Redisson's RSemaphore and RCountDownLatch are RExpirable) is still
+    // a count, and force_unlock refuses it rather than delete the permits as a lock's token.
+    // Before, it read as a token and force_unlock deleted it.
+    server().cmd({"PEXPIRE", name(".semaphore"), "600000"});
+    i = rlock::inspect(a, name(".semaphore"));
+    EXPECT_EQ(i.kind, rlock::lock_kind::count);
+    EXPECT_EQ(i.count, 3);
+    EXPECT_THROW((void)rlock::force_unlock(a, name(".semaphore")), rlock::error);
+    EXPECT_EQ(server().text({"GET", name(".semaphore")}), "3");
 }
 
 TEST(inspect, a_permit_expirable_semaphore_lists_its_permits_with_their_leases) {
@@ -414,6 +425,38 @@ TEST(inspect, force_unlock_deletes_the_lock_and_wakes_a_waiter_of_another_client
         EXPECT_EQ(e.value(), rlock::errc::invalid_argument);
     }
     EXPECT_EQ(server().text({"GET", name(".semaphore")}), "1");
+}
+
+// force_unlock of what an operator was shown: a lock that changed hands since (its holder's key
+// expired and a live service took the name, here as another kind) is not deleted; one whose
+// holder only renewed it is. Before, `rlock force-unlock` asked about one holder and deleted
+// whoever held the lock when the answer came.
+TEST(inspect, force_unlock_of_what_was_shown_deletes_nothing_when_the_lock_changed_hands) {
+    rlock::client a(server().options());
+    server().cmd({"SET", name(), "holder-x", "PX", "60000"});
+    const rlock::lock_info shown = rlock::inspect(a, name());
+    ASSERT_EQ(shown.kind, rlock::lock_kind::token);
+
+    server().cmd({"DEL", name()});
+    server().cmd({"HSET", name(), "svc-y:7", "1"});
+    server().cmd({"PEXPIRE", name(), "30000"});
+    rlock::forced_unlock done = rlock::force_unlock(a, name(), shown);
+    EXPECT_TRUE(done.changed);
+    EXPECT_FALSE(done.deleted);
+    EXPECT_EQ(done.before.kind, rlock::lock_kind::reentrant);
+    EXPECT_EQ(server().text({"HGET", name(), "svc-y:7"}), "1") << "the new holder's lock was deleted";
+
+    server().cmd({"DEL", name()});
+    server().cmd({"SET", name(), "holder-z", "PX", "60000"});
+    done = rlock::force_unlock(a, name(), shown);  // the same kind, another token
+    EXPECT_TRUE(done.changed);
+    EXPECT_EQ(server().text({"GET", name()}), "holder-z");
+
+    server().cmd({"SET", name(), "holder-x", "PX", "90000"});  // the one shown, renewed
+    done = rlock::force_unlock(a, name(), shown);
+    EXPECT_FALSE(done.changed);
+    EXPECT_TRUE(done.deleted);
+    EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
 }
 
 /// Holds `held` (locked by the caller on another client), starts `wait` on a thread, forces the
@@ -769,6 +812,102 @@ TEST(rlock_command, watch_goes_on_without_the_pattern_an_acl_refuses) {
     EXPECT_TRUE(eventually([&] { return has(w.output(), "released"); }, 3000ms))
         << "the unlock message did not make it read again: " << w.output();
     EXPECT_EQ(w.interrupt(), 0) << w.output();
+}
+
+std::string file_text(const std::string& path) {
+    std::string text;
+    if (FILE* f = std::fopen(path.c_str(), "r")) {
+        char buf[4096];
+        std::size_t n = 0;
+        while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+        std::fclose(f);
+    }
+    return text;
+}
+
+// Found by a probe: force-unlock asked about one holder and deleted whoever held the lock when
+// the answer came. Here the holder shown goes (its key expired) and a live service takes the
+// name, as another kind, while the question waits: nothing is deleted, and it says why.
+TEST(rlock_command, force_unlock_deletes_only_the_holder_it_asked_about) {
+    const std::string n = name();
+    server().cmd({"SET", n, "holder-x", "PX", "60000"});
+    char out_path[] = "/tmp/rlock_cli_out_XXXXXX", err_path[] = "/tmp/rlock_cli_err_XXXXXX";
+    ::close(::mkstemp(out_path));
+    ::close(::mkstemp(err_path));
+    const std::string cmd = quoted(RLOCK_TEST_CLI) + " force-unlock " + quoted(n) + " --uri " +
+                            quoted(server().uri()) + " >" + quoted(out_path) + " 2>" + quoted(err_path);
+    FILE* answer = ::popen(cmd.c_str(), "w");
+    ASSERT_NE(answer, nullptr);
+    const bool asked = eventually([&] { return has(file_text(err_path), "[y/N]"); }, 20s);
+    server().cmd({"DEL", n});
+    server().cmd({"HSET", n, "svc-y:7", "1"});
+    server().cmd({"PEXPIRE", n, "30000"});
+    std::fputs("y\n", answer);
+    const int status = ::pclose(answer);
+    const std::string out = file_text(out_path), err = file_text(err_path);
+    std::remove(out_path);
+    std::remove(err_path);
+    ASSERT_TRUE(asked) << err;
+    EXPECT_TRUE(has(err, "holder-x")) << err;
+    EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1) << out << err;
+    EXPECT_TRUE(has(out, "changed since it was shown")) << out;
+    EXPECT_TRUE(has(out, "svc-y:7")) << "what holds it now is not said: " << out;
+    EXPECT_EQ(server().text({"HGET", n, "svc-y:7"}), "1") << "the new holder's lock was deleted";
+}
+
+// Found by a probe: a user whose ACL covers only its own keys (`~app:*`, as the README's rules
+// do) could not list: SCAN names every key, and the first name outside the rules ended the
+// listing with NOPERM (exit 2). Such names are left out now.
+TEST(rlock_command, list_leaves_out_the_names_an_acl_keeps_the_user_from) {
+    redis_server own;
+    own.cmd({"ACL", "SETUSER", "lister", "on", ">pw", "~app:*", "~redisson_lock_*:{app:*", "~{app:*", "&*",
+             "+@all"});
+    own.cmd({"SET", "app:one", "tok-1", "PX", "60000"});
+    own.cmd({"SET", "zzz:other", "tok-2", "PX", "60000"});
+    own.cmd({"SET", "aaa:other", "tok-3", "PX", "60000"});
+    const cli_result r = run_cli({"list", "--uri", "redis://lister:pw@127.0.0.1:" + std::to_string(own.port())});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(has(r.out, "app:one")) << r.out;
+    EXPECT_FALSE(has(r.out, "other")) << r.out;
+    // Refused for a whole command, not for keys, it is still an error.
+    own.cmd({"ACL", "SETUSER", "lister", "-evalsha", "-eval"});
+    expect_one_clear_line(run_cli({"list", "--uri", "redis://lister:pw@127.0.0.1:" + std::to_string(own.port())}));
+}
+
+// Found by a probe: names' control bytes went to the terminal as they were (a newline split a
+// row of `list`), a name that is not UTF-8 made `--json` output that is not JSON, a name
+// containing ":rwlock_timeout:" was never listed, and a failure to connect did not name the
+// lock (a bad URI did not say which).
+TEST(rlock_command, odd_names_print_on_one_line_as_valid_json_and_are_listed) {
+    const std::string stem = name(), nl = stem + ".a\nb", bin = stem + ".\xff\x02", rw = stem + ":rwlock_timeout:1";
+    for (const std::string& n : {nl, bin, rw}) server().cmd({"SET", n, "tok", "PX", "60000"});
+    const cli_result table = run_cli({"list", stem + "*", "--uri", server().uri()});
+    EXPECT_EQ(table.code, 0) << table.err;
+    std::size_t lines = 0;
+    for (char ch : table.out) lines += ch == '\n';
+    EXPECT_EQ(lines, 4u) << "a header and one line per name: " << table.out;
+    EXPECT_TRUE(has(table.out, stem + ".a\\nb")) << table.out;
+    EXPECT_TRUE(has(table.out, rw)) << table.out;
+    const cli_result json = run_cli({"inspect", bin, "--uri", server().uri(), "--json"});
+    EXPECT_EQ(json.code, 0) << json.err;
+    EXPECT_FALSE(has(json.out, "\xff")) << "a byte that is not UTF-8 in JSON";
+    EXPECT_TRUE(has(json.out, "\\ufffd")) << json.out;
+    std::string hex;
+    for (const char c : bin) {
+        char b[3];
+        std::snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(c));
+        hex += b;
+    }
+    EXPECT_TRUE(has(json.out, "\"name_hex\":\"" + hex + "\"")) << json.out;
+    for (const std::string& n : {nl, bin, rw}) server().cmd({"DEL", n});
+
+    const cli_result refused = run_cli({"inspect", stem, "--uri", "redis://127.0.0.1:" + std::to_string(rlock_test::free_port())});
+    expect_one_clear_line(refused);
+    EXPECT_TRUE(has(refused.err, "lock \"" + stem + "\"")) << refused.err;
+    const cli_result bad = run_cli({"inspect", stem, "--uri", "redis://user:secret@127.0.0.1:port"});
+    expect_one_clear_line(bad);
+    EXPECT_TRUE(has(bad.err, "--uri")) << bad.err;
+    EXPECT_FALSE(has(bad.err, "secret")) << bad.err;
 }
 
 #endif  // RLOCK_TEST_CLI

@@ -54,7 +54,7 @@ Commands:
                        name's channels and at least every --interval
 
 Options:
-  --uri URI            the deployment: redis://[user[:password]@]host[:port][/db],
+  --uri URI            the deployment: redis://[[user:]password@]host[:port][/db],
                        unix:///path[?db=N], redis-sentinel://host:port[,...]/master[/db] or
                        redis-cluster://host:port[,...]  (default: $RLOCK_URI, else
                        redis://127.0.0.1:6379)
@@ -69,6 +69,9 @@ Exit codes: 0 found / done, 1 not found, 2 bad input or connection error,
             3 force-unlock not confirmed.
 )";
 
+/// `text` on one line: control characters written as \n, \r, \t or \xNN (defined below).
+std::string one_line(std::string_view text);
+
 /// A command line that cannot be run: its message goes to stderr, exit 2.
 struct bad_input {
     std::string message;
@@ -78,6 +81,7 @@ struct command_line {
     std::string command;
     std::vector<std::string> args;
     std::string uri;
+    std::string uri_from = "the default";  // where `uri` came from, for a bad one
     bool json = false;
     bool yes = false;
     std::chrono::milliseconds interval{1000};
@@ -88,8 +92,14 @@ struct command_line {
 command_line parse(int argc, char** argv) {
     command_line cl;
     // Read before the client starts any thread.
-    if (const char* env = std::getenv("RLOCK_URI")) cl.uri = env;  // NOLINT(concurrency-mt-unsafe)
-    if (cl.uri.empty()) cl.uri = "redis://127.0.0.1:6379";
+    if (const char* env = std::getenv("RLOCK_URI")) {  // NOLINT(concurrency-mt-unsafe)
+        cl.uri = env;
+        cl.uri_from = "$RLOCK_URI";
+    }
+    if (cl.uri.empty()) {
+        cl.uri = "redis://127.0.0.1:6379";
+        cl.uri_from = "the default";
+    }
     bool options_done = false;
     for (int i = 1; i < argc; ++i) {
         const std::string_view a = argv[i];
@@ -107,8 +117,10 @@ command_line parse(int argc, char** argv) {
             } else if (a == "--uri") {
                 if (i + 1 >= argc) throw bad_input{"--uri needs a value (rlock --help)"};
                 cl.uri = argv[++i];
+                cl.uri_from = "--uri";
             } else if (a.substr(0, 6) == "--uri=") {
                 cl.uri = std::string(a.substr(6));
+                cl.uri_from = "--uri";
             } else if (a == "--interval") {
                 if (i + 1 >= argc) throw bad_input{"--interval needs a value in ms (rlock --help)"};
                 const std::string v = argv[++i];
@@ -155,12 +167,60 @@ const char* kind_text(rlock::lock_kind k) {
     return "unknown";
 }
 
-/// `s` as a JSON string: quotes, backslashes and control bytes escaped; other bytes as they are.
+/// The length of the UTF-8 sequence at `s[at]` (1 to 4), or 0 when the bytes there are not one
+/// (a stray continuation byte, a sequence cut short, an overlong form, a surrogate, or beyond
+/// U+10FFFF).
+std::size_t utf8_length(std::string_view s, std::size_t at) {
+    const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[at + k]); };
+    const unsigned char lead = b(0);
+    if (lead < 0x80) return 1;
+    std::size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xbf;  // the allowed range of the second byte
+    if (lead >= 0xc2 && lead <= 0xdf) {
+        n = 2;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+        n = 3;
+        if (lead == 0xe0) lo = 0xa0;
+        if (lead == 0xed) hi = 0x9f;
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+        n = 4;
+        if (lead == 0xf0) lo = 0x90;
+        if (lead == 0xf4) hi = 0x8f;
+    } else {
+        return 0;
+    }
+    if (at + n > s.size() || b(1) < lo || b(1) > hi) return 0;
+    for (std::size_t k = 2; k < n; ++k) {
+        if (b(k) < 0x80 || b(k) > 0xbf) return 0;
+    }
+    return n;
+}
+
+bool is_utf8(std::string_view s) {
+    for (std::size_t at = 0; at < s.size();) {
+        const std::size_t n = utf8_length(s, at);
+        if (n == 0) return false;
+        at += n;
+    }
+    return true;
+}
+
+/// `s` as a JSON string (valid UTF-8, as JSON must be): quotes, backslashes and control bytes
+/// escaped; a byte that is not part of UTF-8 as U+FFFD (json_of adds the name's bytes in hex).
 std::string json_string(std::string_view s) {
     std::string out = "\"";
-    for (const char c : s) {
+    for (std::size_t at = 0; at < s.size(); ++at) {
+        const char c = s[at];
         const auto b = static_cast<unsigned char>(c);
-        if (c == '"' || c == '\\') {
+        if (b >= 0x80) {
+            const std::size_t n = utf8_length(s, at);
+            if (n == 0) {
+                out += "\\ufffd";
+            } else {
+                out.append(s.substr(at, n));
+                at += n - 1;
+            }
+        } else if (c == '"' || c == '\\') {
             out += '\\';
             out += c;
         } else if (b < 0x20 || b == 0x7f) {
@@ -185,7 +245,17 @@ std::string json_int(const std::optional<T>& v) {
 
 std::string json_of(const rlock::lock_info& i) {
     std::ostringstream o;
-    o << "{\"name\":" << json_string(i.name) << ",\"server\":" << json_string(i.server)
+    o << "{\"name\":" << json_string(i.name);
+    if (!is_utf8(i.name)) {
+        static const char hex[] = "0123456789abcdef";
+        std::string bytes;
+        for (const char c : i.name) {
+            bytes += hex[static_cast<unsigned char>(c) >> 4];
+            bytes += hex[static_cast<unsigned char>(c) & 0xf];
+        }
+        o << R"(,"name_hex":")" << bytes << '"';
+    }
+    o << ",\"server\":" << json_string(i.server)
       << ",\"found\":" << (i.found() ? "true" : "false") << ",\"kind\":" << json_string(to_string(i.kind))
       << ",\"ttl_ms\":" << json_ms(i.ttl) << ",\"mode\":" << (i.mode.empty() ? "null" : json_string(i.mode))
       << ",\"holders\":[";
@@ -221,7 +291,8 @@ std::string origin_note(rlock::holder_origin o) {
 }
 
 void print_table(const rlock::lock_info& i) {
-    std::cout << "name      " << i.name << "\nserver    " << i.server << "\nkind      " << kind_text(i.kind) << '\n';
+    std::cout << "name      " << one_line(i.name) << "\nserver    " << one_line(i.server) << "\nkind      "
+              << kind_text(i.kind) << '\n';
     if (!i.found()) return;
     // The name's key: its TTL when it has one, "no expiry" for a holder's key without one.
     if (i.ttl || !i.holders.empty()) std::cout << "ttl       " << ttl_text(i.ttl) << '\n';
@@ -230,7 +301,7 @@ void print_table(const rlock::lock_info& i) {
         std::cout << (h.role == rlock::holder_role::reader   ? "reader    "
                       : h.role == rlock::holder_role::writer ? "writer    "
                                                              : "holder    ")
-                  << h.id << "  count " << h.count << "  lease " << ttl_text(h.lease);
+                  << one_line(h.id) << "  count " << h.count << "  lease " << ttl_text(h.lease);
         if (h.role == rlock::holder_role::reader) std::cout << "  live holds " << h.live_holds;
         std::cout << origin_note(h.origin) << '\n';
     }
@@ -239,13 +310,13 @@ void print_table(const rlock::lock_info& i) {
     }
     for (std::size_t k = 0; k < i.waiters.size(); ++k) {
         const rlock::lock_waiter& w = i.waiters[k];
-        std::cout << "waiter " << k + 1 << (k + 1 < 10 ? "  " : " ") << w.id << "  deadline in "
+        std::cout << "waiter " << k + 1 << (k + 1 < 10 ? "  " : " ") << one_line(w.id) << "  deadline in "
                   << (w.deadline_in ? seconds(*w.deadline_in) : std::string("(none)")) << origin_note(w.origin)
                   << '\n';
     }
     if (i.count) std::cout << (i.kind == rlock::lock_kind::count ? "count     " : "free      ") << *i.count << '\n';
     for (const rlock::permit_info& p : i.permits) {
-        std::cout << "permit    " << p.id << "  lease " << (p.lease ? seconds(*p.lease) : std::string("permanent"))
+        std::cout << "permit    " << one_line(p.id) << "  lease " << (p.lease ? seconds(*p.lease) : std::string("permanent"))
                   << '\n';
     }
     if (i.fencing_counter) std::cout << "fencing   " << *i.fencing_counter << '\n';
@@ -255,7 +326,7 @@ void print_table(const rlock::lock_info& i) {
 std::vector<std::string> row_of(const rlock::lock_info& i) {
     std::string holder = "-", lease = "-";
     if (!i.holders.empty()) {
-        holder = i.holders.front().id;
+        holder = one_line(i.holders.front().id);
         if (i.holders.size() > 1) holder += " +" + std::to_string(i.holders.size() - 1);
         lease = ttl_text(i.holders.front().lease);
     } else if (i.kind == rlock::lock_kind::count) {
@@ -263,7 +334,7 @@ std::vector<std::string> row_of(const rlock::lock_info& i) {
     } else if (i.kind == rlock::lock_kind::permit_expirable) {
         holder = std::to_string(i.permits.size()) + " taken, " + std::to_string(i.count.value_or(0)) + " free";
     }
-    return {i.name, to_string(i.kind), holder, lease, std::to_string(i.waiters.size())};
+    return {one_line(i.name), to_string(i.kind), holder, lease, std::to_string(i.waiters.size())};
 }
 
 void print_rows(const std::vector<std::vector<std::string>>& rows) {
@@ -283,6 +354,32 @@ void print_rows(const std::vector<std::vector<std::string>>& rows) {
 
 // --- commands ---------------------------------------------------------------------------------
 
+/// `uri` with its password (if any) written as ***: for a message.
+std::string without_password(const std::string& uri) {
+    const std::size_t scheme = uri.find("://");
+    if (scheme == std::string::npos) return uri;
+    const std::size_t from = scheme + 3, at = uri.find('@', from), end = uri.find('/', from);
+    if (at == std::string::npos || (end != std::string::npos && at > end)) return uri;
+    const std::size_t colon = uri.find(':', from);
+    const std::size_t secret = colon != std::string::npos && colon < at ? colon + 1 : from;
+    return uri.substr(0, secret) + "***" + uri.substr(at);
+}
+
+/// The client of `cl.uri`. A failure to connect names the lock the command is about (`name`;
+/// empty for list), and a bad URI says where it came from.
+rlock::client connect(const command_line& cl, std::string_view name) {
+    try {
+        return rlock::client(cl.uri);
+    } catch (const rlock::error& e) {
+        if (e.value() == rlock::errc::invalid_argument && e.server().empty()) {
+            throw rlock::error(e.value(), name, "",
+                               e.cause() + " (" + cl.uri_from + ": " + without_password(cl.uri) + ")");
+        }
+        if (e.lock().empty() && !name.empty()) throw rlock::error(e.value(), name, e.server(), e.cause());
+        throw;
+    }
+}
+
 void expect_args(const command_line& cl, std::size_t least, std::size_t most, std::string_view what) {
     if (cl.args.size() < least || cl.args.size() > most) {
         throw bad_input{"usage: rlock " + cl.command + " " + std::string(what) + " [--uri URI] (rlock --help)"};
@@ -291,7 +388,7 @@ void expect_args(const command_line& cl, std::size_t least, std::size_t most, st
 
 int inspect(const command_line& cl) {
     expect_args(cl, 1, 1, "NAME");
-    rlock::client redis(cl.uri);
+    rlock::client redis = connect(cl, cl.args[0]);
     const rlock::lock_info i = rlock::inspect(redis, cl.args[0]);
     if (cl.json) {
         std::cout << json_of(i) << '\n';
@@ -303,7 +400,7 @@ int inspect(const command_line& cl) {
 
 int list(const command_line& cl) {
     expect_args(cl, 0, 1, "[PATTERN]");
-    rlock::client redis(cl.uri);
+    rlock::client redis = connect(cl, "");
     const std::vector<rlock::lock_info> locks = rlock::list_locks(redis, cl.args.empty() ? "" : cl.args[0]);
     if (cl.json) {
         std::cout << '[';
@@ -353,11 +450,11 @@ std::string channel_text(const rlock::lock_info& i) {
 
 int force_unlock(const command_line& cl) {
     expect_args(cl, 1, 1, "NAME");
-    rlock::client redis(cl.uri);
     const std::string& name = cl.args[0];
+    rlock::client redis = connect(cl, name);
     const rlock::lock_info seen = rlock::inspect(redis, name);
     if (!seen.found()) {
-        std::cout << "rlock: \"" << name << "\" not found on " << seen.server << "; nothing deleted\n";
+        std::cout << "rlock: \"" << one_line(name) << "\" not found on " << seen.server << "; nothing deleted\n";
         return exit_not_found;
     }
     if (seen.kind == rlock::lock_kind::count || seen.kind == rlock::lock_kind::permit_expirable) {
@@ -365,26 +462,36 @@ int force_unlock(const command_line& cl) {
         (void)rlock::force_unlock(redis, name);  // throws invalid_argument, deletes nothing
     }
     if (!cl.yes) {
-        std::cerr << "Delete the " << to_string(seen.kind) << " lock \"" << name << "\" on " << seen.server << ", "
-                  << holders_text(seen) << "? [y/N] " << std::flush;
+        std::cerr << "Delete the " << to_string(seen.kind) << " lock \"" << one_line(name) << "\" on " << seen.server
+                  << ", " << one_line(holders_text(seen)) << "? [y/N] " << std::flush;
         std::string answer;
         if (!std::getline(std::cin, answer) || (answer != "y" && answer != "Y" && answer != "yes")) {
             std::cerr << "rlock: not confirmed; nothing deleted\n";
             return exit_not_confirmed;
         }
     }
-    const rlock::forced_unlock done = rlock::force_unlock(redis, name);
-    if (!done.deleted) {
-        std::cout << "rlock: \"" << name << "\" was free by then (" << to_string(done.before.kind)
-                  << "); nothing deleted\n";
+    // Deleted only when it is still held as shown: asked about one holder, the operator has not
+    // agreed to delete another (the shown one's key may have expired and a live holder come).
+    const rlock::forced_unlock done = rlock::force_unlock(redis, name, seen);
+    if (done.changed) {
+        std::cout << "rlock: \"" << one_line(name) << "\" changed since it was shown: now "
+                  << (done.before.found() ? std::string(to_string(done.before.kind)) + ", " +
+                                                one_line(holders_text(done.before))
+                                          : std::string("not found"))
+                  << "; nothing deleted\n";
         return exit_not_found;
     }
-    std::cout << "deleted the " << to_string(done.before.kind) << " lock \"" << name << "\" on " << done.before.server
-              << ", " << holders_text(done.before);
+    if (!done.deleted) {
+        std::cout << "rlock: \"" << one_line(name) << "\" was held by nobody by then ("
+                  << to_string(done.before.kind) << "); nothing deleted\n";
+        return exit_not_found;
+    }
+    std::cout << "deleted the " << to_string(done.before.kind) << " lock \"" << one_line(name) << "\" on "
+              << done.before.server << ", " << one_line(holders_text(done.before));
     if (done.before.kind == rlock::lock_kind::read_write) {
         std::cout << ", with its readers' hold keys";
     }
-    std::cout << "; woke its waiters on " << channel_text(done.before) << '\n';
+    std::cout << "; woke its waiters on " << one_line(channel_text(done.before)) << '\n';
     return exit_found;
 }
 
@@ -506,7 +613,7 @@ rlock::detail::context_ptr subscribe_to(rlock::client& redis, const std::string&
 int watch(const command_line& cl) {
     expect_args(cl, 1, 1, "NAME");
     const std::string& name = cl.args[0];
-    rlock::client redis(cl.uri);
+    rlock::client redis = connect(cl, name);
     if (::pipe2(interrupt_pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
         throw rlock::error(rlock::errc::invalid_argument, name, redis.server(), "cannot make a pipe");
     }
@@ -521,7 +628,7 @@ int watch(const command_line& cl) {
             std::cout << json_of(i) << std::endl;
             return;
         }
-        for (const std::string& l : lines) std::cout << now_text() << "  " << l << std::endl;
+        for (const std::string& l : lines) std::cout << now_text() << "  " << one_line(l) << std::endl;
     };
     show(last, {std::string(last.found() ? "" : "(not found) ") + "watching " + name + " on " + last.server +
                 (sub ? "" : " (Redis Cluster: reads every --interval only)") +

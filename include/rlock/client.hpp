@@ -50,9 +50,9 @@ public:
         core_->start();
     }
 
-    /// From a URI: `redis://[user[:password]@]host[:port][/db]`, `unix:///path[?db=N]`,
-    /// `redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/master[/db]` or
-    /// `redis-cluster://[user[:password]@]host[:port][,host[:port]...]`; the other fields come
+    /// From a URI: `redis://[[user:]password@]host[:port][/db]`, `unix:///path[?db=N]`,
+    /// `redis-sentinel://[[user:]password@]host[:port][,host[:port]...]/master[/db]` or
+    /// `redis-cluster://[[user:]password@]host[:port][,host[:port]...]`; the other fields come
     /// from `base` (client_options::from_uri).
     explicit client(std::string_view uri, client_options base = {})
         : client(client_options::from_uri(uri, std::move(base))) {}

@@ -16,8 +16,10 @@
 // line: `rlock inspect NAME`, `rlock list [PATTERN]`, `rlock force-unlock NAME`.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rlock/config.hpp"
@@ -54,14 +56,18 @@ namespace rlock {
 /// (`*`, `?`, `[...]`), matched against names, not keys (empty: every name). A name whose keys are
 /// no lock's (wrong_type) is left out, and so is one gone between the scan and its inspection;
 /// any string key reads as a token or a count, so a pattern narrows it to the locks on a server
-/// that also keeps other strings. O(keys on the server): an operator's call, not a hot path.
-/// Throws `error` as inspect() does, but never wrong_type.
+/// that also keeps other strings. A name whose keys the user's ACL does not let it read is left
+/// out too (a user limited to `~app:*` lists the locks under `app:`). O(keys on the server): an
+/// operator's call, not a hot path. Throws `error` as inspect() does, but never wrong_type.
 [[nodiscard]] RLOCK_DECL std::vector<lock_info> list_locks(client& c, const std::string& pattern = {});
 
 /// What force_unlock found and did.
 struct forced_unlock {
     lock_info before;      ///< inspect()'s answer just before the delete
     bool deleted = false;  ///< the lock's key was deleted by this call (false: it was free by then)
+    /// force_unlock(c, name, expected) only: the lock was no longer held as `expected` showed
+    /// it (another kind, other holders); nothing was deleted, and `before` is what it is now.
+    bool changed = false;
 };
 
 /// Deletes the lock `name` whoever holds it, and wakes its waiters, as the `force_unlock()` of
@@ -72,6 +78,14 @@ struct forced_unlock {
 /// Throws `error`: invalid_argument for a count or permit_expirable name (a semaphore's permits
 /// are not a lock; nothing is deleted), wrong_type as inspect(), and as a command.
 RLOCK_DECL forced_unlock force_unlock(client& c, std::string_view name);
+
+/// force_unlock() of the lock as `expected` (an earlier inspect() of `name`) shows it: deletes
+/// only when the lock still has that kind and those holders (their ids and roles; a renewal or
+/// a re-entry by one of them is no change), else deletes nothing and sets `changed`. For an
+/// operator who confirms what he saw: the lock may have expired and been taken by a live holder
+/// meanwhile. The comparison is made on an inspect() one round trip before the delete, not in
+/// the delete's script: a change inside that round trip is not seen.
+RLOCK_DECL forced_unlock force_unlock(client& c, std::string_view name, const lock_info& expected);
 
 }  // namespace rlock
 
@@ -89,16 +103,34 @@ RLOCK_DECL std::vector<lock_info> list_locks(client& c, const std::string& patte
             if (i.found()) out.push_back(std::move(i));
         } catch (const error& e) {
             // No lock's keys, or (Redis Cluster) a name no lock can have: its keys would land
-            // in different slots.
-            if (e.value() != errc::wrong_type && e.value() != errc::invalid_argument) throw;
+            // in different slots; or keys the user's ACL does not let it read (SCAN names every
+            // key, those outside the user's key patterns too).
+            const bool keys_refused =
+                e.value() == errc::auth_failed && e.cause().find("NOPERM") != std::string::npos &&
+                e.cause().find("key") != std::string::npos;
+            if (e.value() != errc::wrong_type && e.value() != errc::invalid_argument && !keys_refused) throw;
         }
     }
     return out;
 }
 
-RLOCK_DECL forced_unlock force_unlock(client& c, std::string_view name) {
-    forced_unlock out;
-    out.before = inspect(c, name);
+namespace detail {
+
+// The same holders, as force_unlock(c, name, expected) compares them: ids and roles, in any
+// order; counts and leases may differ.
+inline bool same_holders(const lock_info& a, const lock_info& b) {
+    if (a.kind != b.kind || a.mode != b.mode || a.holders.size() != b.holders.size()) return false;
+    auto keyed = [](const lock_info& i) {
+        std::vector<std::pair<std::string, int>> v;
+        v.reserve(i.holders.size());
+        for (const lock_holder& h : i.holders) v.emplace_back(h.id, static_cast<int>(h.role));
+        std::sort(v.begin(), v.end());
+        return v;
+    };
+    return keyed(a) == keyed(b);
+}
+
+inline forced_unlock force_unlock_found(client& c, std::string_view name, forced_unlock out) {
     const std::string n(name);
     switch (out.before.kind) {
         case lock_kind::not_found:
@@ -124,6 +156,24 @@ RLOCK_DECL forced_unlock force_unlock(client& c, std::string_view name) {
                             ", not a lock: force_unlock deletes locks only; nothing was deleted");
     }
     return out;
+}
+
+}  // namespace detail
+
+RLOCK_DECL forced_unlock force_unlock(client& c, std::string_view name) {
+    forced_unlock out;
+    out.before = inspect(c, name);
+    return detail::force_unlock_found(c, name, std::move(out));
+}
+
+RLOCK_DECL forced_unlock force_unlock(client& c, std::string_view name, const lock_info& expected) {
+    forced_unlock out;
+    out.before = inspect(c, name);
+    if (!detail::same_holders(out.before, expected)) {
+        out.changed = true;
+        return out;
+    }
+    return detail::force_unlock_found(c, name, std::move(out));
 }
 
 }  // namespace rlock

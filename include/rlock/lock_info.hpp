@@ -37,7 +37,8 @@ enum class lock_kind {
     fair,
     /// A hash with a `mode` field: rlock::read_write_lock, Redisson's RReadWriteLock.
     read_write,
-    /// An integer string without a TTL at `name`: rlock::semaphore (free permits) or
+    /// An integer string at `name`, with or without a TTL (Redisson's RSemaphore and
+    /// RCountDownLatch are RExpirable): rlock::semaphore (free permits) or
     /// rlock::count_down_latch (its count), Redisson's RSemaphore / RCountDownLatch. Redis holds
     /// the same value for both, so the layout cannot tell them apart. A
     /// permit_expirable_semaphore with no permit taken has this layout too.

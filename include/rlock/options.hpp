@@ -171,10 +171,10 @@ struct client_options {
     /// How long WAIT may block; must be positive and shorter than command_timeout.
     std::chrono::milliseconds sync_timeout{500};
 
-    /// Parses `redis://[user[:password]@]host[:port][/db]`, `unix:///path/to.sock[?db=N]` or
-    /// `redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/master-name[/db]` (the
+    /// Parses `redis://[[user:]password@]host[:port][/db]`, `unix:///path/to.sock[?db=N]` or
+    /// `redis-sentinel://[[user:]password@]host[:port][,host[:port]...]/master-name[/db]` (the
     /// sentinels, port 26379 by default; user and password are the master's) or
-    /// `redis-cluster://[user[:password]@]host[:port][,host[:port]...]` (seed nodes, port 6379
+    /// `redis-cluster://[[user:]password@]host[:port][,host[:port]...]` (seed nodes, port 6379
     /// by default; sets `cluster`) into the connection
     /// fields of a copy of `base` (user and password percent-decoded, IPv6 hosts in brackets).
     /// Throws `error` with `errc::invalid_argument` on a malformed URI.

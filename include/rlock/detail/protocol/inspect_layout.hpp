@@ -235,7 +235,7 @@ RLOCK_DECL lock_info inspect_reader::read(const redisReply* r) const {
     if (main == "string") {
         const std::string_view value = text(e[3]);
         long long n = 0;
-        if (!info.ttl && parse_count(value, n)) {
+        if (parse_count(value, n)) {
             info.kind = lock_kind::count;
             info.count = n;
             return info;
@@ -401,9 +401,25 @@ RLOCK_DECL void inspect_reader::read_permits(const redisReply* permits, long lon
     }
 }
 
+// Whether `key` has a read hold key's shape, `<prefix>:<id>:<thread>:rwlock_timeout:<n>` (a
+// holder id is `<client id>:<thread number>`): a key that merely contains the words is a name.
+inline bool is_read_hold_key(std::string_view key) {
+    constexpr std::string_view mark = ":rwlock_timeout:";
+    const auto digits = [](std::string_view s) {
+        return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+    };
+    const std::size_t at = key.rfind(mark);
+    if (at == std::string_view::npos || !digits(key.substr(at + mark.size()))) return false;
+    const std::string_view before = key.substr(0, at);  // <prefix>:<id>:<thread>
+    const std::size_t thread = before.rfind(':');
+    if (thread == std::string_view::npos || !digits(before.substr(thread + 1))) return false;
+    const std::size_t id = before.substr(0, thread).rfind(':');
+    return id != std::string_view::npos && id > 0 && id + 1 < thread;
+}
+
 RLOCK_DECL std::vector<std::string> names_of_key(std::string_view key) {
     std::vector<std::string> out;
-    if (key.find(":rwlock_timeout:") != std::string_view::npos) return out;
+    if (is_read_hold_key(key)) return out;
     // `prefix:{name}` (a name without '{') or `prefix:name` (a name with one).
     auto unprefixed = [&](std::string_view prefix) -> std::optional<std::string> {
         if (key.size() <= prefix.size() || key.substr(0, prefix.size()) != prefix)

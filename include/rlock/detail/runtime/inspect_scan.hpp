@@ -3,12 +3,11 @@
 // that have a lock's keys.
 #pragma once
 
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rlock/config.hpp"
@@ -43,6 +42,72 @@ void scan_keys(const connection& c, std::string_view server, F&& f) {
         const redisReply* keys = r->element[1];
         for (std::size_t i = 0; i < keys->elements; ++i) f(reply_text(keys->element[i]));
     } while (cursor != "0");
+}
+
+/// Whether `text` matches the glob `pattern` as Redis's MATCH reads one: `*`, `?`, `[abc]`,
+/// `[^abc]`, `[a-z]`, and `\` taking the next character as it is. Every byte counts, NUL
+/// included (a name may hold one; fnmatch would stop there).
+inline bool glob_match(std::string_view pattern, std::string_view text) {
+    std::size_t p = 0, t = 0;
+    std::size_t star = std::string_view::npos, resume = 0;  // the last '*' and where it matched to
+    while (t < text.size()) {
+        bool advanced = false;
+        if (p < pattern.size()) {
+            const char c = pattern[p];
+            if (c == '*') {
+                star = p++;
+                resume = t;
+                continue;
+            }
+            if (c == '?') {
+                ++p;
+                ++t;
+                continue;
+            }
+            if (c == '[') {
+                std::size_t q = p + 1;
+                const bool negate = q < pattern.size() && pattern[q] == '^';
+                if (negate) ++q;
+                bool hit = false;
+                bool first = true;
+                while (q < pattern.size() && (first || pattern[q] != ']')) {
+                    first = false;
+                    if (pattern[q] == '\\' && q + 1 < pattern.size()) {
+                        hit |= pattern[q + 1] == text[t];
+                        q += 2;
+                    } else if (q + 2 < pattern.size() && pattern[q + 1] == '-' && pattern[q + 2] != ']') {
+                        auto lo = static_cast<unsigned char>(pattern[q]);
+                        auto hi = static_cast<unsigned char>(pattern[q + 2]);
+                        if (lo > hi) std::swap(lo, hi);
+                        const auto ch = static_cast<unsigned char>(text[t]);
+                        hit |= ch >= lo && ch <= hi;
+                        q += 3;
+                    } else {
+                        hit |= pattern[q] == text[t];
+                        ++q;
+                    }
+                }
+                if (hit != negate) {
+                    p = q < pattern.size() ? q + 1 : q;  // past the ']' (a class left open ends the pattern)
+                    ++t;
+                    advanced = true;
+                }
+            } else {
+                const bool escaped = c == '\\' && p + 1 < pattern.size();
+                if (pattern[escaped ? p + 1 : p] == text[t]) {
+                    p += escaped ? 2 : 1;
+                    ++t;
+                    advanced = true;
+                }
+            }
+        }
+        if (advanced) continue;
+        if (star == std::string_view::npos) return false;
+        p = star + 1;  // let the last '*' take one more character
+        t = ++resume;
+    }
+    while (p < pattern.size() && pattern[p] == '*') ++p;
+    return p == pattern.size();
 }
 
 /// The names that have a key of some lock kind and match the glob `pattern` (empty: all),
@@ -87,7 +152,7 @@ RLOCK_DECL std::vector<std::string> scan_lock_names(client_core& core, const std
     std::set<std::string> names;
     auto take = [&](std::string_view key) {
         for (std::string& n : names_of_key(key)) {
-            if (pattern.empty() || ::fnmatch(pattern.c_str(), n.c_str(), 0) == 0)
+            if (pattern.empty() || glob_match(pattern, n))
                 names.insert(std::move(n));
         }
     };
