@@ -335,6 +335,25 @@ TEST_P(red_lock_hang_test, with_two_hung_nodes_renewals_try_lock_and_async_unloc
     EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
 }
 
+// Found by a probe: an unlock with two nodes hung took up to a command_timeout (1,057 ms where
+// the per-node timeout was 50 ms): it waited for each node's renewal in flight, which a hung
+// node holds for a whole command_timeout. A renewal landing after the release can only extend
+// our own key there (the token is this hold's alone), so the unlock no longer waits for one.
+TEST_P(red_lock_hang_test, an_unlock_does_not_wait_for_renewals_stuck_on_hung_nodes) {
+    auto clients = make_clients(1500ms, 4s);  // renewed every 500 ms; a per-node timeout of 75 ms
+    rlock::red_lock lock(raw(clients), name());
+    lock.lock();
+    hang_node(1);
+    hang_node(3);
+    std::this_thread::sleep_for(1200ms);  // renewals sent to both, unanswered for up to 4 s
+    const auto start = steady::now();
+    EXPECT_EQ(lock.unlock(), 3u);
+    const auto took = steady::now() - start;
+    EXPECT_LT(took, 1500ms) << "unlock took " << rlock_test::millis(took) << " ms";
+    EXPECT_EQ(live_keys({0, 2, 4}), 0) << "the unlock left our key on a live node";
+    EXPECT_EQ(lost.calls.load(), 0) << lost.last_message;
+}
+
 INSTANTIATE_TEST_SUITE_P(, red_lock_hang_test, ::testing::Values(hang::paused, hang::full_backlog),
                          [](const ::testing::TestParamInfo<hang>& p) {
                              return p.param == hang::paused ? std::string("paused") : std::string("full_backlog");
@@ -682,7 +701,9 @@ TEST_F(red_lock_test, a_node_that_refused_a_renewal_and_renewed_again_does_not_c
     rlock::red_lock lock(raw(clients), name());
     lock.lock();
     servers[0]->cmd({"ACL", "SETUSER", "default", "resetkeys", "~other:*"});
-    std::this_thread::sleep_for(1200ms);  // two ticks refused on node 0
+    // A tick or two refused on node 0; not longer: its key, last renewed up to a tick (500 ms)
+    // before, must outlive the refusal (1.2 s here ran it out on a loaded machine).
+    std::this_thread::sleep_for(700ms);
     servers[0]->cmd({"ACL", "SETUSER", "default", "~*"});
     std::this_thread::sleep_for(1200ms);  // renewed there again
     ASSERT_EQ(servers[0]->integer({"EXISTS", name()}), 1) << "node 0's key ran out: nothing was tested";

@@ -414,7 +414,7 @@ RLOCK_DECL auto red_site::release(std::uint64_t owner) const -> released {
             group = h->group;
             watched = h->watched;
             taken = h->taken;
-            n->reg.remove(h);
+            n->reg.remove(h, false);  // a hung node's renewal must not hold the unlock up
         }
     }
     if (token.empty()) {

@@ -206,10 +206,12 @@ public:
 
     /// Takes a hold out of the registry for its final unlock, and waits for a renewal batch that
     /// carries it to finish, so that no renewal of it reaches Redis after unlock returns —
-    /// except an unconfirmed red_lock part's: its node did not answer the acquire and may be
-    /// paused, and the unlock does not wait on it (a late renewal there can only extend our own
-    /// key, which the unlock's release deletes or its lease ends).
-    void remove(const hold_ptr& h);
+    /// except with `await_renewal` false (a red_lock's parts), or for an unconfirmed red_lock
+    /// part: its node may be hung, holding the renewal for a whole command_timeout, and the
+    /// unlock is bounded by the per-node timeout. A late renewal there can only extend our own
+    /// key (a red_lock's token is its hold's alone), which the unlock's release deletes or its
+    /// lease ends; its answer, for a released hold, tells nobody.
+    void remove(const hold_ptr& h, bool await_renewal = true);
 
     /// The watchdog's idle state (loss_watch.hpp): with `idle` true it stops polling when no
     /// hold (watched or leased: both are armed) is registered, and the next add() calls
@@ -466,12 +468,12 @@ RLOCK_DECL void registry::add(hold_ptr h) {
     if (idle_.load() && idle_.exchange(false) && on_added_) on_added_();
 }
 
-RLOCK_DECL void registry::remove(const hold_ptr& h) {
+RLOCK_DECL void registry::remove(const hold_ptr& h, bool await_renewal) {
     std::unique_lock<std::mutex> g(mu_);
     // The record under h's key is h's (add() keeps one per key): one lookup, not two.
     if (holds_.erase(key_of(*h)) != 0) held_.fetch_sub(1);
     h->released = true;
-    if (!h->unconfirmed) quiet_.wait(g, [&] { return !h->in_flight; });
+    if (await_renewal && !h->unconfirmed) quiet_.wait(g, [&] { return !h->in_flight; });
 }
 
 RLOCK_DECL bool registry::idle() noexcept {
