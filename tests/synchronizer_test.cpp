@@ -1791,6 +1791,41 @@ TEST(permit_expirable_semaphore, an_acquire_that_rides_out_a_pause_longer_than_i
     EXPECT_EQ(own.text({"GET", name()}), "2");
 }
 
+// Found by a probe: a permit acquire the paused server had not answered, its client destroyed
+// (blocking and asynchronous), left a permit taken by nobody once the server resumed, for its
+// whole lease: its release was left to the watchdog, which a client being destroyed sends
+// once, to a server that does not answer. The release is now written after the acquire on its
+// own connection as the try times out, and the server runs both in order.
+TEST(permit_expirable_semaphore, an_acquire_unanswered_when_its_client_is_destroyed_leaves_no_permit_taken) {
+    redis_server own;
+    rlock::client_options o = own.options();
+    o.command_timeout = 500ms;
+    for (const bool blocking : {true, false}) {
+        const std::string n = name(blocking ? "-blocking" : "-async");
+        auto c = std::make_unique<rlock::client>(o);
+        rlock::permit_expirable_semaphore sem(*c, n);
+        ASSERT_TRUE(sem.try_set_permits(1));
+        own.pause();
+        std::future<bool> ended = std::async(std::launch::async, [&] {
+            try {
+                return blocking ? static_cast<bool>(sem.try_acquire_for(10s))
+                                : static_cast<bool>(sem.async_try_acquire_for(10s, 1, rlock::use_future).get());
+            } catch (const rlock::error&) {
+                return false;
+            }
+        });
+        std::this_thread::sleep_for(200ms);  // the try sent, unanswered
+        c.reset();
+        ASSERT_EQ(ended.wait_for(10s), std::future_status::ready);
+        EXPECT_FALSE(ended.get()) << "a permit came through a destroyed client";
+        own.resume();
+        std::this_thread::sleep_for(300ms);  // the server runs what it was sent
+        EXPECT_EQ(own.integer({"ZCARD", permit_timeouts_of(n)}), 0)
+            << (blocking ? "blocking" : "asynchronous") << ": a permit was left taken by nobody";
+        EXPECT_EQ(own.text({"GET", n}), "1");
+    }
+}
+
 // A wait whose deadline comes while the server is paused ends with the outage's error one
 // command_timeout past its deadline at most (its last try), latch and permit-expirable
 // semaphore, blocking and asynchronous, as a lock's does. Before, each read or acquire attempt

@@ -69,7 +69,9 @@
 #include "rlock/detail/protocol/permit_kind.hpp"
 #include "rlock/detail/protocol/synchronizer_scripts.hpp"
 #include "rlock/detail/redis/cluster.hpp"
+#include "rlock/detail/redis/error_origin.hpp"
 #include "rlock/detail/redis/random.hpp"
+#include "rlock/detail/redis/script.hpp"
 #include "rlock/detail/runtime/registry.hpp"
 #include "rlock/detail/waiting/synchronizer.hpp"
 #include "rlock/errors.hpp"
@@ -349,8 +351,13 @@ private:
         unsigned tries() const noexcept { return story.tries; }
 
         // One attempt; `again` is when the earliest lease ends when not taken. An attempt that
-        // failed ambiguously (the connection broke or timed out) is made again by the wait with
-        // the same ids: if the first ran, the next finds them taken and says so.
+        // failed ambiguously (the connection broke) is made again by the wait with the same
+        // ids: if the first ran, the next finds them taken and says so. One the server did not
+        // answer in time (paused, hung) is undone on its own connection instead, by a release
+        // of its ids written after it (the server runs both, in order, when it runs again; a
+        // release on another connection could run first and find nothing), and the next
+        // attempt takes new ids: nothing of it is left for undo(), which a client being
+        // destroyed could not send to a server that does not answer.
         detail::attempt_result attempt();
 
         // The permit of an acquisition that is done: its hold recorded (renewed when watched).
@@ -587,6 +594,7 @@ RLOCK_DECL detail::attempt_result permit_expirable_semaphore::taking::attempt() 
     bool taken = false;
     long long left = -1;  // ms of lease the ids had left when an earlier try had taken them
     bool asked = false;  // a connection was had: the script may have been sent
+    bool undone_after = false;  // a release of the ids was written after the unanswered try
     try {
         // Once: the wait makes an attempt that failed in an outage again, with the same ids.
         taken = core->pool.run(keys.name, detail::on_break::fail, [&](const detail::connection& c) {
@@ -601,8 +609,18 @@ RLOCK_DECL detail::attempt_result permit_expirable_semaphore::taking::attempt() 
             for (std::size_t at = 0; at < packed.size(); at += 16) {
                 call.push(std::string_view(packed).substr(at, 16));
             }
-            const auto [got, wait_ms] = two_integers(
-                detail::run_script(c, call, keys.name, server()).get(), keys.name, server());
+            detail::reply_ptr r;
+            try {
+                r = detail::run_script(c, call, keys.name, server());
+            } catch (const error& e) {
+                if (e.value() == errc::timeout) {
+                    detail::script_call release(detail::permit_scripts::release_packed(),
+                                                {keys.name, keys.timeouts}, {keys.channel, packed});
+                    undone_after = detail::write_after(c, release);
+                }
+                throw;
+            }
+            const auto [got, wait_ms] = two_integers(r.get(), keys.name, server());
             if (got == 1) return true;
             if (got == 2) {
                 left = wait_ms;
@@ -614,6 +632,15 @@ RLOCK_DECL detail::attempt_result permit_expirable_semaphore::taking::attempt() 
         });
     } catch (const error& e) {
         timed_out = e.value() == errc::timeout;
+        if (undone_after) {
+            // Released after it on its connection. An earlier try that may have run with
+            // these ids (a connection broke) is covered too: the release frees them all.
+            // New ids for the next try; none is owed an undo.
+            detail::random_bytes(reinterpret_cast<unsigned char*>(packed.data()), packed.size());
+            sent = {};
+            timed_out = false;
+            throw detail::error_access::undone(e);
+        }
         // Not sent (no connection could be had: a restart, say): it cannot have run, so the
         // lease of the ids begins no earlier than a later try. Kept at an earlier one, or at
         // this one once it had a connection: they may have run.
