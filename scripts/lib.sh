@@ -58,7 +58,9 @@ configure_and_build() {
     # shellcheck disable=SC2046
     cmake -S "$rlock_root" -B "$dir" $(generator_args) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DRLOCK_SANITIZE="$sanitize" "$@" >/dev/null
-    cmake --build "$dir" --parallel "$(nproc 2>/dev/null || echo 2)"
+    # RLOCK_BUILD_ONLY: one target instead of all (the demo builds the one example it runs).
+    cmake --build "$dir" --parallel "$(nproc 2>/dev/null || echo 2)" \
+        ${RLOCK_BUILD_ONLY:+--target "$RLOCK_BUILD_ONLY"}
 }
 
 # A loopback TCP port nothing listens on (never 6379), below the kernel's ephemeral range by
