@@ -814,6 +814,16 @@ TEST(rlock_command, watch_goes_on_without_the_pattern_an_acl_refuses) {
     EXPECT_EQ(w.interrupt(), 0) << w.output();
 }
 
+// Found by a probe: a channel the ACL refuses ended watch with NOPERM "one of the channels",
+// not saying which; it is named now.
+TEST(rlock_command, watch_names_the_channel_an_acl_refuses) {
+    redis_server own;
+    own.cmd({"ACL", "SETUSER", "watcher", "on", ">pw", "~*", "&rlock_lock__channel:*", "+@all"});
+    const cli_result r = run_cli({"watch", name(), "--uri", "redis://watcher:pw@127.0.0.1:" + std::to_string(own.port())});
+    expect_one_clear_line(r);
+    EXPECT_TRUE(has(r.err, "SUBSCRIBE redisson_lock__channel:{" + name() + "}")) << r.err;
+}
+
 std::string file_text(const std::string& path) {
     std::string text;
     if (FILE* f = std::fopen(path.c_str(), "r")) {

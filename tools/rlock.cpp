@@ -599,7 +599,13 @@ rlock::detail::context_ptr subscribe_to(rlock::client& redis, const std::string&
     // One confirmation per channel; each read through run_command would wait for the next.
     for (const std::string& ch : {prefixed_key("rlock_lock__channel", name), prefixed_key("redisson_lock__channel", name),
                                   prefixed_key("redisson_rwlock", name), prefixed_key("redisson_sc", name), latch}) {
-        (void)rlock::detail::run_command(conn, {"SUBSCRIBE", ch}, name, ep.name);
+        try {
+            (void)rlock::detail::run_command(conn, {"SUBSCRIBE", ch}, name, ep.name);
+        } catch (const rlock::error& e) {
+            // Which channel the ACL refused (watch needs every kind's: docs/api.md).
+            if (e.value() != rlock::errc::auth_failed) throw;
+            throw rlock::error(e.value(), name, ep.name, e.cause() + " (SUBSCRIBE " + ch + ")");
+        }
     }
     try {
         (void)rlock::detail::run_command(conn, {"PSUBSCRIBE", fair_waiters}, name, ep.name);
