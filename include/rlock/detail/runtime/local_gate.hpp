@@ -339,7 +339,7 @@ private:
         using is_transparent = void;
         template <class A, class B>
         bool operator()(const A& a, const B& b) const noexcept {
-            if (a.kind != b.kind) return std::less<const kind_info*>()(a.kind, b.kind);
+            if (a.kind != b.kind) return std::less<>()(a.kind, b.kind);
             return std::string_view(a.name) < std::string_view(b.name);
         }
     };
