@@ -16,7 +16,6 @@
 // line: `rlock inspect NAME`, `rlock list [PATTERN]`, `rlock force-unlock NAME`.
 #pragma once
 
-#include <algorithm>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,13 +23,10 @@
 
 #include "rlock/config.hpp"
 #include "rlock/client.hpp"
+#include "rlock/detail/runtime/force_unlock.hpp"
 #include "rlock/detail/runtime/inspect_scan.hpp"
 #include "rlock/errors.hpp"
-#include "rlock/fair_lock.hpp"
 #include "rlock/lock_info.hpp"
-#include "rlock/mutex.hpp"
-#include "rlock/read_write_lock.hpp"
-#include "rlock/reentrant_lock.hpp"
 
 namespace rlock {
 
@@ -114,56 +110,11 @@ RLOCK_DECL std::vector<lock_info> list_locks(client& c, const std::string& patte
     return out;
 }
 
-namespace detail {
-
-// The same holders, as force_unlock(c, name, expected) compares them: ids and roles, in any
-// order; counts and leases may differ.
-inline bool same_holders(const lock_info& a, const lock_info& b) {
-    if (a.kind != b.kind || a.mode != b.mode || a.holders.size() != b.holders.size()) return false;
-    auto keyed = [](const lock_info& i) {
-        std::vector<std::pair<std::string, int>> v;
-        v.reserve(i.holders.size());
-        for (const lock_holder& h : i.holders) v.emplace_back(h.id, static_cast<int>(h.role));
-        std::sort(v.begin(), v.end());
-        return v;
-    };
-    return keyed(a) == keyed(b);
-}
-
-inline forced_unlock force_unlock_found(client& c, std::string_view name, forced_unlock out) {
-    const std::string n(name);
-    switch (out.before.kind) {
-        case lock_kind::not_found:
-            break;
-        case lock_kind::token:
-            out.deleted = mutex(c, n).force_unlock();
-            break;
-        case lock_kind::reentrant:
-            out.deleted = reentrant_lock(c, n).force_unlock();
-            break;
-        case lock_kind::fair:
-            out.deleted = fair_lock(c, n).force_unlock();
-            break;
-        case lock_kind::read_write:
-            out.deleted = read_write_lock(c, n).force_unlock();
-            break;
-        case lock_kind::count:
-        case lock_kind::permit_expirable:
-            throw error(errc::invalid_argument, name, c.server(),
-                        std::string("is a ") +
-                            (out.before.kind == lock_kind::count ? "semaphore or count_down_latch"
-                                                                 : "permit_expirable_semaphore") +
-                            ", not a lock: force_unlock deletes locks only; nothing was deleted");
-    }
-    return out;
-}
-
-}  // namespace detail
-
 RLOCK_DECL forced_unlock force_unlock(client& c, std::string_view name) {
     forced_unlock out;
     out.before = inspect(c, name);
-    return detail::force_unlock_found(c, name, std::move(out));
+    out.deleted = detail::force_unlock_as(detail::client_access::core(c), name, out.before.kind);
+    return out;
 }
 
 RLOCK_DECL forced_unlock force_unlock(client& c, std::string_view name, const lock_info& expected) {
@@ -173,7 +124,8 @@ RLOCK_DECL forced_unlock force_unlock(client& c, std::string_view name, const lo
         out.changed = true;
         return out;
     }
-    return detail::force_unlock_found(c, name, std::move(out));
+    out.deleted = detail::force_unlock_as(detail::client_access::core(c), name, out.before.kind);
+    return out;
 }
 
 }  // namespace rlock

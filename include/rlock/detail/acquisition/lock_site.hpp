@@ -17,7 +17,6 @@
 #include "rlock/detail/acquisition/try_result.hpp"
 #include "rlock/detail/protocol/kind.hpp"
 #include "rlock/detail/protocol/limits.hpp"
-#include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/runtime/client_core.hpp"
@@ -42,30 +41,19 @@ public:
     /// Throws `error` (invalid_argument) for an empty name, a bad fair_lock_wait_timeout, or
     /// (Redis Cluster) a name whose keys land in different slots.
     lock_site(client_core& core, std::string name, lock_options options)
-        : core_(core.shared_from_this()), options_(options) {
+        : core_(core.shared_from_this()),
+          keys_(lock_keys_for(Kind::channel_prefix, std::move(name), core_->ep.slots != nullptr,
+                              core_->ep.name)),
+          options_(options) {
         static_assert(check_kind<Kind>());
-        if (name.empty()) {
-            throw error(errc::invalid_argument, "", core_->ep.name, "lock name is empty");
-        }
         if (options_.fair_lock_wait_timeout.count() <= 0) {
-            throw error(errc::invalid_argument, name, core_->ep.name,
+            throw error(errc::invalid_argument, keys_.name, core_->ep.name,
                         "lock_options::fair_lock_wait_timeout must be positive");
         }
         if (options_.fair_lock_wait_timeout > max_lease) {
-            throw error(errc::invalid_argument, name, core_->ep.name,
+            throw error(errc::invalid_argument, keys_.name, core_->ep.name,
                         "lock_options::fair_lock_wait_timeout must be at most 100 years");
         }
-        keys_.channel = prefixed_key(Kind::channel_prefix, name);
-        keys_.fencing = prefixed_key("redisson_lock_token", name);
-        keys_.queue = prefixed_key("redisson_lock_queue", name);
-        keys_.timeouts = prefixed_key("redisson_lock_timeout", name);
-        if (core_->ep.slots && key_slot(name) != key_slot(keys_.channel)) {
-            // "a{b" or "a{}b": no hash tag, so `prefix:name` hashes apart from `name`.
-            throw error(errc::invalid_argument, name, core_->ep.name,
-                        "in a cluster a lock name with '{' needs a hash tag ({tag} with a non-empty "
-                        "tag), or its keys land in different slots");
-        }
-        keys_.name = std::move(name);
     }
 
     const std::string& name() const noexcept { return keys_.name; }

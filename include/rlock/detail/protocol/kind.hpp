@@ -16,9 +16,11 @@
 #include "rlock/config.hpp"
 #include "rlock/detail/protocol/kind_info.hpp"
 #include "rlock/detail/protocol/lua_checks.hpp"
+#include "rlock/detail/redis/cluster.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/redis/random.hpp"
 #include "rlock/detail/redis/script.hpp"
+#include "rlock/errors.hpp"
 #include "rlock/options.hpp"
 
 namespace rlock::detail {
@@ -35,6 +37,12 @@ struct lock_keys {
     std::string queue;     // redisson_lock_queue:{name}      names that have a '{' of their
     std::string timeouts;  // redisson_lock_timeout:{name}    own)
 };
+
+/// The keys of the lock `name` of a kind whose unlocks go to `channel_prefix:{name}`. Throws
+/// `error` (invalid_argument, naming `server`) for an empty name, and in a Redis Cluster
+/// (`cluster`) for a name whose keys would land in different slots.
+RLOCK_DECL lock_keys lock_keys_for(std::string_view channel_prefix, std::string name, bool cluster,
+                                   std::string_view server);
 
 /// What one acquire attempt asks for.
 struct attempt_spec {
@@ -245,6 +253,24 @@ RLOCK_DECL std::string batch_renew_lua(std::string_view read, std::string_view h
         "\n        end\n        out[i] = 1\n    else\n        out[i] = 0\n    end\nend\nreturn "
         "out\n");
     return with_read_failed(body);
+}
+
+RLOCK_DECL lock_keys lock_keys_for(std::string_view channel_prefix, std::string name, bool cluster,
+                                   std::string_view server) {
+    if (name.empty()) throw error(errc::invalid_argument, "", server, "lock name is empty");
+    lock_keys k;
+    k.channel = prefixed_key(channel_prefix, name);
+    k.fencing = prefixed_key("redisson_lock_token", name);
+    k.queue = prefixed_key("redisson_lock_queue", name);
+    k.timeouts = prefixed_key("redisson_lock_timeout", name);
+    if (cluster && key_slot(name) != key_slot(k.channel)) {
+        // "a{b" or "a{}b": no hash tag, so `prefix:name` hashes apart from `name`.
+        throw error(errc::invalid_argument, name, server,
+                    "in a cluster a lock name with '{' needs a hash tag ({tag} with a non-empty "
+                    "tag), or its keys land in different slots");
+    }
+    k.name = std::move(name);
+    return k;
 }
 
 RLOCK_DECL script_call acquire_call(const script& s, const lock_keys& k, bool fencing,
