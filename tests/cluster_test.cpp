@@ -1008,6 +1008,62 @@ TEST(cluster_loss, a_paused_master_delays_no_other_masters_renewals) {
     on_paused.unlock();  // renewed again or run out: either way not thrown
 }
 
+// A Redis Cluster that does not serve (CLUSTERDOWN: a master failed and no replica took its
+// slots) for longer than command_timeout is an outage to a wait, as a server that cannot be
+// reached is ("Outages", api.md): blocking and asynchronous lock waits and a semaphore's wait
+// ride it to their deadline, and take the lock or permit once the cluster serves again. Before,
+// the CLUSTERDOWN the pool still met at command_timeout ended each wait with server_error.
+TEST(cluster, waits_ride_out_a_cluster_that_does_not_serve_for_longer_than_a_command_timeout) {
+    redis_cluster c(3, 0);  // no replica: the cluster stays down while a master is paused
+    rlock::client_options o = rlock::client_options::from_uri(c.uri());
+    o.command_timeout = 500ms;
+    rlock::client holder(o), waiter(o);
+    redis_server& stopped = *c.masters()[0];
+    redis_server& serving = *c.masters()[1];
+    const std::string stem = rlock_test::test_lock_name();
+    rlock::mutex held(holder, name_on(c, serving, stem + ".blocking"));
+    rlock::mutex held_async(holder, name_on(c, serving, stem + ".async"));
+    rlock::semaphore held_permit(holder, name_on(c, serving, stem + ".semaphore"));
+    held.lock();
+    held_async.lock();
+    ASSERT_TRUE(held_permit.try_set_permits(1));
+    held_permit.acquire();
+
+    stopped.pause();
+    // Past the cluster's node timeout (2 s) the other masters mark it failed and stop serving.
+    ASSERT_TRUE(eventually([&] {
+        return serving.text({"CLUSTER", "INFO"}).find("cluster_state:fail") != std::string::npos;
+    }, 15s)) << "the cluster did not go down";
+    rlock::mutex want(waiter, held.name()), want_async(waiter, held_async.name());
+    rlock::semaphore want_permit(waiter, held_permit.name());
+    auto blocking = std::async(std::launch::async, [&] { return want.try_lock_for(30s); });
+    std::future<rlock::hold> pending = want_async.async_try_lock_for(30s, rlock::use_future);
+    auto permit = std::async(std::launch::async, [&] { return want_permit.try_acquire_for(30s); });
+    std::this_thread::sleep_for(2s);  // four command timeouts of CLUSTERDOWN for every wait
+    stopped.resume();
+    c.wait_healthy();
+
+    held.unlock();
+    held_async.unlock();
+    held_permit.release();
+    // Each wait's outcome, so that one wait's error does not hide the others'.
+    auto outcome = [](auto&& get) -> std::string {
+        try {
+            return get() ? "taken" : "refused";
+        } catch (const rlock::error& e) {
+            return e.what();
+        }
+    };
+    rlock::hold h;
+    EXPECT_EQ(outcome([&] { return blocking.get(); }), "taken");
+    EXPECT_EQ(outcome([&] { return (h = pending.get()).owns_lock(); }), "taken");
+    const std::string permit_taken = outcome([&] { return permit.get(); });
+    EXPECT_EQ(permit_taken, "taken");
+    if (want.is_held_by_current_thread()) want.unlock();
+    if (h) h.unlock();
+    if (permit_taken == "taken") want_permit.release();
+}
+
 TEST(cluster, an_error_a_node_answers_names_that_node) {
     redis_cluster c;
     rlock::client client(rlock::client_options::from_uri(c.uri()));

@@ -31,7 +31,8 @@ struct error_origin {
     redirect to;            // Redis Cluster: the redirection in the reply
     bool readonly = false;  // a replica refused a write (READONLY): the command did not run
     bool settings_refused = false;  // AUTH or SELECT refused: every server will say the same
-    bool unsent = false;    // no connection could be had: the command was not sent
+    bool unsent = false;    // the command did not run: no connection could be had, or (Redis
+                            // Cluster) each node asked said it could not run it yet
     bool undone = false;    // it may have run, and its undo is sent already (after it, on its
                             // connection, or since): nothing is owed
     bool no_connection_free = false;  // a timeout waiting for a free pooled connection: the

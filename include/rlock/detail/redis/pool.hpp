@@ -233,6 +233,11 @@ private:
                     ask = false;
                     redirects = 0;
                     if (pause_before_retry(deadline)) continue;
+                    // Every node asked answered that it could not run the command (MOVED, ASK,
+                    // TRYAGAIN, CLUSTERDOWN), so nothing of it ran, unless a send before broke:
+                    // a wait makes it again after this outage of the cluster (failure_ride),
+                    // with nothing to undo.
+                    if (resent == 0) throw error_access::unsent(on_node(e, lock, *n), lock);
                     throw on_node(e, lock, *n);
                 }
                 if (h->get()->err == 0 && e.value() != errc::connection_failed) throw on_node(e, lock, *n);

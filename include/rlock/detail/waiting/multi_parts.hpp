@@ -113,11 +113,12 @@ private:
 };
 
 /// Whether `e`, thrown by a part tried without waiting, is an outage at that part (its server
-/// restarting or not answering, a killed connection; a red_lock part without a majority of
-/// nodes it can reach) rather than the acquire's error: that part is then waited for, and its
-/// own wait rides the outage until the deadline, as a single lock's does.
+/// restarting or not answering, a killed connection; a Redis Cluster that could not serve the
+/// slot yet; a red_lock part without a majority of nodes it can reach) rather than the
+/// acquire's error: that part is then waited for, and its own wait rides the outage until the
+/// deadline, as a single lock's does (failure_ride).
 inline bool part_outage(const error& e) noexcept {
-    return is_ambiguous(e) || e.value() == errc::quorum_not_reached;
+    return may_run_later(e) || e.value() == errc::quorum_not_reached;
 }
 RLOCK_DECL bool part_outage(const std::exception_ptr& e) noexcept;
 

@@ -14,6 +14,7 @@
 
 #include "rlock/config.hpp"
 #include "rlock/detail/acquisition/try_result.hpp"
+#include "rlock/detail/redis/error_origin.hpp"
 #include "rlock/detail/redis/hiredis.hpp"
 #include "rlock/detail/waiting/wait_pacing.hpp"
 #include "rlock/errors.hpp"
@@ -56,13 +57,15 @@ enum class repeat { safe, unsafe };
 
 /// A wait whose tries fail because the server cannot be reached or does not answer (it is
 /// restarting, a connection was killed, a failover is under way: connection_failed, timeout;
-/// a replica's READONLY too, where the client follows failovers: Sentinel, Cluster) goes on
+/// a replica's READONLY too, where the client follows failovers: Sentinel, Cluster; and a Redis
+/// Cluster that could not serve the slot for a whole command_timeout: CLUSTERDOWN, TRYAGAIN,
+/// redirections without end, which say that the command did not run) goes on
 /// waiting: each next try after a backoff (25 ms, doubling to 1 s; a message, such as
 /// the subscriber's confirmation after it reconnected, ends the backoff sooner) until the
 /// wait's deadline, and then the last failure is the wait's error. A wait without a deadline
 /// (lock(), acquire()) rides an outage for as long as it lasts. An attempt that may have run
 /// is made again only when that is safe (repeat::safe); a repeat::unsafe one (a semaphore's
-/// DECRBY) only when its failure came before anything was sent (error_origin::unsent), else
+/// DECRBY) only when its failure says that it did not run (error_origin::unsent), else
 /// that failure is the wait's at once, as is any other error.
 class failure_ride {
 public:
@@ -158,7 +161,10 @@ RLOCK_DECL auto wait_policy::next_try(clock::time_point now, const wait_hint& hi
 
 RLOCK_DECL auto failure_ride::again_after(const error& e, clock::time_point deadline)
     -> clock::time_point {
-    if (!is_ambiguous(e)) throw;
+    // An outage: the server was not reached or did not answer, or (Redis Cluster) the cluster
+    // could not serve the slot for a whole command_timeout (CLUSTERDOWN while a failover is
+    // under way, TRYAGAIN while a slot migrates).
+    if (!may_run_later(e)) throw;
     if (error_access::origin(e).readonly && !follows_failovers_) throw;
     if (repeatable_ == repeat::unsafe && !error_access::origin(e).unsent) throw;
     const auto now = clock::now();
