@@ -1027,4 +1027,30 @@ TEST(fair_lock, an_expired_head_or_an_out_of_sync_queue_never_hangs_lock_or_erro
     expect_no_fair_keys(name());
 }
 
+// A queue whose head's deadline no live waiter could have written (+inf, 1e20: a Redisson
+// waiter's chained deadline can be far, never infinite) keeps the lock from a waiter until that
+// head leaves, as Redisson's rule says, and a waiter that runs out leaves the queue as it found
+// it. Before, the queuing script gave the queue keys a TTL computed from the latest deadline,
+// which Redis refused after the waiter's entry was written: the call threw server_error and its
+// entry stayed queued with no TTL.
+TEST(fair_lock, a_head_with_a_deadline_beyond_reach_is_waited_for_and_left_as_it_was) {
+    rlock::client c(server().options());
+    for (const char* due : {"+inf", "1e20"}) {
+        SCOPED_TRACE(due);
+        server().cmd({"DEL", queue_of(name()), timeouts_of(name())});
+        server().cmd({"RPUSH", queue_of(name()), "junk"});
+        server().cmd({"ZADD", timeouts_of(name()), due, "junk"});
+        rlock::fair_lock lock(c, name());
+        EXPECT_FALSE(lock.try_lock_for(300ms));
+        auto q = server().cmd({"LRANGE", queue_of(name()), "0", "-1"});
+        ASSERT_EQ(q->elements, 1u);
+        EXPECT_EQ(rlock::detail::reply_text(q->element[0]), "junk");
+        EXPECT_EQ(server().integer({"ZCARD", timeouts_of(name())}), 1);
+        EXPECT_EQ(server().integer({"PTTL", queue_of(name())}), -1);
+        EXPECT_EQ(server().integer({"PTTL", timeouts_of(name())}), -1);
+        EXPECT_EQ(server().integer({"EXISTS", name()}), 0);
+    }
+    server().cmd({"DEL", queue_of(name()), timeouts_of(name())});
+}
+
 }  // namespace

@@ -738,6 +738,49 @@ class Suite:
                        len(self.leftovers(name)), "/".join("%.0f" % g for g in gaps[1:])))
         return scenario
 
+    def fair_late_waiter(self, v):
+        """A Redisson waiter keeps its place in a fair queue rlock wrote, however long after
+        rlock's last script it queued: rlock sets no TTL on the queue keys, as Redisson sets none
+        (a TTL of rlock's expired under such a waiter and erased it: the unlock woke nobody and
+        its tryLock ended false)."""
+        def scenario(checks):
+            name, counter = "it:fair:late:%s" % v, "it:cnt:fair:late:%s" % v
+            # rlock H holds 800 ms; rlock C (queued at 100 ms) takes the lock from the queue and
+            # holds 7 s: the last rlock script on the queue until C's unlock. Redisson J1
+            # (tryLock 1.5 s) queues at 300 ms and gives up; Redisson J2 (tryLock 20 s) queues at
+            # 1.2 s, after that last script, and must be woken by C's unlock at ~7.8 s.
+            # Watchdogs at their default 30 s: a waiter then sleeps until the unlock message (or
+            # its deadline), where with 3 s it would try again, and queue afresh, every 3 s.
+            cpp = self.cpp("rlock", "once", name=name, counter=counter, threads=2, kind="fair",
+                           fairwait=2000, at="0,100", wait="20000,20000", hold="800,7000",
+                           watchdog=30000)
+            java = self.java(v, "redisson", "once", name=name, counter=counter, threads=2,
+                             kind="fair", at="300,1200", wait="1500,20000", hold="100,100",
+                             watchdog=30000)
+            self.go([cpp, java])
+            results = {"rlock": cpp.finish(40), "redisson": java.finish(40)}
+            self.check_results(checks, results)
+            self.check_clean(checks, counter, name)
+            released = [e["t"] for e in cpp.events("releasing") if e.get("thread") == "1"]
+            gave_up = [e for e in java.events("gaveup") if e.get("thread") == "0"]
+            got = [e["t"] for e in java.events("acquired") if e.get("thread") == "1"]
+            if not gave_up:
+                checks.append("Redisson's J1 did not give up after its 1.5 s tryLock")
+            if not released:
+                checks.append("rlock's C never held and released the lock")
+                return "C never released"
+            if not got:
+                checks.append("Redisson's J2, queued behind C's hold, did not get the lock C released "
+                              "%.1f s into the run: erased from the queue"
+                              % ((released[0] - cpp.go_at) / 1000.0))
+                return "J2 not served"
+            fig = handover(checks, "hand-over rlock unlock -> Redisson waiter queued 6.6 s before it",
+                           got[0] - released[0])
+            return ("rlock H 0.8 s, rlock C from the queue 7 s (fair_lock_wait_timeout 2 s); "
+                    "Redisson J1 gave up, J2 queued after rlock's last script; hand-over C -> J2 %s"
+                    % fig)
+        return scenario
+
     def rw_exclusion(self, v):
         def scenario(checks):
             name, counter = "it:rw:%s" % v, "it:cnt:rw:%s" % v
@@ -921,6 +964,7 @@ def main():
         suite.run("redisson-%s/rlock-watchdog-handover" % v, suite.rlock_watchdog_handover(v))
         suite.run("redisson-%s/fair-order-trylock" % v, suite.fair_order(v, 20000))
         suite.run("redisson-%s/fair-order-lock" % v, suite.fair_order(v, -1))
+        suite.run("redisson-%s/fair-late-waiter" % v, suite.fair_late_waiter(v))
         suite.run("redisson-%s/rw-exclusion" % v, suite.rw_exclusion(v))
         suite.run("redisson-%s/rw-wakeup" % v, suite.rw_wakeup(v))
         suite.run("redisson-%s/fenced" % v, suite.fenced(v))

@@ -218,7 +218,9 @@ struct locks {
             one = std::make_unique<exclusive<rlock::reentrant_lock>>(c, name,
                                                                      rlock::lock_options{true});
         } else if (kind == "fair") {
-            one = std::make_unique<exclusive<rlock::fair_lock>>(c, name, rlock::lock_options{});
+            rlock::lock_options o;  // fairwait=ms: fair_lock_wait_timeout (default 5 min)
+            if (num("fairwait", 0) > 0) o.fair_lock_wait_timeout = milliseconds(num("fairwait", 0));
+            one = std::make_unique<exclusive<rlock::fair_lock>>(c, name, o);
         } else if (kind == "mutex") {
             one = std::make_unique<exclusive<rlock::mutex>>(c, name, rlock::lock_options{});
         } else if (kind != "read" && kind != "write" && kind != "rw" && kind != "semaphore" &&

@@ -29,8 +29,11 @@
 //   - the wait a refused waiter is told is never negative: the holder's TTL, or the time until
 //     the head's deadline when the lock is free for an earlier waiter;
 //   - queue entries without a deadline are dropped when they reach the head instead of
-//     compared (no "attempt to compare nil with number"), and both queue keys carry a TTL
-//     reaching past the latest deadline queued, so they vanish even if every waiter dies.
+//     compared (no "attempt to compare nil with number").
+// The queue keys carry no TTL, as Redisson's: Redisson's waiters queue (RPUSH, ZADD) without
+// touching one, so a TTL that rlock set would expire under a Redisson waiter that queued after
+// rlock's last script and erase it from the queue (never woken, its place lost). Dead waiters'
+// entries are evicted by the next fair-lock script on the name, of either library.
 #pragma once
 
 #include <algorithm>
@@ -77,25 +80,14 @@ local function evict(queue, deadlines, now)
     end
     return head, head ~= first
 end
--- Both queue keys outlive the latest deadline queued by `wait` (and live at least 2 * wait), so
--- they vanish once every waiter is dead, and never under a waiter whose deadline is to come
--- (Redisson's chained deadlines reach far past now + 2 * wait).
-local function keep(queue, deadlines, now, wait)
-    local ttl = 2 * wait
-    local last = redis.call('zrevrange', deadlines, 0, 0, 'withscores')
-    if last[2] then ttl = math.max(ttl, math.floor(tonumber(last[2]) - now) + wait) end
-    redis.call('pexpire', queue, ttl)
-    redis.call('pexpire', deadlines, ttl)
-end
 -- Redisson's acquisition step, once the head takes the lock: it leaves the queue and every
 -- deadline left moves by -wait, the slot the new holder used (each waiter's deadline holds one
 -- slot per waiter ahead of it, see the acquire script).
-local function head_leaves(queue, deadlines, now, wait)
+local function head_leaves(queue, deadlines, wait)
     redis.call('lpop', queue)
     for _, w in ipairs(redis.call('zrange', deadlines, 0, -1)) do
         redis.call('zincrby', deadlines, -wait, w)
     end
-    keep(queue, deadlines, now, wait)
 end
 local function wake(prefix, head)
     if head then redis.call('publish', prefix .. ':' .. head, '0') end
@@ -148,7 +140,7 @@ if redis.call('exists', KEYS[1]) == 0 then
     if ARGV[5] == '1' then return {0, -2} end
     if head == false or head == ARGV[2] then
         if now then redis.call('zrem', KEYS[3], ARGV[2]) end
-        if head then head_leaves(KEYS[2], KEYS[3], now, tonumber(ARGV[3])) end
+        if head then head_leaves(KEYS[2], KEYS[3], tonumber(ARGV[3])) end
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
         return {1, 1, token()}
@@ -187,7 +179,6 @@ if ARGV[6] == '1' then
     if redis.call('zadd', KEYS[3], due, ARGV[2]) == 1 then
         redis.call('rpush', KEYS[2], ARGV[2])
     end
-    keep(KEYS[2], KEYS[3], now, wait)
 end
 local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 then
@@ -261,7 +252,7 @@ if head then
             redis.call('hset', KEYS[1], head, 1)
             redis.call('pexpire', KEYS[1], ARGV[2])
             redis.call('zrem', KEYS[3], head)
-            head_leaves(KEYS[2], KEYS[3], now, tonumber(ARGV[3]))
+            head_leaves(KEYS[2], KEYS[3], tonumber(ARGV[3]))
             return {0, head}
         end
     end
