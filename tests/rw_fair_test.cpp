@@ -1027,6 +1027,42 @@ TEST(fair_lock, an_expired_head_or_an_out_of_sync_queue_never_hangs_lock_or_erro
     expect_no_fair_keys(name());
 }
 
+// An inner unlock of a reentrant_lock or fair_lock whose holder's count is no integer (a hand
+// edit, a peer gone wrong) is refused with nothing changed, and the owner is told. Before, such
+// a count read as the last level: the inner unlock deleted the lock while its owner still held
+// the outer level and believed it held (lost() false), and another client took it.
+template <class Lock>
+void an_inner_unlock_over_a_count_that_is_no_integer_changes_nothing(const std::string& n) {
+    rlock_test::lost_log lost;
+    rlock::client_options o = server().options();
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o), other(server().options());
+    Lock l(c, n);
+    l.lock();
+    l.lock();
+    auto fields = server().cmd({"HKEYS", n});
+    ASSERT_EQ(fields->elements, 1u);
+    const std::string holder(rlock::detail::reply_text(fields->element[0]));
+    server().cmd({"HSET", n, holder, "abc"});
+    l.unlock();  // the inner level
+    EXPECT_EQ(server().text({"HGET", n, holder}), "abc") << "the inner unlock changed the count";
+    EXPECT_EQ(server().integer({"HLEN", n}), 1);
+    EXPECT_TRUE(eventually([&] { return lost.calls.load() >= 1; }, 2s)) << "the owner was not told";
+    EXPECT_TRUE(l.lost());
+    Lock intruder(other, n);
+    EXPECT_FALSE(intruder.try_lock()) << "another client took the lock its owner still held";
+    server().cmd({"DEL", n});
+    try {
+        l.unlock();
+    } catch (const rlock::error&) {
+    }
+}
+
+TEST(fair_lock, an_inner_unlock_over_a_count_that_is_no_integer_changes_nothing) {
+    an_inner_unlock_over_a_count_that_is_no_integer_changes_nothing<rlock::reentrant_lock>(name() + ".reentrant");
+    an_inner_unlock_over_a_count_that_is_no_integer_changes_nothing<rlock::fair_lock>(name() + ".fair");
+}
+
 // A queue whose head's deadline no live waiter could have written (+inf, 1e20: a Redisson
 // waiter's chained deadline can be far, never infinite) keeps the lock from a waiter until that
 // head leaves, as Redisson's rule says, and a waiter that runs out leaves the queue as it found

@@ -206,7 +206,8 @@ if type(count) ~= 'string' then
     wake_head_if_gone(KEYS[1], KEYS[2], KEYS[3], KEYS[4])
     return -1
 end
-if (tonumber(count) or 0) > 1 then return redis.call('hincrby', KEYS[1], ARGV[1], -1) end
+if not can_step(count, -1) then return bad_count(KEYS[1], ARGV[1]) end
+if tonumber(count) > 1 then return redis.call('hincrby', KEYS[1], ARGV[1], -1) end
 local refused = channel_refused(KEYS[4] .. ':' .. ARGV[1])
 if refused then return refused end
 local queued = redis.call('exists', KEYS[2]) == 1
@@ -236,7 +237,8 @@ if type(count) ~= 'string' then
     wake_head_if_gone(KEYS[1], KEYS[2], KEYS[3], KEYS[4])
     return {-1}
 end
-if (tonumber(count) or 0) > 1 then return {redis.call('hincrby', KEYS[1], ARGV[1], -1)} end
+if not can_step(count, -1) then return bad_count(KEYS[1], ARGV[1]) end
+if tonumber(count) > 1 then return {redis.call('hincrby', KEYS[1], ARGV[1], -1)} end
 local refused = channel_refused(KEYS[4] .. ':' .. ARGV[1])
 if refused then return refused end
 if redis.call('exists', KEYS[2]) == 0 then

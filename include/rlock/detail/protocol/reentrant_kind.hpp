@@ -95,13 +95,14 @@ return {1, n, token}
     /// last level costs no HINCRBY. Errors other than WRONGTYPE (an ACL's refusal) are returned
     /// as the script's error, not as "not held"; the other release scripts do the same.
     static const script& release_script() {
-        static const script s(with_read_failed(with_channel_check(lua_release_steps) + R"lua(
+        static const script s(with_lua_checks(with_channel_check(lua_release_steps) + R"lua(
 local count, failed = reentrant_read(KEYS[1], ARGV[1])
 if failed then return failed end
 if not count then
     if redis.call('exists', KEYS[1]) == 0 then wake_waiters(ARGV[2], '0') end
     return -1
 end
+if not can_step(count, -1) then return bad_count(KEYS[1], ARGV[1]) end
 if reentrant_last(count) then
     local refused = channel_refused(ARGV[2])
     if refused then return refused end
