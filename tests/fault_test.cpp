@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -1692,6 +1693,44 @@ TEST(loss_told_more, an_idle_client_sleeps_and_a_hold_taken_later_is_still_told_
     ASSERT_TRUE(eventually([&] { return lost.calls.load() == 1; }, 20s));
     EXPECT_LT(steady::now() - deleted, 2s);
     m.unlock();
+}
+
+// Renewals refused for a whole batch (one script for every mutex hold of the client; here the
+// server wants a replica it does not have: NOREPLICAS) tell each hold the refusal naming its
+// own lock. Before, every hold of the batch was told one error naming one of the locks.
+TEST(loss_told_more, a_refused_renewal_batch_tells_each_hold_an_error_naming_its_own_lock) {
+    redis_server s;
+    std::mutex mu;
+    std::vector<std::pair<std::string, std::string>> told;  // (hold's lock, error's lock)
+    rlock::client_options o = s.options();
+    o.lock_watchdog_timeout = 900ms;
+    o.on_lock_lost = [&](std::string_view lock, const rlock::error& why) {
+        std::lock_guard<std::mutex> g(mu);
+        told.emplace_back(std::string(lock), why.lock());
+    };
+    rlock::client c(o);
+    rlock::mutex a(c, "batch:a"), b(c, "batch:b"), d(c, "batch:c");
+    a.lock();
+    b.lock();
+    d.lock();
+    s.cmd({"CONFIG", "SET", "min-replicas-to-write", "1"});
+    ASSERT_TRUE(eventually([&] {
+        std::lock_guard<std::mutex> g(mu);
+        return told.size() >= 3;
+    }, 10s));
+    s.cmd({"CONFIG", "SET", "min-replicas-to-write", "0"});
+    {
+        std::lock_guard<std::mutex> g(mu);
+        std::set<std::string> holds;
+        for (const auto& [hold, named] : told) {
+            EXPECT_EQ(named, hold) << "the error told for " << hold << " names " << named;
+            holds.insert(hold);
+        }
+        EXPECT_EQ(holds.size(), 3u);
+    }
+    a.unlock();
+    b.unlock();
+    d.unlock();
 }
 
 // The server's maxmemory-policy may evict lock keys (anything but noeviction): the listener

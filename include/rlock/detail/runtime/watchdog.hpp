@@ -670,14 +670,15 @@ RLOCK_DECL void watchdog::record(const redisReply* reply, const batch& b,
                                  const std::vector<registry::hold_ptr>& holds, renewal& r,
                                  const connection& c) const {
     auto refuse = [&](std::size_t from, std::size_t count, const redisReply* why) {
-        error e = make_error(c, why, holds[from]->name, ep.name);
-        // A replica's READONLY (a failover) and a cluster's redirection are about where
-        // the renewal went, not about the hold: the caller retries elsewhere.
-        if (is_ambiguous(e) || error_access::origin(e).to.kind != redirect::none) {
-            throw make_error(c, why, holds[from]->name, ep.name);
+        // Each hold of the batch is told the refusal naming its own lock.
+        for (std::size_t i = from; i < from + count; ++i) {
+            error e = make_error(c, why, holds[i]->name, ep.name);
+            // A replica's READONLY (a failover) and a cluster's redirection are about where
+            // the renewal went, not about the hold: the caller retries elsewhere.
+            if (is_ambiguous(e) || error_access::origin(e).to.kind != redirect::none) throw e;
+            r.refusals.push_back(std::move(e));
+            r.refusal[i] = r.refusals.size();
         }
-        r.refusals.push_back(std::move(e));
-        for (std::size_t i = from; i < from + count; ++i) r.refusal[i] = r.refusals.size();
     };
     if (!reply) throw make_error(c, reply, holds[b.first]->name, ep.name);
     if (reply->type != REDIS_REPLY_ARRAY) {
