@@ -1695,6 +1695,35 @@ TEST(loss_told_more, an_idle_client_sleeps_and_a_hold_taken_later_is_still_told_
     m.unlock();
 }
 
+// A mutex hold whose key another holder overwrote in its first milliseconds, before the
+// watchdog armed it (the server tracked nothing of it yet), is told when it is armed (25 ms
+// in), not at the next tick (10 s at the default lock_watchdog_timeout): arming reads a mutex's
+// value and compares it. The same read tells a hold passed within the process whose key was
+// overwritten during the pass (the key's invalidation came while no hold named the key, and
+// was dropped; an outside probe, with local_handoff_time raised).
+TEST(loss_told_more, a_mutex_hold_overwritten_before_it_was_armed_is_told_when_armed) {
+    redis_server s;
+    rlock_test::lost_log lost;
+    rlock::client_options o = s.options();
+    o.on_lock_lost = lost.handler();
+    rlock::client c(o);
+    rlock::mutex m(c, "told:early");
+    m.lock();
+    std::this_thread::sleep_for(150ms);  // tracking on: the client's first hold was armed
+    m.unlock();
+    for (int round = 0; round < 3; ++round) {
+        m.lock();
+        const auto written = steady::now();
+        s.cmd({"SET", "told:early", "another-holder", "PX", "60000"});
+        ASSERT_TRUE(eventually([&] { return lost.calls.load() == round + 1; }, 20s));
+        EXPECT_LT(steady::now() - written, 2s) << "round " << round << ": told at the watchdog's tick";
+        EXPECT_TRUE(m.lost());
+        m.unlock();
+        EXPECT_EQ(s.text({"GET", "told:early"}), "another-holder") << "the unlock touched the other's key";
+        s.cmd({"DEL", "told:early"});
+    }
+}
+
 // Renewals refused for a whole batch (one script for every mutex hold of the client; here the
 // server wants a replica it does not have: NOREPLICAS) tell each hold the refusal naming its
 // own lock. Before, every hold of the batch was told one error naming one of the locks.

@@ -34,7 +34,7 @@
 #include "rlock/options.hpp"
 
 namespace rlock::detail {
-inline const kind_info red_lock_info{"red_lock", &mutex_kind::renew_script};
+inline const kind_info red_lock_info{"red_lock", &mutex_kind::renew_script, true, nullptr, /*token_value=*/true};
 
 /// What a red_lock is apart from any thread: its nodes, name and options, with one round, one
 /// release and the validity of a hold, each for an owner (a thread's number, or an

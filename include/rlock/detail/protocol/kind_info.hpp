@@ -13,6 +13,8 @@ struct kind_info {
     const script& (*renew)() = nullptr;    // batch renewal; KEYS = lock keys, ARGV = lease, values...
     bool follows_ask = true;               // Redis Cluster: see kind_defaults::follows_ask
     const char* gone = nullptr;            // why a renewal found a hold gone, when not a lock's
+    bool token_value = false;              // the key is a string holding the hold's value (mutex,
+                                           // red_lock): arming reads and compares it
 };
 
 }  // namespace rlock::detail

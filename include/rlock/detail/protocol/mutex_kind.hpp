@@ -107,7 +107,7 @@ return {0, mutex_leave(KEYS[1], ARGV[2])}
         return s;
     }
 
-    static inline const kind_info info{"mutex", &renew_script};
+    static inline const kind_info info{"mutex", &renew_script, true, nullptr, /*token_value=*/true};
     static constexpr char multi_code = 'm';  // multi_scripts.hpp
 
     /// The unscripted acquire, `SET key token NX PX lease`, as a call of its own (red_lock

@@ -556,30 +556,59 @@ RLOCK_DECL bool watchdog::track(redisContext* c) {
 
 RLOCK_DECL void watchdog::arm(const connection& c, const std::vector<registry::hold_ptr>& holds,
                               const std::vector<char>& ok) {
-    std::vector<std::string_view> argv{"EXISTS"};
+    // EXISTS of every key, and MGET of the keys that hold their hold's value (token_value),
+    // compared: a key another holder wrote before it was armed is found as well as one gone.
+    // Its invalidation may never come: the key was not tracked yet, or (a hold passed in the
+    // process) it came while no hold named the key, and was dropped.
+    std::vector<std::string_view> exists{"EXISTS"}, mget{"MGET"};
+    std::vector<std::string> values;  // of the MGET keys, in order
     std::vector<char> which(holds.size(), 0);
-    for (std::size_t i = 0; i < holds.size(); ++i) {
-        if (!ok[i]) continue;
-        which[i] = 1;
-        argv.push_back(holds[i]->renewed_key());
-    }
-    if (argv.size() == 1) return;
-    std::vector<const char*> args;
-    std::vector<std::size_t> lens;
-    for (std::string_view a : argv) {
-        args.push_back(a.data());
-        lens.push_back(a.size());
-    }
-    reply_ptr reply = command_argv(c, static_cast<int>(args.size()), args.data(), lens.data());
-    if (!reply) throw make_error(c, nullptr, "", ep.name);
-    if (reply->type != REDIS_REPLY_INTEGER) return;
+    reg.with([&] {
+        for (std::size_t i = 0; i < holds.size(); ++i) {
+            if (!ok[i]) continue;
+            which[i] = 1;
+            exists.push_back(holds[i]->renewed_key());
+            if (holds[i]->kind && holds[i]->kind->token_value) {
+                mget.push_back(holds[i]->renewed_key());
+                values.push_back(holds[i]->value);
+            }
+        }
+    });
+    if (exists.size() == 1) return;
+    auto send = [&](const std::vector<std::string_view>& argv) {
+        std::vector<const char*> args;
+        std::vector<std::size_t> lens;
+        for (std::string_view a : argv) {
+            args.push_back(a.data());
+            lens.push_back(a.size());
+        }
+        if (append_command(c.ctx, static_cast<int>(args.size()), args.data(), lens.data()) != REDIS_OK)
+            throw make_error(c, nullptr, "", ep.name);
+    };
+    auto receive = [&] {
+        void* raw = nullptr;
+        if (redisGetReply(c.ctx, &raw) != REDIS_OK) throw make_error(c, nullptr, "", ep.name);
+        return reply_ptr(static_cast<redisReply*>(raw));
+    };
+    send(exists);
+    if (mget.size() > 1) send(mget);
+    const reply_ptr reply = receive();
+    const reply_ptr read = mget.size() > 1 ? receive() : nullptr;
+    if (!reply || reply->type != REDIS_REPLY_INTEGER) return;
     reg.armed(holds, which);
-    if (reply->integer < static_cast<long long>(argv.size() - 1)) {
-        // A key went between its renewal and this read (no invalidation comes for that:
-        // the renewal's write had stopped the tracking): renewed again at once, which
-        // tells whose.
+    bool changed = false;
+    if (read && read->type == REDIS_REPLY_ARRAY && read->elements == values.size()) {
+        for (std::size_t i = 0; i < values.size() && !changed; ++i) {
+            const redisReply* v = read->element[i];
+            changed = v->type != REDIS_REPLY_STRING || reply_text(v) != values[i];
+        }
+    }
+    if (changed || reply->integer < static_cast<long long>(exists.size() - 1)) {
+        // A key went, or another holder wrote it, between its renewal (or acquisition) and
+        // this read (no invalidation comes for that: the renewal's write had stopped the
+        // tracking): renewed again at once, which tells whose.
         std::lock_guard<std::mutex> g(mu_);
-        for (std::size_t i = 1; i < argv.size(); ++i) suspects_.emplace_back(argv[i]);
+        for (std::size_t i = 1; i < exists.size(); ++i) suspects_.emplace_back(exists[i]);
         poke_ = true;
     }
 }
@@ -889,12 +918,17 @@ RLOCK_DECL bool watchdog::gave_up_on(const error& e, renewal& r) {
 
 RLOCK_DECL void watchdog::arm_each(tracked_node& t, const std::vector<registry::hold_ptr>& holds,
                                    const std::vector<char>& which) {
+    // As arm(): a key that holds its hold's value (token_value) is read with GET and
+    // compared, the others with EXISTS.
     std::vector<std::size_t> sent;
+    std::vector<std::string> values(holds.size());
     for (std::size_t i = 0; i < holds.size(); ++i) {
         if (!which[i]) continue;
         const std::string& key = holds[i]->renewed_key();
-        const char* argv[2] = {"EXISTS", key.data()};
-        const std::size_t lens[2] = {6, key.size()};
+        const bool by_value = holds[i]->kind && holds[i]->kind->token_value;
+        if (by_value) values[i] = reg.with([&] { return holds[i]->value; });
+        const char* argv[2] = {by_value ? "GET" : "EXISTS", key.data()};
+        const std::size_t lens[2] = {by_value ? 3u : 6u, key.size()};
         if (append_command(t.conn.get(), 2, argv, lens) != REDIS_OK)
             throw make_error(t.conn.get(), nullptr, "", t.name);
         sent.push_back(i);
@@ -907,7 +941,12 @@ RLOCK_DECL void watchdog::arm_each(tracked_node& t, const std::vector<registry::
         if (redisGetReply(t.conn.get(), &raw) != REDIS_OK)
             throw make_error(t.conn.get(), nullptr, "", t.name);
         const reply_ptr reply(static_cast<redisReply*>(raw));
-        if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer == 0) {
+        const bool by_value = holds[i]->kind && holds[i]->kind->token_value;
+        const bool changed = by_value && reply &&
+                             (reply->type == REDIS_REPLY_NIL ||
+                              (reply->type == REDIS_REPLY_STRING && reply_text(reply.get()) != values[i]) ||
+                              reply_is_error(reply.get(), "WRONGTYPE"));
+        if (changed || (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer == 0)) {
             gone.push_back(holds[i]->renewed_key());
             continue;
         }
