@@ -704,7 +704,9 @@ RLOCK_DECL void watchdog::record(const redisReply* reply, const batch& b,
             error e = make_error(c, why, holds[i]->name, ep.name);
             // A replica's READONLY (a failover) and a cluster's redirection are about where
             // the renewal went, not about the hold: the caller retries elsewhere.
-            if (is_ambiguous(e) || error_access::origin(e).to.kind != redirect::none) throw e;
+            if (is_ambiguous(e) || error_access::origin(e).to.kind != redirect::none) {
+                throw make_error(c, why, holds[i]->name, ep.name);
+            }
             r.refusals.push_back(std::move(e));
             r.refusal[i] = r.refusals.size();
         }
