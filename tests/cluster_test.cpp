@@ -1064,6 +1064,24 @@ TEST(cluster, waits_ride_out_a_cluster_that_does_not_serve_for_longer_than_a_com
     if (permit_taken == "taken") want_permit.release();
 }
 
+// A cluster node given to a client as a plain server (cluster mode off) answers MOVED for a
+// slot another master serves: that is the client's settings, not an outage, and a wait ends
+// with it at once (server_error naming MOVED) instead of riding it to its deadline.
+TEST(cluster, a_wait_of_a_client_not_in_cluster_mode_ends_at_once_on_a_redirection) {
+    redis_cluster c(3, 0);
+    rlock::client plain(c.masters()[0]->options());
+    rlock::mutex m(plain, name_on(c, *c.masters()[1], rlock_test::test_lock_name()));
+    const auto start = std::chrono::steady_clock::now();
+    try {
+        (void)m.try_lock_for(10s);
+        FAIL() << "a MOVED answer was taken for the lock";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::server_error) << e.what();
+        EXPECT_NE(std::string(e.what()).find("MOVED"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << "the wait rode a MOVED of its settings as an outage";
+}
+
 TEST(cluster, an_error_a_node_answers_names_that_node) {
     redis_cluster c;
     rlock::client client(rlock::client_options::from_uri(c.uri()));

@@ -163,10 +163,13 @@ RLOCK_DECL auto failure_ride::again_after(const error& e, clock::time_point dead
     -> clock::time_point {
     // An outage: the server was not reached or did not answer, or (Redis Cluster) the cluster
     // could not serve the slot for a whole command_timeout (CLUSTERDOWN while a failover is
-    // under way, TRYAGAIN while a slot migrates).
-    if (!may_run_later(e)) throw;
-    if (error_access::origin(e).readonly && !follows_failovers_) throw;
-    if (repeatable_ == repeat::unsafe && !error_access::origin(e).unsent) throw;
+    // under way, TRYAGAIN while a slot migrates). A redirection met by a client that does not
+    // follow a cluster (a cluster node given as a plain server) is its settings, as a
+    // replica's READONLY is: thrown at once.
+    const error_origin& o = error_access::origin(e);
+    if (!is_ambiguous(e) && !(o.to.kind != redirect::none && follows_failovers_)) throw;
+    if (o.readonly && !follows_failovers_) throw;
+    if (repeatable_ == repeat::unsafe && !o.unsent) throw;
     const auto now = clock::now();
     if (now >= deadline) throw;
     const auto at = now + backoff_;
