@@ -554,6 +554,16 @@ RLOCK_DECL bool watchdog::track(redisContext* c) {
     return true;
 }
 
+// Arming reads a key that holds its hold's own value (kind_info::token_value: mutex, red_lock)
+// and compares it, not only whether it exists.
+inline bool reads_token(const hold& h) noexcept { return h.kind && h.kind->token_value; }
+
+// That read (GET's reply, or one of MGET's) shows the key gone, of another type, or another's.
+inline bool token_changed(const redisReply* r, std::string_view token) noexcept {
+    return r->type == REDIS_REPLY_NIL || reply_is_error(r, "WRONGTYPE") ||
+           (r->type == REDIS_REPLY_STRING && reply_text(r) != token);
+}
+
 RLOCK_DECL void watchdog::arm(const connection& c, const std::vector<registry::hold_ptr>& holds,
                               const std::vector<char>& ok) {
     // EXISTS of every key, and MGET of the keys that hold their hold's value (token_value),
@@ -568,7 +578,7 @@ RLOCK_DECL void watchdog::arm(const connection& c, const std::vector<registry::h
             if (!ok[i]) continue;
             which[i] = 1;
             exists.push_back(holds[i]->renewed_key());
-            if (holds[i]->kind && holds[i]->kind->token_value) {
+            if (reads_token(*holds[i])) {
                 mget.push_back(holds[i]->renewed_key());
                 values.push_back(holds[i]->value);
             }
@@ -598,10 +608,7 @@ RLOCK_DECL void watchdog::arm(const connection& c, const std::vector<registry::h
     reg.armed(holds, which);
     bool changed = false;
     if (read && read->type == REDIS_REPLY_ARRAY && read->elements == values.size()) {
-        for (std::size_t i = 0; i < values.size() && !changed; ++i) {
-            const redisReply* v = read->element[i];
-            changed = v->type != REDIS_REPLY_STRING || reply_text(v) != values[i];
-        }
+        for (std::size_t i = 0; i < values.size() && !changed; ++i) changed = token_changed(read->element[i], values[i]);
     }
     if (changed || reply->integer < static_cast<long long>(exists.size() - 1)) {
         // A key went, or another holder wrote it, between its renewal (or acquisition) and
@@ -927,7 +934,7 @@ RLOCK_DECL void watchdog::arm_each(tracked_node& t, const std::vector<registry::
     for (std::size_t i = 0; i < holds.size(); ++i) {
         if (!which[i]) continue;
         const std::string& key = holds[i]->renewed_key();
-        const bool by_value = holds[i]->kind && holds[i]->kind->token_value;
+        const bool by_value = reads_token(*holds[i]);
         if (by_value) values[i] = reg.with([&] { return holds[i]->value; });
         const char* argv[2] = {by_value ? "GET" : "EXISTS", key.data()};
         const std::size_t lens[2] = {by_value ? 3u : 6u, key.size()};
@@ -943,11 +950,7 @@ RLOCK_DECL void watchdog::arm_each(tracked_node& t, const std::vector<registry::
         if (redisGetReply(t.conn.get(), &raw) != REDIS_OK)
             throw make_error(t.conn.get(), nullptr, "", t.name);
         const reply_ptr reply(static_cast<redisReply*>(raw));
-        const bool by_value = holds[i]->kind && holds[i]->kind->token_value;
-        const bool changed = by_value && reply &&
-                             (reply->type == REDIS_REPLY_NIL ||
-                              (reply->type == REDIS_REPLY_STRING && reply_text(reply.get()) != values[i]) ||
-                              reply_is_error(reply.get(), "WRONGTYPE"));
+        const bool changed = reply && reads_token(*holds[i]) && token_changed(reply.get(), values[i]);
         if (changed || (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer == 0)) {
             gone.push_back(holds[i]->renewed_key());
             continue;

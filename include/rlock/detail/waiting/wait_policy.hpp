@@ -57,10 +57,10 @@ enum class repeat { safe, unsafe };
 
 /// A wait whose tries fail because the server cannot be reached or does not answer (it is
 /// restarting, a connection was killed, a failover is under way: connection_failed, timeout;
-/// a replica's READONLY too, where the client follows failovers: Sentinel, Cluster; and a Redis
-/// Cluster that could not serve the slot for a whole command_timeout: CLUSTERDOWN, TRYAGAIN,
-/// redirections without end, which say that the command did not run) goes on
-/// waiting: each next try after a backoff (25 ms, doubling to 1 s; a message, such as
+/// a replica's READONLY too, where the client follows failovers: Sentinel, Cluster; and, for a
+/// client in cluster mode, a cluster that could not serve the slot for a whole command_timeout:
+/// CLUSTERDOWN, TRYAGAIN, redirections without end, which say that the command did not run)
+/// goes on waiting: each next try after a backoff (25 ms, doubling to 1 s; a message, such as
 /// the subscriber's confirmation after it reconnected, ends the backoff sooner) until the
 /// wait's deadline, and then the last failure is the wait's error. A wait without a deadline
 /// (lock(), acquire()) rides an outage for as long as it lasts. An attempt that may have run
