@@ -602,10 +602,6 @@ TEST(client_errors, messages_name_the_server_and_the_cause_once) {
 
 // ---- Events (client_options::listener, events.hpp) -----------------------------------------
 
-/// A wait is measured from the acquisition's start, which comes a few microseconds after the
-/// call set its deadline: a wait that ran out may be told that much under its `wait`.
-constexpr auto waited_margin = std::chrono::milliseconds(2);
-
 template <class Lock>
 class events : public rlock_test::kind_fixture<events<Lock>> {
 protected:
@@ -654,7 +650,7 @@ TYPED_TEST(events, a_lock_tells_its_acquisition_wait_release_and_cancellation) {
     ASSERT_EQ(ended.size(), 1u);
     EXPECT_EQ(ended[0].lock, name);
     EXPECT_EQ(ended[0].kind, this->told_kind());
-    EXPECT_GE(ended[0].wait, 150ms - waited_margin);
+    EXPECT_GE(ended[0].wait, 150ms);
     EXPECT_GE(ended[0].tries, 1u);
     EXPECT_FALSE(ended[0].cancelled);
 
@@ -667,7 +663,7 @@ TYPED_TEST(events, a_lock_tells_its_acquisition_wait_release_and_cancellation) {
     ended = log->of("wait_ended");
     ASSERT_EQ(ended.size(), 2u);
     EXPECT_TRUE(ended[1].cancelled);
-    EXPECT_GE(ended[1].wait, 50ms - waited_margin);
+    EXPECT_GE(ended[1].wait, 50ms);
     std::future<rlock::hold> f = m.async_lock(rlock::use_future);
     std::this_thread::sleep_for(100ms);
     other.unlock();
@@ -675,7 +671,7 @@ TYPED_TEST(events, a_lock_tells_its_acquisition_wait_release_and_cancellation) {
     acquired = log->of("acquired");
     ASSERT_EQ(acquired.size(), 2u);
     EXPECT_EQ(acquired[1].hold_id, h.hold_id());
-    EXPECT_GE(acquired[1].wait, 100ms - waited_margin);
+    EXPECT_GE(acquired[1].wait, 100ms);
     h.unlock();
     released = log->of("released");
     ASSERT_EQ(released.size(), 2u);
@@ -753,6 +749,32 @@ TEST(events_watchdog, a_hold_handed_on_within_the_client_is_told_so) {
     EXPECT_FALSE(last.local);
 }
 
+// A wait is told from its call, with the deadline counted from the same reading of the clock:
+// one that ran out is never told shorter than the wait asked for, however late the acquisition
+// got to its wait. Here a multi_lock's first attempt (one script for both parts) is held up 80 ms
+// by the server; its head part's wait then ran out, and was told from the multi_lock's call.
+TEST(events_watchdog, a_wait_that_ran_out_is_told_from_its_call_however_late_its_wait_began) {
+    redis_server s;
+    auto log = std::make_shared<rlock_test::event_log>();
+    rlock::client_options o = s.options();
+    o.listener = log;
+    rlock::client mine(o), theirs(s.options());
+    rlock::mutex a(mine, "events:late:a"), b(mine, "events:late:b"), held(theirs, "events:late:b");
+    rlock::multi_lock both{a, b};
+    both.lock();  // connected, scripts loaded: the pause below delays only the next attempt
+    both.unlock();
+    held.lock();
+    log->clear();
+    ASSERT_EQ(s.text({"CLIENT", "PAUSE", "80"}), "OK");
+    EXPECT_FALSE(both.try_lock_for(150ms));
+    const auto ended = log->of("wait_ended");
+    ASSERT_EQ(ended.size(), 1u);
+    EXPECT_EQ(ended[0].lock, "events:late:b");
+    EXPECT_GE(ended[0].wait, 150ms);
+    EXPECT_EQ(log->count("acquired"), 0u);
+    held.unlock();
+}
+
 // Semaphores: permits taken and released are told (a semaphore's without a hold id, a permit's
 // with its own), and waits that run out — blocking and asynchronous.
 TEST(events_watchdog, semaphores_tell_their_permits_and_waits) {
@@ -775,8 +797,8 @@ TEST(events_watchdog, semaphores_tell_their_permits_and_waits) {
     auto ended = log->of("wait_ended");
     ASSERT_EQ(ended.size(), 2u);
     EXPECT_EQ(ended[0].kind, "semaphore");
-    EXPECT_GE(ended[0].wait, 100ms - waited_margin);
-    EXPECT_GE(ended[1].wait, 100ms - waited_margin);
+    EXPECT_GE(ended[0].wait, 100ms);
+    EXPECT_GE(ended[1].wait, 100ms);
     EXPECT_GE(ended[1].tries, 1u);
     ASSERT_EQ(log->count("released"), 1u);
 

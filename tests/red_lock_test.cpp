@@ -670,7 +670,7 @@ TEST_F(red_lock_test, its_events_tell_one_hold_not_one_per_node) {
     ASSERT_EQ(ended.size(), 2u);
     for (const auto& e : ended) {
         EXPECT_EQ(e.kind, "red_lock");
-        EXPECT_GE(e.wait, 198ms);  // measured from the start, just after the deadline was set
+        EXPECT_GE(e.wait, 200ms);  // told from the call, which set the deadline
         EXPECT_GE(e.tries, 1u);
     }
     EXPECT_EQ(log->count("acquired"), 1u);

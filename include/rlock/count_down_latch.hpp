@@ -99,29 +99,29 @@ public:
     /// Completes once the count is 0.
     template <class Token>
     auto async_wait(Token&& token) const {
-        return async_wait_steady(clock::time_point::max(), std::forward<Token>(token));
+        return async_wait_steady(detail::call_forever(), std::forward<Token>(token));
     }
     /// Completes once the count is 0 (true) or after `wait` (false).
     template <class Rep, class Period, class Token>
     auto async_wait_for(const std::chrono::duration<Rep, Period>& wait, Token&& token) const {
-        return async_wait_steady(detail::deadline_after(wait), std::forward<Token>(token));
+        return async_wait_steady(detail::call_for(wait), std::forward<Token>(token));
     }
     /// Completes once the count is 0 (true) or at `deadline` (false).
     template <class Clock, class Duration, class Token>
     auto async_wait_until(const std::chrono::time_point<Clock, Duration>& deadline, Token&& token) const {
-        return async_wait_steady(detail::to_steady(deadline), std::forward<Token>(token));
+        return async_wait_steady(detail::call_until(deadline), std::forward<Token>(token));
     }
 
 private:
     template <class Token>
-    auto async_wait_steady(clock::time_point deadline, Token&& token) const {
+    auto async_wait_steady(detail::wait_call call, Token&& token) const {
         // Each read once: the wait makes a read that failed in an outage again (repeat::safe).
         auto read = [core = core_, name = name_]() -> detail::attempt_result {
             return core->pool.run(name, detail::on_break::fail, [&](const detail::connection& c) {
                 return detail::read_count(c, name, core->ep.name) <= 0;
             });
         };
-        return synchronizer::async_wait_until<bool>(deadline, detail::repeat::safe,
+        return synchronizer::async_wait_until<bool>(call, detail::repeat::safe,
                                                     detail::bool_op<decltype(read)>{std::move(read)},
                                                     std::forward<Token>(token));
     }

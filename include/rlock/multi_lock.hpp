@@ -77,7 +77,7 @@ class multi_lock : public detail::timed_lockable<multi_lock>, public detail::asy
     struct part {
         void* lock = nullptr;
         std::string name;
-        bool (*try_until)(void*, clock::time_point, detail::lease_request) = nullptr;
+        bool (*try_until)(void*, detail::wait_call, detail::lease_request) = nullptr;
         void (*release)(void*) = nullptr;
         bool (*is_lost)(void*) = nullptr;
         std::uint64_t (*hold_id)(void*) = nullptr;
@@ -144,9 +144,8 @@ private:
         part p;
         p.lock = &l;
         p.name = l.name();
-        p.try_until = [](void* o, clock::time_point t, detail::lease_request lease) {
-            L& x = *static_cast<L*>(o);
-            return lease.is_watched() ? x.try_lock_until(t) : x.try_lock_until(t, lease.fixed_duration());
+        p.try_until = [](void* o, detail::wait_call call, detail::lease_request lease) {
+            return detail::part_access::acquire(*static_cast<L*>(o), call, lease);
         };
         p.release = [](void* o) { static_cast<L*>(o)->unlock(); };
         p.is_lost = [](void* o) { return static_cast<L*>(o)->lost(); };
@@ -171,13 +170,12 @@ private:
     std::string_view server() const noexcept { return servers_; }
 
     // timed_lockable's entry point (see there).
-    bool acquire(clock::time_point deadline, detail::lease_request lease);
+    bool acquire(detail::wait_call call, detail::lease_request lease);
 
     // async_lockable's entry point (async_lockable.hpp).
     template <class Token>
-    auto start_async(clock::time_point deadline, detail::lease_request lease, std::uint64_t owner,
-                     Token&& token) {
-        return detail::start_with(async_starter(), deadline, lease, owner, std::forward<Token>(token));
+    auto start_async(detail::wait_call call, detail::lease_request lease, std::uint64_t owner, Token&& token) {
+        return detail::start_with(async_starter(), call, lease, owner, std::forward<Token>(token));
     }
 
     // What starts an asynchronous acquire of every part, sharing their sites.
@@ -188,7 +186,8 @@ private:
     // Links the parts' holds so that the loss of any one is the loss of all, told once.
     void group_parts();
 
-    bool acquire_in_one_script(detail::lease_request requested, std::size_t& refusing);
+    // `began`: the call's start (its listener's wait is told from it).
+    bool acquire_in_one_script(detail::lease_request requested, clock::time_point began, std::size_t& refusing);
 
     // The one-script release of every part, each with its value (parts_ order).
     detail::script_call release_call(const std::vector<std::string_view>& values) const;
@@ -301,13 +300,14 @@ RLOCK_DECL void multi_lock::set_refused(std::string what) {
     refused_ = std::move(what);
 }
 
-RLOCK_DECL bool multi_lock::acquire(clock::time_point deadline, detail::lease_request lease) {
+RLOCK_DECL bool multi_lock::acquire(detail::wait_call call, detail::lease_request lease) {
+    const clock::time_point deadline = call.deadline;
     refuse_one_server_twice();
     std::size_t first = 0;
     if (one_node_) {
         std::size_t refusing = 0;
         try {
-            if (acquire_in_one_script(lease, refusing)) {
+            if (acquire_in_one_script(lease, call.began, refusing)) {
                 set_refused("");
                 return true;
             }
@@ -321,7 +321,7 @@ RLOCK_DECL bool multi_lock::acquire(clock::time_point deadline, detail::lease_re
     }
     for (;;) {
         part& head = parts_[first];
-        if (!head.try_until(head.lock, deadline, lease)) {
+        if (!head.try_until(head.lock, call, lease)) {
             set_refused(head.view.server + "/" + head.name);
             return false;
         }
@@ -331,7 +331,7 @@ RLOCK_DECL bool multi_lock::acquire(clock::time_point deadline, detail::lease_re
             if (i == first) continue;
             bool ok = false;
             try {
-                ok = parts_[i].try_until(parts_[i].lock, clock::now(), lease);
+                ok = parts_[i].try_until(parts_[i].lock, {clock::now(), call.began}, lease);
             } catch (const error& e) {
                 // A part out of reach is the one waited for next: its own wait rides the
                 // outage until the deadline (detail::part_outage). Any other error is ours.
@@ -372,10 +372,10 @@ RLOCK_DECL detail::async_start multi_lock::async_starter() {
         refs.push_back({p.view.starter(), p.name, p.view.core != nullptr,
                         p.view.core ? p.view.core->ep.options.on_lock_lost : lock_lost_handler()});
     }
-    return [refs = std::move(refs), twins = twins_](clock::time_point deadline, detail::lease_request lease,
+    return [refs = std::move(refs), twins = twins_](detail::wait_call call, detail::lease_request lease,
                                     std::uint64_t owner, detail::completion done) {
         auto op = std::make_shared<detail::multi_acquire>(
-            refs, twins, deadline, lease, owner != 0 ? owner : detail::next_owner_number(),
+            refs, twins, call, lease, owner != 0 ? owner : detail::next_owner_number(),
             std::move(done));
         op->begin();
         return rlock::pending(op);
@@ -405,7 +405,7 @@ RLOCK_DECL void multi_lock::group_parts() {
     }
 }
 
-RLOCK_DECL bool multi_lock::acquire_in_one_script(detail::lease_request requested,
+RLOCK_DECL bool multi_lock::acquire_in_one_script(detail::lease_request requested, clock::time_point began,
                                                   std::size_t& refusing) {
     detail::client_core& core = *parts_.front().view.core;
     const std::uint64_t thread = detail::current_thread_number();
@@ -416,7 +416,7 @@ RLOCK_DECL bool multi_lock::acquire_in_one_script(detail::lease_request requeste
             return false;  // a re-entry or would_deadlock: the parts decide, one by one
         }
     }
-    detail::wait_story story = core.events.begin();
+    detail::wait_story story = core.events.begin(began);
     story.tries = 1;
     const bool watched = requested.is_watched();
     const std::chrono::milliseconds lease =

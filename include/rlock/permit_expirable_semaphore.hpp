@@ -168,17 +168,17 @@ public:
     /// As acquire(permits), with a lease: the permits come back by themselves after `lease`.
     template <class Rep, class Period>
     [[nodiscard]] permit acquire(const std::chrono::duration<Rep, Period>& lease, long long permits = 1) {
-        return take_until(clock::time_point::max(), checked(lease), permits);
+        return take_until(detail::call_forever(), checked(lease), permits);
     }
 
     /// One attempt, no waiting; watched permits, or an empty permit when not enough were free.
     [[nodiscard]] permit try_acquire(long long permits = 1) {
-        return take_until(clock::now(), detail::lease_request::watched(), permits);
+        return take_until(detail::call_no_wait(), detail::lease_request::watched(), permits);
     }
     /// Waits up to `wait` (steady_clock) for `permits`, watched; empty when not taken in time.
     template <class Rep, class Period>
     [[nodiscard]] permit try_acquire_for(const std::chrono::duration<Rep, Period>& wait, long long permits = 1) {
-        return take_until(detail::deadline_after(wait), detail::lease_request::watched(), permits);
+        return take_until(detail::call_for(wait), detail::lease_request::watched(), permits);
     }
     /// As try_acquire_for(wait, permits), with a lease.
     template <class Rep, class Period, class Rep2, class Period2>
@@ -186,13 +186,13 @@ public:
                                          const std::chrono::duration<Rep2, Period2>& lease,
                                          long long permits = 1) {
         const auto l = checked(lease);
-        return take_until(detail::deadline_after(wait), l, permits);
+        return take_until(detail::call_for(wait), l, permits);
     }
     /// Waits until `deadline` (any clock; measured on steady_clock from now), watched.
     template <class Clock, class Duration>
     [[nodiscard]] permit try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline,
                                            long long permits = 1) {
-        return take_until(detail::to_steady(deadline), detail::lease_request::watched(), permits);
+        return take_until(detail::call_until(deadline), detail::lease_request::watched(), permits);
     }
     /// As try_acquire_until(deadline, permits), with a lease.
     template <class Clock, class Duration, class Rep, class Period>
@@ -200,7 +200,7 @@ public:
                                            const std::chrono::duration<Rep, Period>& lease,
                                            long long permits = 1) {
         const auto l = checked(lease);
-        return take_until(detail::to_steady(deadline), l, permits);
+        return take_until(detail::call_until(deadline), l, permits);
     }
 
     // --- asynchronous forms (docs/api.md, "Asynchronous acquisition") ---------------------
@@ -215,22 +215,22 @@ public:
     /// Completes with `permits` (default 1) watched permits.
     template <class Token>
     auto async_acquire(Token&& token) {
-        return async_take(clock::time_point::max(), detail::lease_request::watched(), 1, std::forward<Token>(token));
+        return async_take(detail::call_forever(), detail::lease_request::watched(), 1, std::forward<Token>(token));
     }
     template <class Token>
     auto async_acquire(long long permits, Token&& token) {
-        return async_take(clock::time_point::max(), detail::lease_request::watched(), permits,
+        return async_take(detail::call_forever(), detail::lease_request::watched(), permits,
                           std::forward<Token>(token));
     }
     /// Completes with `permits` leased for `lease`.
     template <class Rep, class Period, class Token>
     auto async_acquire(const std::chrono::duration<Rep, Period>& lease, long long permits, Token&& token) {
-        return async_take(clock::time_point::max(), checked(lease), permits, std::forward<Token>(token));
+        return async_take(detail::call_forever(), checked(lease), permits, std::forward<Token>(token));
     }
     /// Waits up to `wait` for `permits` watched permits; an empty permit when not taken in time.
     template <class Rep, class Period, class Token>
     auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& wait, long long permits, Token&& token) {
-        return async_take(detail::deadline_after(wait), detail::lease_request::watched(), permits,
+        return async_take(detail::call_for(wait), detail::lease_request::watched(), permits,
                           std::forward<Token>(token));
     }
     /// As async_try_acquire_for(wait, permits, token), leased for `lease`.
@@ -238,13 +238,13 @@ public:
     auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& wait,
                                const std::chrono::duration<Rep2, Period2>& lease, long long permits, Token&& token) {
         const auto l = checked(lease);
-        return async_take(detail::deadline_after(wait), l, permits, std::forward<Token>(token));
+        return async_take(detail::call_for(wait), l, permits, std::forward<Token>(token));
     }
     /// Waits until `deadline` for `permits` watched permits.
     template <class Clock, class Duration, class Token>
     auto async_try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline, long long permits,
                                  Token&& token) {
-        return async_take(detail::to_steady(deadline), detail::lease_request::watched(), permits,
+        return async_take(detail::call_until(deadline), detail::lease_request::watched(), permits,
                           std::forward<Token>(token));
     }
 
@@ -370,14 +370,14 @@ private:
         void undo() noexcept;
     };
 
-    taking prepare(detail::lease_request lease, long long permits) const;
+    // `began`: when the call began (its story's start, for the listener).
+    taking prepare(detail::lease_request lease, long long permits, clock::time_point began) const;
 
-    permit take_until(clock::time_point deadline, detail::lease_request lease, long long permits);
+    permit take_until(detail::wait_call call, detail::lease_request lease, long long permits);
 
     template <class Token>
-    auto async_take(clock::time_point deadline, detail::lease_request lease, long long permits,
-                    Token&& token) {
-        return synchronizer::async_wait_until<permit>(deadline, detail::repeat::safe, prepare(lease, permits),
+    auto async_take(detail::wait_call call, detail::lease_request lease, long long permits, Token&& token) {
+        return synchronizer::async_wait_until<permit>(call, detail::repeat::safe, prepare(lease, permits, call.began),
                                                       std::forward<Token>(token));
     }
 
@@ -484,7 +484,7 @@ RLOCK_DECL permit_expirable_semaphore::permit_expirable_semaphore(client& c,
 }
 
 RLOCK_DECL permit permit_expirable_semaphore::acquire(long long permits) {
-    return take_until(clock::time_point::max(), detail::lease_request::watched(), permits);
+    return take_until(detail::call_forever(), detail::lease_request::watched(), permits);
 }
 
 RLOCK_DECL void permit_expirable_semaphore::release(const std::vector<std::string>& ids) {
@@ -699,8 +699,8 @@ RLOCK_DECL void permit_expirable_semaphore::taking::undo() noexcept {
     }
 }
 
-RLOCK_DECL auto permit_expirable_semaphore::prepare(detail::lease_request lease,
-                                                    long long permits) const -> taking {
+RLOCK_DECL auto permit_expirable_semaphore::prepare(detail::lease_request lease, long long permits,
+                                                    clock::time_point began) const -> taking {
     check_permits(permits, "acquire");
     const bool watched = lease.is_watched();
     const std::chrono::milliseconds term = lease.duration(core_->ep.options.lock_watchdog_timeout);
@@ -713,17 +713,17 @@ RLOCK_DECL auto permit_expirable_semaphore::prepare(detail::lease_request lease,
              std::move(packed),
              term,
              watched};
-    t.story = core_->events.begin();
+    t.story = core_->events.begin(began);
     return t;
 }
 
-RLOCK_DECL permit permit_expirable_semaphore::take_until(clock::time_point deadline,
+RLOCK_DECL permit permit_expirable_semaphore::take_until(detail::wait_call call,
                                                          detail::lease_request lease,
                                                          long long permits) {
-    taking t = prepare(lease, permits);
+    taking t = prepare(lease, permits, call.began);
     bool got = false;
     try {
-        got = wait_until(deadline, detail::repeat::safe, [&] { return t.attempt(); });
+        got = wait_until(call.deadline, detail::repeat::safe, [&] { return t.attempt(); });
     } catch (const error& e) {
         if (detail::is_ambiguous(e)) t.undo();
         throw;

@@ -160,13 +160,10 @@ public:
 private:
     friend class detail::timed_lockable<read_write_lock>;
     friend class detail::async_lockable<read_write_lock>;
-    bool acquire(std::chrono::steady_clock::time_point deadline, detail::lease_request lease) {
-        return write_.acquire(deadline, lease);
-    }
+    bool acquire(detail::wait_call call, detail::lease_request lease) { return write_.acquire(call, lease); }
     template <class Token>
-    auto start_async(std::chrono::steady_clock::time_point deadline, detail::lease_request lease,
-                     std::uint64_t owner, Token&& token) {
-        return write_.start_async(deadline, lease, owner, std::forward<Token>(token));
+    auto start_async(detail::wait_call call, detail::lease_request lease, std::uint64_t owner, Token&& token) {
+        return write_.start_async(call, lease, owner, std::forward<Token>(token));
     }
     std::string_view server() const noexcept { return write_.server(); }
     // As a multi_lock part it is its write side.

@@ -129,13 +129,12 @@ private:
     // timed_lockable's entry point (see there). lock() (deadline max) gives up at once when
     // too few nodes can be asked; a bounded wait keeps trying until its deadline, and then
     // throws quorum_not_reached if its last round could not ask a majority.
-    bool acquire(clock::time_point deadline, detail::lease_request lease);
+    bool acquire(detail::wait_call call, detail::lease_request lease);
 
     // async_lockable's entry point (async_lockable.hpp).
     template <class Token>
-    auto start_async(clock::time_point deadline, detail::lease_request lease, std::uint64_t owner,
-                     Token&& token) {
-        return detail::start_with(async_starter(), deadline, lease, owner, std::forward<Token>(token));
+    auto start_async(detail::wait_call call, detail::lease_request lease, std::uint64_t owner, Token&& token) {
+        return detail::start_with(async_starter(), call, lease, owner, std::forward<Token>(token));
     }
 
     // This red_lock as a multi_lock part: ordered by name; its node holds are a group of their
@@ -176,14 +175,15 @@ RLOCK_DECL std::vector<detail::client_core*> red_lock::cores_of(const std::vecto
     return cores;
 }
 
-RLOCK_DECL bool red_lock::acquire(clock::time_point deadline, detail::lease_request lease) {
+RLOCK_DECL bool red_lock::acquire(detail::wait_call call, detail::lease_request lease) {
+    const clock::time_point deadline = call.deadline;
     const std::uint64_t thread = detail::current_thread_number();
     site_->check_acquire(thread);
     site_->check_lease(lease);
     // Rounds until one holds, each after Redlock's random delay or an unlock message from
     // the first node, whichever comes first (wait_blocking).
     detail::client_core& first = *site_->nodes().front();  // its listener is told
-    detail::wait_story story = first.events.begin();
+    detail::wait_story story = first.events.begin(call.began);
     detail::red_acquisition op(*site_, thread, lease, deadline);
     const bool won = detail::wait_blocking(first, op, deadline, detail::repeat::safe);
     story.tries = op.tries();
@@ -204,14 +204,14 @@ RLOCK_DECL detail::part_view red_lock::as_part() const {
 }
 
 RLOCK_DECL detail::async_start red_lock::async_starter() const {
-    return [s = site_](clock::time_point deadline, detail::lease_request lease, std::uint64_t owner,
+    return [s = site_](detail::wait_call call, detail::lease_request lease, std::uint64_t owner,
                        detail::completion done) {
         detail::client_core& first = *s->nodes().front();
         first.throw_if_destroyed(s->name(),
                                  "the client of the red_lock's first node has been destroyed");
         s->check_lease(lease);
         auto op = std::make_shared<detail::red_acquire>(
-            s, detail::waits_of(first), deadline, lease,
+            s, detail::waits_of(first), call, lease,
             owner != 0 ? owner : detail::next_owner_number(), std::move(done));
         if (!first.eng.post([op] { op->start(); })) {
             throw error(errc::connection_failed, s->name(), first.ep.name,

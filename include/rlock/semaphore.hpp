@@ -77,25 +77,25 @@ public:
     }
 
     /// Blocks until `permits` (at least 1) are free and takes them.
-    void acquire(long long permits = 1) { (void)acquire_until(clock::time_point::max(), permits); }
+    void acquire(long long permits = 1) { (void)acquire_until(detail::call_forever(), permits); }
 
     /// One attempt, no waiting: true when `permits` were free and are now taken.
     [[nodiscard]] bool try_acquire(long long permits = 1) {
-        return acquire_until(clock::now(), permits);
+        return acquire_until(detail::call_no_wait(), permits);
     }
 
     /// Waits up to `wait` (measured on steady_clock) for `permits`; true when taken.
     template <class Rep, class Period>
     [[nodiscard]] bool try_acquire_for(const std::chrono::duration<Rep, Period>& wait,
                                        long long permits = 1) {
-        return acquire_until(detail::deadline_after(wait), permits);
+        return acquire_until(detail::call_for(wait), permits);
     }
 
     /// Waits until `deadline` (any clock; measured on steady_clock from now) for `permits`.
     template <class Clock, class Duration>
     [[nodiscard]] bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline,
                                          long long permits = 1) {
-        return acquire_until(detail::to_steady(deadline), permits);
+        return acquire_until(detail::call_until(deadline), permits);
     }
 
     /// Returns `permits` (at least 1) and wakes the waiters. Any client may release: permits
@@ -139,36 +139,36 @@ public:
     /// Completes once `permits` (default 1) are taken.
     template <class Token>
     auto async_acquire(Token&& token) {
-        return async_acquire_steady(clock::time_point::max(), 1, std::forward<Token>(token));
+        return async_acquire_steady(detail::call_forever(), 1, std::forward<Token>(token));
     }
     template <class Token>
     auto async_acquire(long long permits, Token&& token) {
-        return async_acquire_steady(clock::time_point::max(), permits, std::forward<Token>(token));
+        return async_acquire_steady(detail::call_forever(), permits, std::forward<Token>(token));
     }
     /// Completes once the permits are taken (true) or after `wait` (false).
     template <class Rep, class Period, class Token>
     auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& wait, Token&& token) {
-        return async_acquire_steady(detail::deadline_after(wait), 1, std::forward<Token>(token));
+        return async_acquire_steady(detail::call_for(wait), 1, std::forward<Token>(token));
     }
     template <class Rep, class Period, class Token>
     auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& wait, long long permits,
                                Token&& token) {
-        return async_acquire_steady(detail::deadline_after(wait), permits, std::forward<Token>(token));
+        return async_acquire_steady(detail::call_for(wait), permits, std::forward<Token>(token));
     }
     /// Completes once the permits are taken (true) or at `deadline` (false).
     template <class Clock, class Duration, class Token>
     auto async_try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline, Token&& token) {
-        return async_acquire_steady(detail::to_steady(deadline), 1, std::forward<Token>(token));
+        return async_acquire_steady(detail::call_until(deadline), 1, std::forward<Token>(token));
     }
     template <class Clock, class Duration, class Token>
     auto async_try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline, long long permits,
                                  Token&& token) {
-        return async_acquire_steady(detail::to_steady(deadline), permits, std::forward<Token>(token));
+        return async_acquire_steady(detail::call_until(deadline), permits, std::forward<Token>(token));
     }
 
 private:
     template <class Token>
-    auto async_acquire_steady(clock::time_point deadline, long long permits, Token&& token) {
+    auto async_acquire_steady(detail::wait_call call, long long permits, Token&& token) {
         check_positive(permits, "acquire");
         // As take(): one repeat after a broken connection (pool::run), none after a timeout
         // (which on_engine notes), never more.
@@ -181,10 +181,10 @@ private:
         };
         // Its result owns the permits until the handler is told (detail::owned_result).
         detail::told_permits_op<decltype(take)> op{
-            {std::move(take), core_, name_, kind_name, core_->events.begin()}, channel_, permits, capacity_};
+            {std::move(take), core_, name_, kind_name, core_->events.begin(call.began)}, channel_, permits, capacity_};
         // Paced by age against other clients' waiters, as a blocking acquire's are.
         return synchronizer::async_wait_until<detail::owned_result>(
-            deadline, detail::repeat::unsafe, std::move(op), std::forward<Token>(token),
+            call, detail::repeat::unsafe, std::move(op), std::forward<Token>(token),
             &core_->races(name_));
     }
 
@@ -196,7 +196,7 @@ private:
     // permits, never more. One that timed out is not repeated (the server is not answering).
     bool take(long long permits);
 
-    bool acquire_until(clock::time_point deadline, long long permits);
+    bool acquire_until(detail::wait_call call, long long permits);
 
     // What the client's listener is told (events.hpp).
     static constexpr const char* kind_name = "semaphore";
@@ -265,13 +265,14 @@ RLOCK_DECL bool semaphore::take(long long permits) {
     }
 }
 
-RLOCK_DECL bool semaphore::acquire_until(clock::time_point deadline, long long permits) {
+RLOCK_DECL bool semaphore::acquire_until(detail::wait_call call, long long permits) {
+    const clock::time_point deadline = call.deadline;
     check_positive(permits, "acquire");
     // Not repeated past take()'s own one repeat: each ambiguous attempt may take permits that
     // never come back (a plain semaphore has no leases).
     // This client's waiters are woken by a release message only as far as the count it
     // announces goes (first fit, in arrival order), not all of them.
-    detail::wait_story story = core_->events.begin();
+    detail::wait_story story = core_->events.begin(call.began);
     const auto acquired_here = [&](bool handed_locally) {
         core_->events.acquired(kind_name, name_, 0, story, handed_locally);
         return true;

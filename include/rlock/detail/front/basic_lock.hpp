@@ -167,8 +167,9 @@ private:
     friend class async_lockable<basic_lock>;
     friend class rlock::read_write_lock;  // its two sides
 
-    // timed_lockable's entry point. deadline: time_point::max() waits for ever.
-    bool acquire(clock::time_point deadline, lease_request lease) {
+    // timed_lockable's entry point. call.deadline: time_point::max() waits for ever.
+    bool acquire(wait_call call, lease_request lease) {
+        const clock::time_point deadline = call.deadline;
         registry& reg = core_->reg;
         const std::uint64_t thread = current_thread_number();
         const std::chrono::milliseconds watchdog = core_->ep.options.lock_watchdog_timeout;
@@ -179,7 +180,7 @@ private:
         }
         site::check_acquire(thread);
         const event_sink& events = core_->events;
-        wait_story story = events.begin();
+        wait_story story = events.begin(call.began);
         std::shared_ptr<local_gate> gate;
         std::shared_ptr<local_gate> beside;  // inside a completion handler (local_gate::began_beside)
         if (site::through_gate(lease) && core_->eng.on_own_thread()) {
@@ -271,20 +272,19 @@ private:
 
     // async_lockable's entry point (async_lockable.hpp).
     template <class Token>
-    auto start_async(clock::time_point deadline, lease_request lease, std::uint64_t owner,
-                     Token&& token) {
+    auto start_async(wait_call call, lease_request lease, std::uint64_t owner, Token&& token) {
         return initiate<acquire_signature>(std::forward<Token>(token),
-                        [s = shared_site(), deadline, lease, owner](completion done) {
-                            return start_acquire<Kind>(s, deadline, lease, owner, std::move(done));
+                        [s = shared_site(), call, lease, owner](completion done) {
+                            return start_acquire<Kind>(s, call, lease, owner, std::move(done));
                         });
     }
 
     // What starts an asynchronous acquire of this lock, sharing its site: a multi_lock keeps
     // one per part, so that its operation outlives the part objects.
     async_start async_starter() {
-        return [s = shared_site()](clock::time_point deadline, lease_request lease,
-                                   std::uint64_t owner, completion done) {
-            return start_acquire<Kind>(s, deadline, lease, owner, std::move(done));
+        return [s = shared_site()](wait_call call, lease_request lease, std::uint64_t owner,
+                                   completion done) {
+            return start_acquire<Kind>(s, call, lease, owner, std::move(done));
         };
     }
 

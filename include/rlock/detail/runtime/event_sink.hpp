@@ -17,6 +17,15 @@
 
 namespace rlock::detail {
 
+/// A wait as its call set it: its deadline on steady_clock (time_point::max(): for ever), and
+/// when the call began, read once with the deadline counted from it. A listener's `wait` is
+/// measured from `began`, so a wait that ran out is never told shorter than the one asked for,
+/// however late the acquisition got to its start (a preempted thread).
+struct wait_call {
+    std::chrono::steady_clock::time_point deadline;
+    std::chrono::steady_clock::time_point began;
+};
+
 /// What an acquisition has to tell when it ends: when it began (only stamped when a listener
 /// is set) and how many tries it sent.
 struct wait_story {
@@ -34,7 +43,10 @@ public:
     [[nodiscard]] bool on() const noexcept { return l_ != nullptr; }
     /// Now, when a listener will want it; else the epoch (never read).
     [[nodiscard]] clock::time_point stamp() const noexcept { return l_ ? clock::now() : clock::time_point{}; }
-    [[nodiscard]] wait_story begin() const noexcept { return wait_story{stamp(), 0}; }
+    /// The story of a wait its call began at `began` (kept when a listener will want it).
+    [[nodiscard]] wait_story begin(clock::time_point began) const noexcept {
+        return wait_story{l_ ? began : clock::time_point{}, 0};
+    }
 
     void acquired(std::string_view kind, std::string_view lock, std::uint64_t hold_id, const wait_story& s,
                   bool handed_locally = false) const noexcept;

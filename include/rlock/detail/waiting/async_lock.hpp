@@ -101,8 +101,9 @@ class async_waiter : public cancellable, public std::enable_shared_from_this<asy
 public:
     using clock = std::chrono::steady_clock;
 
-    /// Stamps its start for the client's listener (events.hpp), when there is one.
-    async_waiter(async_waits& waits, clock::time_point deadline) noexcept;
+    /// Its deadline is `call`'s; its story (for the client's listener, events.hpp, when there is
+    /// one) begins at the call.
+    async_waiter(async_waits& waits, wait_call call) noexcept;
 
     /// One attempt as the head of its group; `woken`: an unlock message (not a timer) led to
     /// it. On `acquired` the hold is registered and `hint` carries its lease; on `failed` the
@@ -228,8 +229,8 @@ private:
     std::uint64_t serial_ = 0;
 };
 
-inline async_waiter::async_waiter(async_waits& waits, clock::time_point deadline) noexcept
-    : waits(waits), deadline(deadline), story(waits.core.events.begin()) {}
+inline async_waiter::async_waiter(async_waits& waits, wait_call call) noexcept
+    : waits(waits), deadline(call.deadline), story(waits.core.events.begin(call.began)) {}
 
 
 
@@ -241,9 +242,8 @@ template <class Kind>
 class async_acquire final : public async_waiter {
 public:
     async_acquire(std::shared_ptr<const lock_site<Kind>> site, async_waits& waits,
-                  clock::time_point deadline, lease_request lease, std::uint64_t owner,
-                  completion handler)
-        : async_waiter(waits, deadline), site_(std::move(site)), lease_(lease), owner_(owner),
+                  wait_call call, lease_request lease, std::uint64_t owner, completion handler)
+        : async_waiter(waits, call), site_(std::move(site)), lease_(lease), owner_(owner),
           race_(site_->core_->races(site_->name())),
           step_(repeat::safe, site_->core_->ep.follows_failovers()) {
         done = std::move(handler);
@@ -681,20 +681,18 @@ private:
     bool reentering_ = false;
 };
 
-/// What starts an asynchronous acquire of one lock (deadline, lease, owner, completion) and
+/// What starts an asynchronous acquire of one lock (its call, lease, owner, completion) and
 /// returns its cancel handle; it shares the lock's site, so it outlives the lock object.
-using async_start = std::function<rlock::pending(std::chrono::steady_clock::time_point, lease_request,
-                                                 std::uint64_t, completion)>;
+using async_start = std::function<rlock::pending(wait_call, lease_request, std::uint64_t, completion)>;
 
 /// Starts an asynchronous acquire of `site`'s lock: posts it to the engine and returns its
 /// cancel handle. Throws `error` (connection_failed) when the client is being destroyed.
 template <class Kind>
 rlock::pending start_acquire(const std::shared_ptr<const lock_site<Kind>>& site,
-                             std::chrono::steady_clock::time_point deadline,
-                             lease_request lease, std::uint64_t owner, completion done) {
+                             wait_call call, lease_request lease, std::uint64_t owner, completion done) {
     client_core& core = *site->core_;
     async_waits& waits = waits_of(core);
-    auto op = std::make_shared<async_acquire<Kind>>(site, waits, deadline, lease,
+    auto op = std::make_shared<async_acquire<Kind>>(site, waits, call, lease,
                                                     owner != 0 ? owner : next_owner_number(),
                                                     std::move(done));
     if (!core.eng.post([op] { op->start(); })) {

@@ -57,6 +57,11 @@ struct part_access {
     static part_view view(L& lock) {
         return lock.as_part();
     }
+    /// The lock's own entry point (timed_lockable's), with the multi_lock's call and lease.
+    template <class L>
+    static bool acquire(L& lock, wait_call call, lease_request lease) {
+        return lock.acquire(call, lease);
+    }
 };
 
 template <class E, class = void>
@@ -164,8 +169,8 @@ public:
     };
 
     multi_acquire(std::vector<part_ref> parts, std::shared_ptr<const twin_parts> twins,
-                  clock::time_point deadline, lease_request lease, std::uint64_t owner, completion done)
-        : parts_(std::move(parts)), twins_(std::move(twins)), taken_(parts_.size()), deadline_(deadline),
+                  wait_call call, lease_request lease, std::uint64_t owner, completion done)
+        : parts_(std::move(parts)), twins_(std::move(twins)), taken_(parts_.size()), call_(call),
           lease_(lease), owner_(owner), done_(std::move(done)) {}
 
     /// Starts the first step from the initiating call: what that throws (a destroyed client)
@@ -177,8 +182,9 @@ public:
 private:
     completion step(std::size_t i);
 
-    // Starts the acquire of part `i` (waiting until `deadline`), unless cancelled meanwhile.
-    void start_step(std::size_t i, clock::time_point deadline) noexcept;
+    // Starts the acquire of part `i`, unless cancelled meanwhile: waiting until the deadline
+    // (`wait`), or one attempt. Either is told to the listener from the multi_lock's call.
+    void start_step(std::size_t i, bool wait) noexcept;
 
     // Records the cancel handle of step `n` (0: the first), unless a later step's is there
     // already (the first step may complete, and the next start, before begin() gets here).
@@ -199,7 +205,7 @@ private:
     const std::shared_ptr<const twin_parts> twins_;  // null: no name twice
     std::vector<rlock::hold> taken_;
     std::size_t head_ = 0;
-    const clock::time_point deadline_;
+    const wait_call call_;
     const lease_request lease_;
     const std::uint64_t owner_;
     completion done_;
@@ -240,7 +246,7 @@ RLOCK_DECL bool multi_held::post(unique_callback<> task) const {
 }
 
 RLOCK_DECL void multi_acquire::begin() {
-    rlock::pending p = parts_.front().start(deadline_, lease_, owner_, step(0));
+    rlock::pending p = parts_.front().start(call_, lease_, owner_, step(0));
     set_current(std::move(p), 0);
 }
 
@@ -260,7 +266,7 @@ RLOCK_DECL completion multi_acquire::step(std::size_t i) {
     });
 }
 
-RLOCK_DECL void multi_acquire::start_step(std::size_t i, clock::time_point deadline) noexcept {
+RLOCK_DECL void multi_acquire::start_step(std::size_t i, bool wait) noexcept {
     std::exception_ptr failure;
     try {
         {
@@ -271,7 +277,8 @@ RLOCK_DECL void multi_acquire::start_step(std::size_t i, clock::time_point deadl
             }
         }
         const std::uint64_t n = ++steps_;
-        rlock::pending p = parts_[i].start(deadline, lease_, owner_, step(i));
+        const wait_call call = wait ? call_ : wait_call{clock::time_point::min(), call_.began};
+        rlock::pending p = parts_[i].start(call, lease_, owner_, step(i));
         if (set_current(p, n)) p.cancel();
     } catch (...) {
         release_taken();
@@ -321,11 +328,11 @@ RLOCK_DECL bool multi_acquire::set_current(rlock::pending p, std::uint64_t n) {
 
 RLOCK_DECL void multi_acquire::on_step(std::size_t i, std::exception_ptr e,
                                        rlock::hold h) noexcept {
-    if (e && i != head_ && part_outage(e) && clock::now() < deadline_) {
+    if (e && i != head_ && part_outage(e) && clock::now() < call_.deadline) {
         // A part tried without waiting is out of reach: waited for next (see part_outage).
         release_taken();
         head_ = i;
-        start_step(i, deadline_);
+        start_step(i, /*wait=*/true);
         return;
     }
     if (e) {
@@ -335,7 +342,7 @@ RLOCK_DECL void multi_acquire::on_step(std::size_t i, std::exception_ptr e,
     }
     if (!h) {             // the head's wait ran out, or another part is held by someone
         release_taken();  // never wait while holding a part
-        if (i == head_ || clock::now() >= deadline_) {
+        if (i == head_ || clock::now() >= call_.deadline) {
             finish(nullptr, rlock::hold());
             return;
         }
@@ -354,13 +361,13 @@ RLOCK_DECL void multi_acquire::on_step(std::size_t i, std::exception_ptr e,
             }
         }
         head_ = i;
-        start_step(i, deadline_);
+        start_step(i, /*wait=*/true);
         return;
     }
     taken_[i] = std::move(h);
     for (std::size_t j = 0; j < taken_.size(); ++j) {
         if (!taken_[j]) {
-            start_step(j, clock::time_point::min());
+            start_step(j, /*wait=*/false);
             return;
         }
     }

@@ -28,9 +28,9 @@ namespace rlock::detail {
 /// majority ends with quorum_not_reached (async_waiter::outage).
 class red_acquire final : public async_waiter {
 public:
-    red_acquire(std::shared_ptr<const red_site> site, async_waits& waits, clock::time_point deadline,
+    red_acquire(std::shared_ptr<const red_site> site, async_waits& waits, wait_call call,
                 lease_request lease, std::uint64_t owner, completion done)
-        : async_waiter(waits, deadline), site_(std::move(site)), lease_(lease), owner_(owner), done_(std::move(done)) {}
+        : async_waiter(waits, call), site_(std::move(site)), lease_(lease), owner_(owner), done_(std::move(done)) {}
 
     /// The initiating task, on the first node's engine thread.
     void start() noexcept;

@@ -187,10 +187,10 @@ class async_channel_wait final : public async_waiter {
 public:
     using signature = void(std::exception_ptr, Result);
 
-    async_channel_wait(async_waits& waits, clock::time_point deadline, std::string name, std::string channel,
+    async_channel_wait(async_waits& waits, wait_call call, std::string name, std::string channel,
                        repeat repeatable, Op op, completion_t<signature> done,
                        race_record* races = nullptr)
-        : async_waiter(waits, deadline), name_(std::move(name)), channel_(std::move(channel)),
+        : async_waiter(waits, call), name_(std::move(name)), channel_(std::move(channel)),
           step_(repeatable, waits.core.ep.follows_failovers()), op_(std::move(op)),
           done_(std::move(done)) {
         if (races) race_.emplace(*races);
@@ -384,15 +384,15 @@ protected:
     /// uses, since the object may be destroyed first; `races` as async_channel_wait's. Throws
     /// `error` (connection_failed) once the client is destroyed.
     template <class Result, class Token, class Op>
-    auto async_wait_until(std::chrono::steady_clock::time_point deadline, repeat repeatable, Op op,
+    auto async_wait_until(wait_call call, repeat repeatable, Op op,
                           Token&& token, race_record* races = nullptr) const {
         core_->throw_if_destroyed(name_, "the client this object was made from has been destroyed");
         using wait = async_channel_wait<Op, Result>;
         return initiate<typename wait::signature>(
             std::forward<Token>(token),
-            [core = core_, deadline, repeatable, name = name_, channel = channel_,
+            [core = core_, call, repeatable, name = name_, channel = channel_,
              op = std::move(op), races](completion_t<typename wait::signature> done) mutable {
-                auto w = std::make_shared<wait>(waits_of(*core), deadline, name, channel, repeatable,
+                auto w = std::make_shared<wait>(waits_of(*core), call, name, channel, repeatable,
                                                 std::move(op), std::move(done), races);
                 if (!core->eng.post([w] { w->start(); })) {
                     throw error(errc::connection_failed, name, core->ep.name,
