@@ -2,6 +2,7 @@
 // timeouts, clean-up of minority keys, renewal and loss, and exclusion across processes.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <future>
 #include <initializer_list>
 #include <memory>
@@ -100,6 +101,38 @@ TEST_F(red_lock_test, a_lease_no_longer_than_its_clock_drift_is_invalid_argument
     EXPECT_EQ(keys_named(name()), 0);
     ASSERT_TRUE(lock.try_lock_for(2s, 200ms)) << "a short lease that can hold";
     lock.unlock();
+}
+
+// An error about a red_lock as a whole names the lock and every node as its server (each node's
+// own errors name that node): bad options, a lease within the drift, and an unlock or hold_id()
+// by a thread that holds nothing. These named no server at all.
+TEST_F(red_lock_test, errors_about_the_whole_red_lock_name_every_node) {
+    auto clients = make_clients();
+    std::string every;
+    for (const auto& c : clients) every += (every.empty() ? "" : ", ") + c->server();
+    auto names_all = [&](const std::function<void()>& call, rlock::errc code) {
+        try {
+            call();
+            ADD_FAILURE() << "no error";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.code(), code) << e.what();
+            EXPECT_EQ(e.lock(), name()) << e.what();
+            EXPECT_EQ(e.server(), every) << e.what();
+            EXPECT_NE(std::string(e.what()).find(every), std::string::npos) << e.what();
+        }
+    };
+    rlock::red_lock_options bad;
+    bad.clock_drift_factor = 1.5;
+    names_all([&] { rlock::red_lock l(raw(clients), name(), bad); }, rlock::errc::invalid_argument);
+    bad = {};
+    bad.node_timeout_fraction = 0;
+    names_all([&] { rlock::red_lock l(raw(clients), name(), bad); }, rlock::errc::invalid_argument);
+    rlock::red_lock lock(raw(clients), name());
+    names_all([&] { (void)lock.try_lock_for(100ms, 1ms); }, rlock::errc::invalid_argument);
+    names_all([&] { (void)lock.try_lock_for(100ms, -1ms); }, rlock::errc::invalid_argument);
+    names_all([&] { (void)lock.unlock(); }, rlock::errc::not_owner);
+    names_all([&] { (void)lock.hold_id(); }, rlock::errc::not_owner);
+    EXPECT_EQ(keys_named(name()), 0);
 }
 
 // A key of another type on a node refuses SET NX as a held lock does. Where such keys leave

@@ -122,7 +122,7 @@ private:
     friend class detail::timed_lockable<red_lock>;
     friend class detail::async_lockable<red_lock>;
     friend struct detail::part_access;  // a multi_lock part (as_part)
-    std::string_view server() const noexcept { return ""; }  // one per node: named in messages
+    std::string_view server() const noexcept { return site_->servers(); }  // every node
 
     static std::vector<detail::client_core*> cores_of(const std::vector<client*>& nodes);
 

@@ -51,6 +51,8 @@ public:
     std::size_t size() const noexcept { return nodes_.size(); }
     const std::string& name() const noexcept { return name_; }
     const std::vector<client_core*>& nodes() const noexcept { return nodes_; }
+    /// What an error about the red_lock as a whole names as its server: every node, in order.
+    const std::string& servers() const noexcept { return servers_; }
     const red_lock_options& options() const noexcept { return options_; }
     const std::string& channel() const noexcept { return keys_.channel; }
 
@@ -158,6 +160,7 @@ private:
     // leaves a core whose threads have stopped, which an acquire refuses to use.
     std::vector<std::shared_ptr<client_core>> owners_;
     std::string name_;
+    std::string servers_;  // servers(): "host:a, host:b, ..."
     red_lock_options options_;
     lock_keys keys_;
 };
@@ -224,7 +227,10 @@ namespace rlock::detail {
 RLOCK_DECL red_site::red_site(const std::vector<client_core*>& nodes, std::string name,
                               red_lock_options options)
     : name_(std::move(name)), options_(options) {
-    auto bad = [&](const std::string& why) { throw error(errc::invalid_argument, name_, "", why); };
+    for (const client_core* core : nodes) {
+        servers_ += (servers_.empty() ? "" : ", ") + (core ? core->ep.name : std::string("(null)"));
+    }
+    auto bad = [&](const std::string& why) { throw error(errc::invalid_argument, name_, servers_, why); };
     if (name_.empty()) bad("lock name is empty");
     if (nodes.empty()) bad("a red_lock needs at least one node");
     if (!(options_.clock_drift_factor >= 0 && options_.clock_drift_factor < 1))
@@ -257,7 +263,7 @@ RLOCK_DECL void red_site::check_acquire(std::uint64_t owner) const {
 RLOCK_DECL void red_site::check_lease(lease_request lease) const {
     const std::chrono::milliseconds d = lease.duration(nodes_.front()->ep.options.lock_watchdog_timeout);
     if (d > drift(d)) return;
-    throw error(errc::invalid_argument, name_, "",
+    throw error(errc::invalid_argument, name_, servers_,
                 "a lease of " + std::to_string(d.count()) +
                     " ms is no longer than the clock drift allowed for it (" +
                     std::to_string(drift(d).count()) +
@@ -398,7 +404,7 @@ RLOCK_DECL bool red_site::gives_up(const round& r, clock::time_point deadline) c
     const bool bounded = deadline != clock::time_point::max();
     const bool over = bounded && clock::now() >= deadline;
     if (r.unreachable && (!bounded || over))
-        throw error(errc::quorum_not_reached, name_, "", r.detail);
+        throw error(errc::quorum_not_reached, name_, servers_, r.detail);
     return over;
 }
 
@@ -418,7 +424,7 @@ RLOCK_DECL auto red_site::release(std::uint64_t owner) const -> released {
         }
     }
     if (token.empty()) {
-        throw error(errc::not_owner, name_, "",
+        throw error(errc::not_owner, name_, servers_,
                     "unlock by a thread that does not hold the red_lock");
     }
     // Told when it returns, after any loss it finds (the listener is the first node's client's).
@@ -530,7 +536,7 @@ RLOCK_DECL std::uint64_t red_site::hold_id(std::uint64_t owner) const {
             if (auto group = n->reg.with([&] { return h->group; })) return group->id;
         }
     }
-    throw error(errc::not_owner, name_, "", "this thread holds no such red_lock");
+    throw error(errc::not_owner, name_, servers_, "this thread holds no such red_lock");
 }
 
 RLOCK_DECL std::chrono::milliseconds red_site::drift(std::chrono::milliseconds lease) const {

@@ -39,7 +39,7 @@ public:
     std::chrono::microseconds pause_before_try() const override { return std::chrono::microseconds(0); }
     void give_up() noexcept override {}  // a round undoes itself
     const std::string& lock_name() const noexcept override { return site_->name(); }
-    const std::string& server() const noexcept override { return no_server_; }
+    const std::string& server() const noexcept override { return site_->servers(); }
     const char* event_kind() const noexcept override { return red_lock_info.name; }
     unsigned tries() const noexcept override { return op_ ? op_->tries() : 0; }
     RLOCK_DECL void deliver() noexcept override;
@@ -54,7 +54,6 @@ private:
     completion done_;
     std::optional<red_acquisition> op_;  // made once the lease is known (start)
     rlock::hold result_;
-    std::string no_server_;  // a red_lock's errors name no one server
 };
 
 }  // namespace rlock::detail
@@ -69,7 +68,7 @@ RLOCK_DECL void red_acquire::start() noexcept {
     bool failed = false;
     try {
         if (waits.core.eng.stopping()) {
-            throw error(errc::connection_failed, site_->name(), "",
+            throw error(errc::connection_failed, site_->name(), site_->servers(),
                         "the client of the red_lock's first node was destroyed before this "
                         "asynchronous acquire started");
         }
@@ -141,7 +140,7 @@ RLOCK_DECL attempt_outcome red_acquire::round(wait_hint& hint) noexcept {
         // What the wait ends with if its deadline comes now (settle).
         outage = op_->last().unreachable
                      ? std::make_exception_ptr(
-                           error(errc::quorum_not_reached, site_->name(), "", op_->last().detail))
+                           error(errc::quorum_not_reached, site_->name(), site_->servers(), op_->last().detail))
                      : nullptr;
         return attempt_outcome::refused;
     } catch (...) {
