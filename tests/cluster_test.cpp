@@ -1064,6 +1064,58 @@ TEST(cluster, waits_ride_out_a_cluster_that_does_not_serve_for_longer_than_a_com
     if (permit_taken == "taken") want_permit.release();
 }
 
+// Asynchronous waits share their client's engine thread. A master killed (its slots served by
+// nobody until a failover) made each try for its slots spend a whole command_timeout failing to
+// connect, one try after another: 12 waits of 1.5 s ended seconds past their deadlines, and an
+// asynchronous try of a free lock on a live master waited behind them. A master that served
+// nothing for a whole command_timeout is now left alone by the engine's tries for the next one,
+// as a paused server is: the waits end about one command_timeout past their deadlines, and the
+// other masters' locks go on.
+TEST(cluster, async_waits_on_a_master_that_is_down_end_near_their_deadlines_and_other_masters_go_on) {
+    redis_cluster c(3, 0, {"--cluster-require-full-coverage", "no"});
+    rlock::client_options o = rlock::client_options::from_uri(c.uri());
+    o.command_timeout = 300ms;
+    o.on_lock_lost = [](const rlock::lost_hold&, const rlock::error&) {};  // the holder's, on the dead master
+    rlock::client holder(o), waiter(o);
+    redis_server& dying = *c.masters()[0];
+    redis_server& serving = *c.masters()[1];
+    const std::string stem = rlock_test::test_lock_name();
+    constexpr int waits = 12;
+    std::vector<std::unique_ptr<rlock::mutex>> held, wanted;
+    for (int i = 0; i < waits; ++i) {
+        const std::string n = name_on(c, dying, stem + ".w" + std::to_string(i));
+        held.push_back(std::make_unique<rlock::mutex>(holder, n));
+        held.back()->lock();
+        wanted.push_back(std::make_unique<rlock::mutex>(waiter, n));
+    }
+    rlock::mutex free_lock(waiter, name_on(c, serving, stem + ".free"));
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::future<rlock::hold>> pending;
+    for (auto& m : wanted) pending.push_back(m->async_try_lock_for(1500ms, rlock::use_future));
+    dying.kill_now();
+    std::this_thread::sleep_for(500ms);
+    const auto asked = std::chrono::steady_clock::now();
+    rlock::hold free_hold = free_lock.async_try_lock(rlock::use_future).get();
+    const auto free_took = std::chrono::steady_clock::now() - asked;
+    EXPECT_TRUE(free_hold.owns_lock());
+    EXPECT_LT(free_took, 3 * o.command_timeout) << "a free lock on a live master waited behind the dead one's";
+    int ended = 0;
+    for (auto& f : pending) {
+        try {
+            EXPECT_FALSE(f.get());
+            ++ended;
+        } catch (const rlock::error& e) {
+            // The outage the wait rode, at its deadline: the master could not be reached.
+            EXPECT_TRUE(e.code() == rlock::errc::connection_failed || e.code() == rlock::errc::timeout) << e.what();
+            ++ended;
+        }
+    }
+    const auto last_ended = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(ended, waits);
+    EXPECT_LT(last_ended, 1500ms + 4 * o.command_timeout) << "the waits queued behind each other's tries";
+    if (free_hold) free_hold.unlock();
+}
+
 // A cluster node given to a client as a plain server (cluster mode off) answers MOVED for a
 // slot another master serves: that is the client's settings, not an outage, and a wait ends
 // with it at once (server_error naming MOVED) instead of riding it to its deadline.

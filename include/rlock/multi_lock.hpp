@@ -448,7 +448,7 @@ RLOCK_DECL bool multi_lock::acquire_in_one_script(detail::lease_request requeste
                 // same connection, as a lock's attempt does (lock_site), so the server runs
                 // both in order once it answers, and nobody waits for it a second time.
                 if (e.value() == errc::timeout) {
-                    core.note_if_unanswered(e);
+                    core.note_unanswered(name);
                     detail::script_call undo = release_call(values);
                     undone_after = detail::write_after(c, undo);
                 }

@@ -251,6 +251,7 @@ RLOCK_DECL void semaphore::check_positive(long long permits, std::string_view op
 }
 
 RLOCK_DECL bool semaphore::take(long long permits) {
+    const auto began = clock::now();
     try {
         // A broken connection (a restart, a killed connection) gets the one repeat. A timeout
         // does not: the server is not answering (paused, stalled), a new connection would wait
@@ -260,7 +261,7 @@ RLOCK_DECL bool semaphore::take(long long permits) {
         });
     } catch (const error& e) {
         // The engine's other tries hold back for a command_timeout (on_engine).
-        core_->note_if_unanswered(e);
+        core_->note_if_unanswered(e, name_, began);
         throw;
     }
 }

@@ -336,6 +336,7 @@ public:
         }
         for (int round = 0;; ++round) {
             bool undone_after = false;  // the undo was written after the acquire (see above)
+            const auto began = std::chrono::steady_clock::now();
             try {
                 acquire_result r = core_->pool.run(name(), on_break::fail, [&](const connection& c) {
                     acquire_result got;
@@ -353,8 +354,9 @@ public:
                 return r;
             } catch (const error& e) {
                 // The server is taken as not answering for a while (give_up defers to the
-                // watchdog); a connection to a paused server times out while it is opened too.
-                core_->note_if_unanswered(e);
+                // watchdog); a connection to a paused server times out while it is opened too,
+                // and one to a master that refuses connections fails for command_timeout.
+                core_->note_if_unanswered(e, name(), began);
                 // Nothing to undo for an acquire never sent (no connection could be had).
                 if (!is_ambiguous(e) || kind == try_kind::reentry ||
                     error_access::origin(e).unsent) {
@@ -459,17 +461,18 @@ public:
                 } catch (...) {
                 }
             };
-            if (core->unanswered()) {
+            if (core->unanswered(name())) {
                 defer();
                 return;
             }
+            const auto began = std::chrono::steady_clock::now();
             try {
                 leave(*core, keys_, value);
             } catch (const error& e) {
                 // Also a leave the server could not run yet: a slot migrating (TRYAGAIN, an
                 // ASK left to wait out), a cluster down, a replica that was the master.
                 if (!may_run_later(e)) return;
-                core->note_if_unanswered(e);
+                core->note_if_unanswered(e, name(), began);
                 defer();
             } catch (...) {
             }

@@ -105,25 +105,27 @@ public:
     void defer_undo(std::string key, deferred_undos::step undo, clock::time_point until) {
         watchdog_.defer(std::move(key), std::move(undo), until);
     }
-    /// A command of this client got no reply within command_timeout (a paused or hung
-    /// server): for the next command_timeout, unanswered() is true, and a waiter that gives up
-    /// hands what it leaves to the watchdog (defer_undo) instead of waiting for the server too,
-    /// and (without Redis Cluster) asynchronous waits send nothing (on_engine, async_lock.hpp).
-    void note_unanswered() noexcept {
-        const auto until = clock::now() + ep.options.command_timeout;
-        unanswered_until_.store(until.time_since_epoch().count(), std::memory_order_relaxed);
+    /// A command of this client for `lock` got no reply within command_timeout (a paused or
+    /// hung server), or spent its whole command_timeout failing to reach a server for it (a
+    /// master that refuses connections until a failover, a cluster slot nobody serves): for the
+    /// next command_timeout, unanswered(lock) is true, and a waiter that gives up hands what it
+    /// leaves to the watchdog (defer_undo) instead of waiting for the server too, and
+    /// asynchronous waits send nothing (on_engine, async_lock.hpp). With Redis Cluster this is
+    /// the master the slot map names for `lock`'s slot (the slot itself when it names none):
+    /// one master out of reach says nothing of the others, and a slot whose master changed
+    /// (a failover) is asked again at once.
+    RLOCK_DECL void note_unanswered(std::string_view lock) noexcept;
+    RLOCK_DECL bool unanswered(std::string_view lock) const noexcept;
+    /// note_unanswered(lock) after a command for `lock`, sent (or tried) from `began`, failed
+    /// with `e`: a timeout, or any failure that took the whole command_timeout — but not one
+    /// met waiting for a free pooled connection (the server was not asked).
+    void note_if_unanswered(const error& e, std::string_view lock, clock::time_point began) noexcept {
+        if (error_access::origin(e).no_connection_free) return;
+        if (e.value() == errc::timeout || clock::now() - began >= ep.options.command_timeout) {
+            note_unanswered(lock);
+        }
     }
-    bool unanswered() const noexcept {
-        const clock::rep now = clock::now().time_since_epoch().count();
-        return now < unanswered_until_.load(std::memory_order_relaxed);
-    }
-    /// note_unanswered() when `e` says the server left a command unanswered: a timeout, but not
-    /// one met waiting for a free pooled connection (the server was not asked).
-    void note_if_unanswered(const error& e) noexcept {
-        if (e.value() == errc::timeout && !error_access::origin(e).no_connection_free)
-            note_unanswered();
-    }
-    /// What a command not sent because of unanswered() fails with: timeout, naming `lock` and
+    /// What a command not sent because of unanswered(lock) fails with: timeout, naming `lock` and
     /// the server, marked as met before anything was sent (nothing ran).
     RLOCK_DECL error unanswered_error(std::string_view lock) const;
     /// The waiter `key` names queues again: it will leave by itself (deferred_undos::forget).
@@ -199,7 +201,14 @@ private:
     std::array<race_record, 64> races_{};
     std::atomic<clock::rep>& courtesy_slot(std::string_view lock) const noexcept;
     mutable std::array<std::atomic<clock::rep>, 64> courtesy_until_{};  // steady_clock ticks
-    std::atomic<clock::rep> unanswered_until_{0};  // note_unanswered(), steady_clock ticks
+    // note_unanswered(), steady_clock ticks: the server's, or with Redis Cluster the latest of
+    // the masters' (none is marked past it), which are kept under the mutex, each with its
+    // "host:port" (or "slot <n>" for a slot the map named no master of).
+    std::atomic<clock::rep> unanswered_until_{0};
+    mutable std::mutex unanswered_mu_;
+    std::vector<std::pair<std::string, clock::rep>> unanswered_at_;
+    // The mark of `lock` in unanswered_at_: its slot's master, or its slot.
+    std::string unanswered_mark(std::string_view lock) const;
     // Where the server's invalidations go (loss_watch.hpp): shared by the subscriber, which
     // listens for them, and the watchdog, whose connection is tracked.
     tracking_route route_;
@@ -285,10 +294,59 @@ RLOCK_DECL error client_core::unanswered_error(std::string_view lock) const {
     unsent.unsent = true;
     return error_access::with_origin(
         errc::timeout, lock, ep.name,
-        "not sent: another command of this client got no reply within " +
+        "not sent: another command of this client for this " +
+            std::string(ep.slots ? "cluster master" : "server") + " got no reply, or reached no server, within " +
             std::to_string(ep.options.command_timeout.count()) +
             " ms (client_options::command_timeout) less than that long ago",
         std::move(unsent));
+}
+
+RLOCK_DECL std::string client_core::unanswered_mark(std::string_view lock) const {
+    const int slot = key_slot(lock);
+    if (std::optional<server_address> at = ep.slots->master_of(slot)) {
+        return at->host + ':' + std::to_string(at->port);
+    }
+    return "slot " + std::to_string(slot);
+}
+
+RLOCK_DECL void client_core::note_unanswered(std::string_view lock) noexcept {
+    const clock::rep now = clock::now().time_since_epoch().count();
+    const clock::rep until = now + clock::duration(ep.options.command_timeout).count();
+    if (ep.slots) {
+        try {
+            std::string mark = unanswered_mark(lock);
+            std::lock_guard<std::mutex> g(unanswered_mu_);
+            auto& marks = unanswered_at_;
+            marks.erase(std::remove_if(marks.begin(), marks.end(), [&](const auto& m) { return m.second <= now; }),
+                        marks.end());
+            auto it = std::find_if(marks.begin(), marks.end(), [&](const auto& m) { return m.first == mark; });
+            if (it == marks.end()) {
+                marks.emplace_back(std::move(mark), until);
+            } else {
+                it->second = until;
+            }
+        } catch (...) {  // out of memory: nothing is marked, and the master is asked as before
+            return;
+        }
+    }
+    clock::rep was = unanswered_until_.load(std::memory_order_relaxed);
+    while (was < until && !unanswered_until_.compare_exchange_weak(was, until, std::memory_order_relaxed)) {
+    }
+}
+
+RLOCK_DECL bool client_core::unanswered(std::string_view lock) const noexcept {
+    const clock::rep now = clock::now().time_since_epoch().count();
+    if (now >= unanswered_until_.load(std::memory_order_relaxed)) return false;
+    if (!ep.slots) return true;
+    try {
+        const std::string mark = unanswered_mark(lock);
+        std::lock_guard<std::mutex> g(unanswered_mu_);
+        for (const auto& [marked, until] : unanswered_at_) {
+            if (marked == mark) return now < until;
+        }
+    } catch (...) {  // out of memory: asked
+    }
+    return false;
 }
 
 RLOCK_DECL client_options validated(client_options o) {

@@ -79,19 +79,21 @@ RLOCK_DECL std::exception_ptr own_copy(std::exception_ptr e) noexcept;
 
 /// Runs `f`, a try (or an undo) of an asynchronous wait, on the client's engine thread, which
 /// every asynchronous wait of the client shares and each round trip blocks. While the server
-/// has left a command of the client unanswered within the last command_timeout
-/// (client_core::unanswered) nothing is sent: it fails at once with a timeout that ran nothing
-/// (unanswered_error), which the wait rides as an outage (outage_step) or ends with at its
-/// deadline. So k waits on a paused server end one command_timeout past their deadlines, not k
-/// of them. A timeout of `f` marks the server so. Not with Redis Cluster, where one master not
-/// answering says nothing of the others.
+/// has left a command of the client unanswered, or could not be reached, for a whole
+/// command_timeout within the last command_timeout (client_core::unanswered) nothing is sent:
+/// it fails at once with a timeout that ran nothing (unanswered_error), which the wait rides as
+/// an outage (outage_step) or ends with at its deadline. So k waits on a paused server, or on a
+/// master that refuses connections, end one command_timeout past their deadlines, not k of
+/// them. A failure of `f` of either kind marks the server so. With Redis Cluster, the lock's
+/// slot: the waits for other masters go on.
 template <class F>
 decltype(auto) on_engine(client_core& core, std::string_view lock, F&& f) {
-    if (!core.ep.slots && core.unanswered()) throw core.unanswered_error(lock);
+    if (core.unanswered(lock)) throw core.unanswered_error(lock);
+    const auto began = std::chrono::steady_clock::now();
     try {
         return f();
     } catch (const error& e) {
-        core.note_if_unanswered(e);
+        core.note_if_unanswered(e, lock, began);
         throw;
     }
 }
