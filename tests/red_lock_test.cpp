@@ -135,6 +135,35 @@ TEST_F(red_lock_test, errors_about_the_whole_red_lock_name_every_node) {
     EXPECT_EQ(keys_named(name()), 0);
 }
 
+// Asynchronous waiters of one client queue behind the hold one of them takes, and are woken by
+// its unlock message, which comes through the first node alone. With that node paused (a
+// minority: the lock works on the other four) they waited for the hold's lease, or their
+// deadline: async_lock() never completed while the node was paused. They now make their next
+// round after Redlock's random delay, as blocking waiters do.
+TEST_F(red_lock_test, async_waiters_behind_a_hold_go_on_with_the_first_node_paused) {
+    auto mine = make_clients(), theirs = make_clients();
+    rlock::red_lock a(raw(mine), name()), b(raw(theirs), name());
+    b.lock();
+    std::vector<std::future<rlock::hold>> pending;
+    for (int i = 0; i < 3; ++i) pending.push_back(a.async_lock(rlock::use_future));
+    std::this_thread::sleep_for(200ms);  // each has made its first round, refused
+    servers[0]->pause();
+    b.unlock();
+    int got = 0;
+    for (auto& f : pending) {
+        if (f.wait_for(5s) != std::future_status::ready) break;
+        rlock::hold h = f.get();
+        EXPECT_TRUE(h.owns_lock());
+        h.unlock();
+        ++got;
+    }
+    servers[0]->resume();
+    EXPECT_EQ(got, 3) << "the waiters behind the first hold waited for its lease";
+    for (auto& f : pending) {
+        if (f.valid() && f.wait_for(40s) == std::future_status::ready) f.get().unlock();
+    }
+}
+
 // A key of another type on a node refuses SET NX as a held lock does. Where such keys leave
 // fewer than a majority of nodes usable, no round can ever win: try_lock answered false and
 // lock() waited for ever. That is now wrong_type at once, naming the nodes, with nothing left

@@ -133,7 +133,12 @@ RLOCK_DECL attempt_outcome red_acquire::round(wait_hint& hint) noexcept {
             waits.core.events.acquired(red_lock_info.name, site_->name(), record->id, s);
             result_ = rlock::hold(site_, std::move(record));
             settled = true;
-            hint.ttl = op_->lease().count();
+            // The waiters behind this hold make their next round after Redlock's random delay,
+            // as a blocking waiter does, or at the unlock message: not at the end of its lease.
+            // The message comes through the first node alone, which may be paused or down
+            // while a majority holds the lock (they waited for the lease, or their deadline).
+            hint.ttl = -3;
+            hint.again = clock::now() + site_->retry_pause();
             return attempt_outcome::acquired;
         }
         hint = r.hint;
