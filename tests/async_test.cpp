@@ -664,6 +664,48 @@ TEST_F(async_multi, destroying_a_parts_client_completes_the_pending_acquire_and_
     hb.unlock();
 }
 
+// The client of a part the acquire is not waiting for: the acquire used to wait on for the
+// other part (for ever with async_lock; until its deadline with a timed form, which then
+// completed empty) and fail only when it came back to the destroyed part.
+TEST_F(async_multi, destroying_the_client_of_a_part_not_waited_for_completes_the_pending_acquire) {
+    rlock::client holder(options()), mine(options());
+    auto other = std::make_unique<rlock::client>(options());
+    const std::string where = other->server();
+    rlock::mutex a(*other, name() + ":a"), b(mine, name() + ":b");
+    rlock::mutex hb(holder, name() + ":b");
+    hb.lock();
+    const std::string before = rlock_test::keys_left(server());
+    outcome untimed, timed;
+    {
+        rlock::multi_lock both{a, b};  // a is taken, b refused: a is released and b waited for
+        (void)both.async_lock(untimed.handler());
+        (void)both.async_try_lock_for(20s, timed.handler());
+    }
+    std::this_thread::sleep_for(200ms);
+    ASSERT_EQ(untimed.calls, 0);
+    other.reset();  // a's client
+    for (outcome* o : {&untimed, &timed}) {
+        ASSERT_TRUE(o->wait(5s)) << "the acquire waited on for b";
+        EXPECT_FALSE(o->hold);
+        ASSERT_TRUE(o->error);
+        try {
+            std::rethrow_exception(o->error);
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::connection_failed) << e.what();
+            EXPECT_EQ(e.lock(), name() + ":a") << e.what();
+            EXPECT_EQ(e.server(), where) << e.what();
+        } catch (...) {
+            ADD_FAILURE() << "not an rlock::error";
+        }
+    }
+    EXPECT_EQ(rlock_test::keys_left(server()), before) << "a part or a queue entry was left";
+    hb.unlock();
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(untimed.calls, 1);
+    EXPECT_EQ(timed.calls, 1);
+    EXPECT_EQ(rlock_test::keys_left(server()), "");
+}
+
 TEST_F(async_multi, a_lost_part_loses_the_whole_hold_told_once_under_its_id) {
     rlock_test::lost_log log;
     rlock::client_options o = options(300ms);

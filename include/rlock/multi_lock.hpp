@@ -369,8 +369,11 @@ RLOCK_DECL detail::async_start multi_lock::async_starter() {
     std::vector<detail::multi_acquire::part_ref> refs;
     refs.reserve(parts_.size());
     for (part& p : parts_) {
+        std::vector<std::weak_ptr<detail::client_core>> clients;
+        for (detail::client_core* c : p.view.clients) clients.push_back(c->weak_from_this());
         refs.push_back({p.view.starter(), p.name, p.view.core != nullptr,
-                        p.view.core ? p.view.core->ep.options.on_lock_lost : lock_lost_handler()});
+                        p.view.core ? p.view.core->ep.options.on_lock_lost : lock_lost_handler(),
+                        std::move(clients)});
     }
     return [refs = std::move(refs), twins = twins_](detail::wait_call call, detail::lease_request lease,
                                     std::uint64_t owner, detail::completion done) {

@@ -199,6 +199,7 @@ RLOCK_DECL bool red_lock::acquire(detail::wait_call call, detail::lease_request 
 RLOCK_DECL detail::part_view red_lock::as_part() const {
     detail::part_view v;
     for (const detail::client_core* n : site_->nodes()) v.where.push_back(n->ep.name);
+    v.clients = site_->nodes();
     v.starter = [this] { return async_starter(); };
     return v;
 }

@@ -297,6 +297,7 @@ private:
         }
         v.where = {core_->ep.name};
         v.core = core_.get();
+        v.clients = {core_.get()};
         v.kind = &Kind::info;
         if constexpr (Kind::multi_code != 0) {
             v.code = Kind::multi_code;

@@ -62,6 +62,24 @@ struct race_record {
     std::atomic<std::chrono::steady_clock::rep> rivals_at{0};
 };
 
+class client_core;
+
+/// What hears that a client is being destroyed although nothing of it is pending on that
+/// client's engine: a multi_lock's asynchronous acquire waiting for a part of another client
+/// (multi_parts.hpp) must still complete.
+class stop_listener {
+public:
+    /// Called once per listen_for_stop(), from the thread destroying `core` (which is still
+    /// whole), outside every lock of the core's; must not block.
+    virtual void client_stopping(const client_core& core) noexcept = 0;
+
+protected:
+    stop_listener() = default;
+    stop_listener(const stop_listener&) = default;
+    stop_listener& operator=(const stop_listener&) = default;
+    ~stop_listener() = default;
+};
+
 /// Everything a client owns. Shared with the watchdog thread so that a client destroyed from
 /// inside on_lock_lost (on that thread) stays alive until the thread has left.
 class client_core : public std::enable_shared_from_this<client_core> {
@@ -87,6 +105,11 @@ public:
     /// Stops the threads: the watchdog is asked first, so that its last tick ends while the
     /// sentinel watch stops; the subscriber, which calls into the watchdog, goes last.
     void stop();
+
+    /// Tells `l` when this client is destroyed (stop()), unless forget_stop_listener(l) came
+    /// first. False, with nothing kept, when the client is being destroyed already.
+    RLOCK_DECL bool listen_for_stop(const std::shared_ptr<stop_listener>& l);
+    RLOCK_DECL void forget_stop_listener(const stop_listener* l) noexcept;
 
     /// Throws `error` (connection_failed, naming `lock`, this server and `what`) once the
     /// rlock::client that owned this core is destroyed: nothing would renew or release a hold
@@ -198,6 +221,9 @@ public:
     detail::watchdog& watch() noexcept { return watchdog_; }
 
 private:
+    std::mutex stop_mu_;
+    bool stop_told_ = false;
+    std::vector<std::pair<const stop_listener*, std::weak_ptr<stop_listener>>> stop_listeners_;
     std::array<race_record, 64> races_{};
     std::atomic<clock::rep>& courtesy_slot(std::string_view lock) const noexcept;
     mutable std::array<std::atomic<clock::rep>, 64> courtesy_until_{};  // steady_clock ticks
@@ -481,9 +507,37 @@ RLOCK_DECL void client_core::warn_if_evicting() {
     }
 }
 
+RLOCK_DECL bool client_core::listen_for_stop(const std::shared_ptr<stop_listener>& l) {
+    std::lock_guard<std::mutex> g(stop_mu_);
+    if (stop_told_) return false;
+    stop_listeners_.erase(std::remove_if(stop_listeners_.begin(), stop_listeners_.end(),
+                                         [](const auto& e) { return e.second.expired(); }),
+                          stop_listeners_.end());
+    stop_listeners_.emplace_back(l.get(), l);
+    return true;
+}
+
+RLOCK_DECL void client_core::forget_stop_listener(const stop_listener* l) noexcept {
+    std::lock_guard<std::mutex> g(stop_mu_);
+    stop_listeners_.erase(std::remove_if(stop_listeners_.begin(), stop_listeners_.end(),
+                                         [l](const auto& e) { return e.first == l; }),
+                          stop_listeners_.end());
+}
+
 RLOCK_DECL void client_core::stop() {
-    // First: its pending operations complete (with an error) while everything they use
-    // still runs.
+    // First: what waits elsewhere for this client hears it (it may cancel a step pending on
+    // this engine, which the stop below then runs).
+    std::vector<std::pair<const stop_listener*, std::weak_ptr<stop_listener>>> told;
+    {
+        std::lock_guard<std::mutex> g(stop_mu_);
+        stop_told_ = true;
+        told.swap(stop_listeners_);
+    }
+    for (auto& entry : told) {
+        if (std::shared_ptr<stop_listener> l = entry.second.lock()) l->client_stopping(*this);
+    }
+    // Then its pending operations complete (with an error) while everything they use still
+    // runs.
     eng.stop();
     gates.stop();  // threads waiting for a local hand-off throw connection_failed
     permit_gates.stop();

@@ -42,6 +42,7 @@ struct part_view {
     std::vector<std::string> where;  // the servers its key is on (a red_lock: its nodes)
     client_core* core = nullptr;  // where its hold is registered; null: a red_lock, whose node
                                   // holds are a group of their own
+    std::vector<client_core*> clients;  // what its acquire goes through (a red_lock: its nodes)
     const kind_info* kind = nullptr;
     char code = 0;  // the one-script path's step (multi_scripts.hpp), 0: none
     const lock_keys* keys = nullptr;
@@ -156,7 +157,11 @@ struct twin_parts {
 /// without waiting, in canonical order; a refusal releases every part taken and makes the
 /// refusing part the next head. So no part is waited for while another is held, and the
 /// operation needs no thread of its own: each step is started from the last one's completion.
-class multi_acquire final : public cancellable, public std::enable_shared_from_this<multi_acquire> {
+/// It listens to every part's client: the destruction of one completes it (connection_failed)
+/// whichever part it is waiting for.
+class multi_acquire final : public cancellable,
+                            public stop_listener,
+                            public std::enable_shared_from_this<multi_acquire> {
     using clock = std::chrono::steady_clock;
 
 public:
@@ -166,6 +171,7 @@ public:
         std::string name;
         bool grouped = false;     // its hold is linked to the others' (all but a red_lock)
         lock_lost_handler tell;   // its client's on_lock_lost (grouped parts)
+        std::vector<std::weak_ptr<client_core>> clients;  // part_view::clients
     };
 
     multi_acquire(std::vector<part_ref> parts, std::shared_ptr<const twin_parts> twins,
@@ -173,11 +179,15 @@ public:
         : parts_(std::move(parts)), twins_(std::move(twins)), taken_(parts_.size()), call_(call),
           lease_(lease), owner_(owner), done_(std::move(done)) {}
 
-    /// Starts the first step from the initiating call: what that throws (a destroyed client)
-    /// is the call's to throw, so no handler runs inside it.
+    /// Starts the first step from the initiating call: what that throws (a part's client
+    /// destroyed) is the call's to throw, so no handler runs inside it.
     void begin();
 
     RLOCK_DECL void cancel() noexcept override;
+
+    /// A part's client is being destroyed: the step in progress is cancelled, and the
+    /// operation completes with connection_failed naming that part and its server.
+    RLOCK_DECL void client_stopping(const client_core& core) noexcept override;
 
 private:
     completion step(std::size_t i);
@@ -199,6 +209,12 @@ private:
 
     void release_taken() noexcept;
 
+    // The error to complete with once a part's client is being destroyed; null before.
+    std::exception_ptr stopped_error();
+
+    // Stops listening to the parts' clients.
+    void forget_clients() noexcept;
+
     void finish(std::exception_ptr e, rlock::hold h) noexcept;
 
     const std::vector<part_ref> parts_;
@@ -213,6 +229,8 @@ private:
     std::uint64_t steps_ = 0;  // steps started after the first (the chain's own count)
     std::mutex mu_;            // cancel() comes from any thread
     bool cancelled_ = false;
+    const std::string* stopped_part_ = nullptr;  // a part whose client is being destroyed
+    std::string stopped_server_;                 // and that client's server
     rlock::pending current_;
     std::uint64_t current_step_ = 0;
 };
@@ -246,8 +264,64 @@ RLOCK_DECL bool multi_held::post(unique_callback<> task) const {
 }
 
 RLOCK_DECL void multi_acquire::begin() {
-    rlock::pending p = parts_.front().start(call_, lease_, owner_, step(0));
-    set_current(std::move(p), 0);
+    const std::shared_ptr<stop_listener> self = shared_from_this();
+    for (const part_ref& part : parts_) {
+        for (const std::weak_ptr<client_core>& weak : part.clients) {
+            std::shared_ptr<client_core> c = weak.lock();
+            if (c && c->listen_for_stop(self)) continue;
+            forget_clients();
+            throw error(errc::connection_failed, part.name, c ? c->ep.name : std::string(),
+                        "the client of this multi_lock part has been destroyed");
+        }
+    }
+    try {
+        rlock::pending p = parts_.front().start(call_, lease_, owner_, step(0));
+        if (set_current(p, 0)) p.cancel();  // a part's client went meanwhile
+    } catch (...) {
+        forget_clients();
+        throw;
+    }
+}
+
+RLOCK_DECL void multi_acquire::client_stopping(const client_core& core) noexcept {
+    rlock::pending current;
+    try {
+        std::lock_guard<std::mutex> g(mu_);
+        if (stopped_part_ == nullptr) {
+            for (const part_ref& part : parts_) {
+                for (const std::weak_ptr<client_core>& weak : part.clients) {
+                    if (stopped_part_ == nullptr && weak.lock().get() == &core) {
+                        stopped_server_ = core.ep.name;
+                        stopped_part_ = &part.name;
+                    }
+                }
+            }
+        }
+        cancelled_ = true;
+        current = current_;
+    } catch (...) {  // bad_alloc copying the server's name: the step still ends
+        std::lock_guard<std::mutex> g(mu_);
+        cancelled_ = true;
+        current = current_;
+    }
+    current.cancel();  // that step completes (aborted), and on_step ends the operation
+}
+
+RLOCK_DECL std::exception_ptr multi_acquire::stopped_error() {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopped_part_ == nullptr) return nullptr;
+    return std::make_exception_ptr(
+        error(errc::connection_failed, *stopped_part_, stopped_server_,
+              "the client of this multi_lock part was destroyed while the asynchronous acquire "
+              "waited"));
+}
+
+RLOCK_DECL void multi_acquire::forget_clients() noexcept {
+    for (const part_ref& part : parts_) {
+        for (const std::weak_ptr<client_core>& weak : part.clients) {
+            if (std::shared_ptr<client_core> c = weak.lock()) c->forget_stop_listener(this);
+        }
+    }
 }
 
 RLOCK_DECL void multi_acquire::cancel() noexcept {
@@ -268,6 +342,16 @@ RLOCK_DECL completion multi_acquire::step(std::size_t i) {
 
 RLOCK_DECL void multi_acquire::start_step(std::size_t i, bool wait) noexcept {
     std::exception_ptr failure;
+    try {
+        failure = stopped_error();  // a part's client is going
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    if (failure) {
+        release_taken();
+        finish(std::move(failure), rlock::hold());
+        return;
+    }
     try {
         {
             std::lock_guard<std::mutex> g(mu_);
@@ -328,6 +412,18 @@ RLOCK_DECL bool multi_acquire::set_current(rlock::pending p, std::uint64_t n) {
 
 RLOCK_DECL void multi_acquire::on_step(std::size_t i, std::exception_ptr e,
                                        rlock::hold h) noexcept {
+    std::exception_ptr stopped;
+    try {
+        stopped = stopped_error();
+    } catch (...) {
+        stopped = std::current_exception();
+    }
+    if (stopped) {  // whatever the step brought: a part's client is going
+        h = rlock::hold();
+        release_taken();
+        finish(std::move(stopped), rlock::hold());
+        return;
+    }
     if (e && i != head_ && part_outage(e) && clock::now() < call_.deadline) {
         // A part tried without waiting is out of reach: waited for next (see part_outage).
         release_taken();
@@ -408,6 +504,7 @@ RLOCK_DECL void multi_acquire::release_taken() noexcept {
 RLOCK_DECL void multi_acquire::finish(std::exception_ptr e, rlock::hold h) noexcept {
     if (finished_) return;
     finished_ = true;
+    forget_clients();
     try {
         done_(std::move(e), std::move(h));
     } catch (...) {
