@@ -9,7 +9,9 @@
 #include <functional>
 #include <future>
 #include <list>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -940,6 +942,82 @@ TEST(cluster_loss, a_hold_deleted_on_the_new_master_after_a_failover_is_told_at_
     EXPECT_LT(cluster_told_after(lost, [&] { new_master.cmd({"DEL", n}); }), 2s);
     EXPECT_TRUE(held.lost());
     held.unlock();
+}
+
+// A failover to a replica that never got the holds (paused while they were taken, its link
+// cut): a leased hold (lock(lease), which the watchdog does not renew) is told at the same
+// tick as the watched holds, the first to reach the new master (guarantees.md, losses told at
+// once: leased holds while their lease lasts, in a Redis Cluster after a failover too).
+// Before, the ticks that failed while the slot had no master left the watchdog "not
+// watching" (failing_) for that first tick: it renewed the watched holds and told them, but
+// skipped the leased holds' check, so their owner was told only at the next scheduled tick
+// (a retry, about 1 s here, or a whole period, 10 s, later) while another client could take
+// the lock at once. A leased hold whose lease ran out before the failover is not told.
+TEST(cluster_loss, a_leased_hold_missing_on_the_new_master_after_a_failover_is_told_with_the_watched_ones) {
+    using sclock = std::chrono::steady_clock;
+    redis_cluster c;
+    std::mutex mu;
+    std::map<std::string, sclock::time_point> told;  // lock name -> when its owner was told
+    rlock::client_options o = rlock::client_options::from_uri(c.uri());
+    o.command_timeout = 3s;  // the watchdog at its default: a tick every 10 s, a retry every 1 s
+    o.on_lock_lost = [&](const rlock::lost_hold& h, const rlock::error&) {
+        std::lock_guard<std::mutex> g(mu);
+        told.emplace(std::string(h.lock), sclock::now());
+    };
+    rlock::client a(o), b(rlock::client_options::from_uri(c.uri()));
+    redis_server& old_master = *c.masters()[0];
+    redis_server& replica = c.replica_of(old_master);
+    // One slot (a hash tag) for the three holds.
+    const std::string tag = "{" + name_on(c, old_master, rlock_test::test_lock_name()) + "}";
+    rlock::mutex watched(a, tag + ".watched"), leased(a, tag + ".leased"), lapsed(a, tag + ".lapsed");
+
+    // Only a manual failover, once the watchdog's ticks have failed for a while.
+    replica.cmd({"CONFIG", "SET", "cluster-replica-no-failover", "yes"});
+    replica.pause();  // under the cluster's node timeout (2 s): not marked failed
+    old_master.cmd({"CLIENT", "KILL", "TYPE", "replica"});
+    watched.lock();
+    leased.lock(60s);
+    lapsed.lock(800ms);
+    std::this_thread::sleep_for(1s);  // armed; `lapsed` ran out (the end of its lease: no loss)
+    old_master.kill_now();
+    replica.resume();
+    std::this_thread::sleep_for(3s);  // the watchdog's ticks find the slot without a master
+    {
+        std::lock_guard<std::mutex> g(mu);
+        EXPECT_TRUE(told.empty()) << told.begin()->first;
+    }
+    redis_server& new_master = c.fail_over(old_master);
+    ASSERT_EQ(&new_master, &replica);
+    ASSERT_EQ(new_master.integer({"EXISTS", watched.name()}), 0) << "the replica got the holds";
+    ASSERT_EQ(new_master.integer({"EXISTS", leased.name()}), 0) << "the replica got the holds";
+    rlock::mutex rival(b, leased.name());
+    const bool rival_holds = rival.try_lock_for(10s);  // another client takes it at once
+    EXPECT_TRUE(rival_holds);
+
+    ASSERT_TRUE(eventually([&] {
+        std::lock_guard<std::mutex> g(mu);
+        return told.count(watched.name()) == 1;
+    }, 10s)) << "the watched hold was not told";
+    ASSERT_TRUE(eventually([&] {
+        std::lock_guard<std::mutex> g(mu);
+        return told.count(leased.name()) == 1;
+    }, 15s)) << "the leased hold was not told";
+    std::this_thread::sleep_for(1500ms);  // past a retry: `lapsed` would have been told by now
+    {
+        std::lock_guard<std::mutex> g(mu);
+        // Same tick: about 0 ms with the fix; about a retry (0.9 s) or a period (10 s) before.
+        const auto gap = std::chrono::duration_cast<std::chrono::milliseconds>(
+            told[leased.name()] - told[watched.name()]);
+        EXPECT_LT(gap.count(), 300) << "the leased hold was told after the watched one (ms)";
+        EXPECT_EQ(told.count(lapsed.name()), 0u) << "a lease that ran out was told as a loss";
+        EXPECT_EQ(told.size(), 2u);
+    }
+    EXPECT_TRUE(watched.lost());
+    EXPECT_TRUE(leased.lost());
+    if (rival_holds) rival.unlock();
+    watched.unlock();
+    leased.unlock();
+    lapsed.unlock();
 }
 
 // Masters whose ACL refuses CLIENT TRACKING: told once (not once per master), and losses are

@@ -1055,15 +1055,16 @@ RLOCK_DECL void watchdog::loop() {
     auto undo_next = clock::time_point::max();
     std::unique_lock<std::mutex> g(mu_);
     while (!stop_) {
-        // While the server can tell key changes, holds are armed arm_delay after they are
-        // taken, and a killed connection is noticed that soon.
-        // Not while the tracked connection is refused or the server out of reach: those
-        // ticks would only repeat what failed.
+        // While the server can tell key changes (detecting), holds are armed arm_delay after
+        // they are taken, and a killed connection is noticed that soon (watching).
+        // Not while the tracked connection is refused, nor while the last tick could not reach
+        // the server: those ticks would only repeat what failed.
         // In a cluster, per master (tracked_node): a master that refuses is left out alone.
-        const bool watching = cluster_route_
-                                  ? !failing_
-                                  : route_ && route_->client_id.load() != 0 && !failing_ &&
-                                        !(refused_ && tracked_epoch_ == route_->epoch.load());
+        const bool detecting =
+            cluster_route_ != nullptr ||
+            (route_ && route_->client_id.load() != 0 &&
+             !(refused_ && tracked_epoch_ == route_->epoch.load()));
+        const bool watching = detecting && !failing_;
         // Nothing to arm or to keep armed: after a few such polls it stops polling until
         // a hold is added (registry::idle: an idle client sleeps until its tick).
         bool polling = watching;
@@ -1110,7 +1111,10 @@ RLOCK_DECL void watchdog::loop() {
         rearm_ = false;
         g.unlock();
         bool sent = pick.all || !pick.keys.empty() ? renew_all(conn, conn_epoch, pick) : true;
-        if (sent && watching && (pick.all || !pick.keys.empty()))
+        // Not `watching`, which the tick before reckoned: the first tick to reach the server
+        // after ticks that failed (a failover) is the one that finds the leased holds gone
+        // too, as it finds the watched ones.
+        if (sent && detecting && (pick.all || !pick.keys.empty()))
             sent = check_leased(conn, conn_epoch, pick);
         if (sent && watching && !pick.all) {
             sent = cluster_route_ ? arm_fresh_in_cluster() : arm_fresh(conn, conn_epoch);
