@@ -40,6 +40,7 @@ using rlock_test::server;
 using rlock_test::name;
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+bool has_text(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 /// The lease is there and within (0, most].
 void expect_lease_within(const rlock::remaining_ttl& lease, std::chrono::milliseconds most) {
@@ -308,6 +309,34 @@ TEST(inspect, keys_no_lock_writes_are_wrong_type_naming_the_key_and_the_server) 
     expect_wrong_type(name(".mode"), name(".mode"));
     server().cmd({"SET", "redisson_lock_queue:{" + name(".queue") + "}", "x"});
     expect_wrong_type(name(".queue"), "redisson_lock_queue:{" + name(".queue") + "}");
+}
+
+// Found by a probe: a permit set holding a score no lock writes (an infinity, or a time
+// 10^300 ms away) was a protocol_error naming no key, and list_locks threw for every name
+// rather than leaving that one out; -1e300 was read as a lease of 292 million years.
+TEST(inspect, a_permit_score_no_lock_writes_is_wrong_type_and_list_leaves_that_name_out) {
+    rlock::client a(server().options());
+    rlock::mutex m(a, name(".ok"));
+    m.lock(20s);
+    const std::vector<std::string> scores = {"+inf", "-inf", "-1e300", "1e300"};
+    for (std::size_t i = 0; i < scores.size(); ++i) {
+        const std::string n = name() + ".permits" + std::to_string(i);
+        const std::string key = "{" + n + "}:timeout";
+        server().cmd({"SET", n, "3"});
+        server().cmd({"ZADD", key, scores[i], "permit1"});
+        try {
+            (void)rlock::inspect(a, n);
+            ADD_FAILURE() << scores[i] << ": no error";
+        } catch (const rlock::error& e) {
+            EXPECT_EQ(e.value(), rlock::errc::wrong_type) << scores[i] << ": " << e.what();
+            EXPECT_TRUE(has_text(e.what(), key)) << e.what();
+            EXPECT_EQ(e.server(), a.server()) << e.what();
+        }
+    }
+    std::vector<std::string> listed;
+    for (const rlock::lock_info& i : rlock::list_locks(a, name() + ".*")) listed.push_back(i.name);
+    EXPECT_EQ(listed, std::vector<std::string>{name(".ok")});
+    m.unlock();
 }
 
 TEST(inspect, list_locks_finds_every_kind_by_a_pattern_on_names) {

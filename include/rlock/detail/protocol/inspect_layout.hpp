@@ -164,6 +164,9 @@ private:
     void read_holds(const std::map<std::string_view, const redisReply*>& hold_ttls, std::string_view field,
                     lock_holder& h) const;
 
+    /// A sorted set's score as a time in ms: none when it is not a number, or not a finite one
+    /// within ±2^53 (no time rlock or Redisson writes is outside; llround and the subtraction
+    /// of now stay exact and in range).
     static std::optional<double> score(std::string_view s);
 
     void read_queue(const redisReply* queue, const redisReply* deadlines, long long now, lock_info& info) const;
@@ -357,7 +360,10 @@ RLOCK_DECL std::optional<double> inspect_reader::score(std::string_view s) {
     const std::string copy(s);
     char* end = nullptr;
     const double d = std::strtod(copy.c_str(), &end);
-    if (end == copy.c_str() || *end != '\0' || !std::isfinite(d)) return std::nullopt;
+    constexpr double limit = 9007199254740992.0;  // 2^53
+    if (end == copy.c_str() || *end != '\0' || !std::isfinite(d) || d > limit || d < -limit) {
+        return std::nullopt;
+    }
     return d;
 }
 
@@ -392,8 +398,12 @@ RLOCK_DECL void inspect_reader::read_permits(const redisReply* permits, long lon
             p.id += hex[b >> 4];
             p.id += hex[b & 15];
         }
-        const std::optional<double> s = score(text(permits->element[i + 1]));
-        if (!s) malformed();
+        const std::string_view written = text(permits->element[i + 1]);
+        const std::optional<double> s = score(written);
+        if (!s) {
+            wrong(keys_.permits, "holds the score " + std::string(written.substr(0, 40)) +
+                                     ", not the end of a permit's lease");
+        }
         if (*s < static_cast<double>(permanent_permit_score)) {
             p.lease = std::chrono::milliseconds(std::llround(*s) - now);
         }
