@@ -673,6 +673,24 @@ TEST(rlock_command, bad_input_and_non_lock_keys_exit_2_with_one_clear_line) {
     expect_one_clear_line(run_cli({"inspect", name(".a\nb"), "--uri", server().uri()}));
 }
 
+// Found by a probe: a malformed URI's password was shown when it held a '/' (the whole
+// password) or an '@' (what came after the first one); the URI parser reads the userinfo up to
+// the last '@'.
+TEST(rlock_command, a_malformed_uri_never_shows_its_password) {
+    for (const std::string uri : {"redis://u:hun/ter2@127.0.0.1:6379x", "redis://:zz@qq9@127.0.0.1:bad",
+                                  "redis://:xyzzy@127.0.0.1:bad"}) {
+        const cli_result r = run_cli({"inspect", "x", "--uri", uri});
+        expect_one_clear_line(r);
+        EXPECT_TRUE(has(r.err, "(--uri: ")) << r.err;
+        EXPECT_FALSE(has(r.err, "hun")) << r.err;
+        EXPECT_FALSE(has(r.err, "ter2")) << r.err;
+        EXPECT_FALSE(has(r.err, "qq9")) << r.err;
+        EXPECT_FALSE(has(r.err, "zz")) << r.err;
+        EXPECT_FALSE(has(r.err, "xyzzy")) << r.err;
+        EXPECT_TRUE(has(r.err, "***@127.0.0.1")) << r.err;
+    }
+}
+
 // Found by a probe: a fair lock's force-unlock named the channel of the queue's head as seen
 // before it, a dead waiter the unlock evicts, not the live one it woke.
 TEST(rlock_command, force_unlock_of_a_fair_lock_names_the_live_waiter_it_woke) {

@@ -358,8 +358,10 @@ void print_rows(const std::vector<std::vector<std::string>>& rows) {
 std::string without_password(const std::string& uri) {
     const std::size_t scheme = uri.find("://");
     if (scheme == std::string::npos) return uri;
-    const std::size_t from = scheme + 3, at = uri.find('@', from), end = uri.find('/', from);
-    if (at == std::string::npos || (end != std::string::npos && at > end)) return uri;
+    // Up to the last '@', as the URI parser reads the userinfo: a password may hold '@', and
+    // one that holds '/' (a URI the parser refuses) is a password still.
+    const std::size_t from = scheme + 3, at = uri.rfind('@');
+    if (at == std::string::npos || at < from) return uri;
     const std::size_t colon = uri.find(':', from);
     const std::size_t secret = colon != std::string::npos && colon < at ? colon + 1 : from;
     return uri.substr(0, secret) + "***" + uri.substr(at);
