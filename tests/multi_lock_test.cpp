@@ -414,6 +414,42 @@ TEST(multi_lock, an_unlock_after_a_restart_lost_the_parts_tells_the_owner_once) 
     theirs.unlock();
 }
 
+// A red_lock part found lost keeps the multi_lock lost through its unlock, as a mutex part
+// does (the verdict is final), until the thread takes the multi_lock again; hold_id() by a
+// thread that holds no part names the whole multi_lock and its servers. Before, lost() read
+// false once unlocked, and hold_id() named the red_lock part alone.
+TEST(multi_lock, a_lost_red_lock_part_stays_lost_after_the_unlock) {
+    redis_server node;
+    rlock_test::lost_log lost;
+    rlock::client_options o = node.options();
+    o.on_lock_lost = lost.hold_handler();
+    rlock::client red_client(o), c(server().options());
+    rlock::red_lock r(std::vector<rlock::client*>{&red_client}, name(":red"));
+    rlock::mutex m(c, name(":m"));
+    rlock::multi_lock both{r, m};
+    try {
+        (void)both.hold_id();
+        ADD_FAILURE() << "hold_id() by a thread holding no part did not throw";
+    } catch (const rlock::error& e) {
+        EXPECT_EQ(e.value(), rlock::errc::not_owner);
+        EXPECT_EQ(e.lock().rfind("multi_lock(", 0), 0U) << e.what();
+        EXPECT_NE(e.server().find(", "), std::string::npos) << "not every server: " << e.what();
+    }
+    both.lock();
+    node.cmd({"DEL", name(":red")});
+    ASSERT_TRUE(eventually([&] { return lost.calls.load() > 0; }, 3s));
+    EXPECT_TRUE(both.lost());
+    EXPECT_NO_THROW(both.unlock());
+    EXPECT_TRUE(both.lost()) << "the verdict was taken back by the unlock";
+    EXPECT_TRUE(r.lost());
+    EXPECT_EQ(lost.calls.load(), 1);
+    both.lock();
+    EXPECT_FALSE(both.lost()) << "a new hold kept the old verdict";
+    both.unlock();
+    EXPECT_FALSE(both.lost());
+    EXPECT_EQ(lost.calls.load(), 1);
+}
+
 // Issue 16: parts of every kind stand or fall together. A restart that loses all of them (a
 // fair_lock, a read_write_lock and a mutex, taken part by part) is found by the watchdog at
 // once and told once, under the multi_lock's hold_id(), not once per part under the parts' own

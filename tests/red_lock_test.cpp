@@ -587,6 +587,7 @@ TEST_F(red_lock_test, losing_a_majority_of_nodes_is_reported_once_a_minority_is_
     EXPECT_TRUE(lock.lost());
     EXPECT_EQ(lost.code, static_cast<int>(rlock::errc::lock_lost));
     EXPECT_NO_THROW(lock.unlock());
+    EXPECT_TRUE(lock.lost()) << "the verdict was taken back by the unlock";
     std::this_thread::sleep_for(400ms);
     EXPECT_EQ(lost.calls, 1);
 }
@@ -607,15 +608,19 @@ TEST_F(red_lock_test, a_bare_majority_that_loses_a_node_s_data_is_told_at_unlock
     EXPECT_EQ(lock.unlock(), 2u);
     EXPECT_EQ(lost.calls, 1);
     EXPECT_EQ(lost.code, static_cast<int>(rlock::errc::lock_lost));
+    EXPECT_TRUE(lock.lost()) << "an unlock that found the hold lost says so afterwards";
     EXPECT_EQ(keys_named(name(), 0), 2);  // the other client's keys are untouched
 
-    // A hold released on a majority is not reported.
+    // A hold released on a majority is not reported, and the verdict of the last one ends
+    // with the new hold.
     servers[3]->cmd({"DEL", name()});
     servers[4]->cmd({"DEL", name()});
     lock.lock();
+    EXPECT_FALSE(lock.lost());
     servers[0]->cmd({"FLUSHALL"});
     EXPECT_EQ(lock.unlock(), 4u);
     EXPECT_EQ(lost.calls, 1);
+    EXPECT_FALSE(lock.lost());
 }
 
 // As above with loss tracking on (the default): the flush is told at once, before any unlock
@@ -632,6 +637,7 @@ TEST_F(red_lock_test, a_bare_majority_that_loses_a_node_s_data_is_told_at_once) 
     EXPECT_TRUE(lock.lost());
     EXPECT_EQ(lost.code, static_cast<int>(rlock::errc::lock_lost));
     EXPECT_NO_THROW((void)lock.unlock());
+    EXPECT_TRUE(lock.lost()) << "the verdict was taken back by the unlock";
     EXPECT_EQ(lost.calls, 1);
     EXPECT_EQ(keys_named(name(), 0), 2);  // the other client's keys are untouched
 }

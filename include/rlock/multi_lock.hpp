@@ -126,8 +126,8 @@ public:
     /// The calling thread's hold's id, as on_lock_lost is told it (lost_hold::hold_id): the
     /// parts stand or fall together, and the loss of any is told once, under this id. A red_lock
     /// part is the exception: it is told as its own red_lock, under its own hold_id() (with only
-    /// red_lock parts, this is the first one's). Throws `error` (not_owner) when this thread
-    /// holds no part. No round trip.
+    /// red_lock parts, this is the first one's). Throws `error` (not_owner, naming the multi_lock
+    /// and every server) when this thread holds no part. No round trip.
     [[nodiscard]] std::uint64_t hold_id() const;
 
     /// Number of parts. Never blocks or throws.
@@ -246,7 +246,16 @@ RLOCK_DECL std::uint64_t multi_lock::hold_id() const {
             if (auto group = p.view.core->reg.with([&] { return h->group; })) return group->id;
         }
     }
-    return parts_.front().hold_id(parts_.front().lock);
+    // Only red_lock parts are held (each told as its own red_lock): the first one's.
+    for (const part& p : parts_) {
+        if (p.view.core) continue;
+        try {
+            return p.hold_id(p.lock);
+        } catch (const error& e) {
+            if (e.value() != errc::not_owner) throw;
+        }
+    }
+    throw error(errc::not_owner, label_, servers_, "this thread holds no part of the multi_lock");
 }
 
 RLOCK_DECL void multi_lock::name_parts() {

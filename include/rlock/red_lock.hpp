@@ -103,7 +103,9 @@ public:
     std::size_t unlock() { return site_->release(detail::current_thread_number()).nodes; }
 
     /// This thread's hold is lost: more than N - quorum of its node holds are gone, or the
-    /// validity left on a majority has run out by this client's clock. No round trip.
+    /// validity left on a majority has run out by this client's clock. Also true after this
+    /// thread's unlock found its hold lost (it was told through on_lock_lost), until this
+    /// thread takes the red_lock again. No round trip.
     [[nodiscard]] bool lost() const { return site_->lost(detail::current_thread_number()); }
 
     /// The validity this thread's hold has left (zero when lost or not held).

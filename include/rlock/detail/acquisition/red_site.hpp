@@ -108,9 +108,12 @@ public:
     /// The end of `owner`'s validity: the quorum-th latest node expiry minus drift, over the
     /// node holds not lost. Empty when it holds nothing; the epoch when too few remain.
     std::optional<clock::time_point> validity_end(std::uint64_t owner) const;
+    /// `owner`'s hold is lost; with none, whether its last unlock found it lost (until it
+    /// holds the red_lock again), as a mutex's lost().
     bool lost(std::uint64_t owner) const {
         const auto valid = validity_end(owner);
-        return valid && clock::now() >= *valid;
+        if (!valid) return lost_at_unlock_.marked(owner);
+        return clock::now() >= *valid;
     }
 
     /// The id of `owner`'s hold (its group's); not_owner when it holds none.
@@ -163,6 +166,7 @@ private:
     std::string servers_;  // servers(): "host:a, host:b, ..."
     red_lock_options options_;
     lock_keys keys_;
+    mutable lost_at_unlock_owners lost_at_unlock_;  // lost() stays true for them
 };
 
 /// red_lock's acquisition operation, as the blocking driver runs it (wait_blocking, on the
@@ -337,6 +341,7 @@ RLOCK_DECL auto red_site::try_once(std::uint64_t owner, std::chrono::millisecond
         // Nodes that did not accept count as lost from the start (before any part is
         // registered: the watchdog may count a part lost at once).
         group->lost_parts = static_cast<int>(n - got.size());
+        lost_at_unlock_.forget(owner);
         for (std::size_t i : got) {
             registry::hold_ptr h =
                 nodes_[i]->add_hold(red_lock_info, name_, token, owner, terms, 0, group);
@@ -477,14 +482,23 @@ RLOCK_DECL auto red_site::release(std::uint64_t owner) const -> released {
     // majority. A hold on a bare majority one of whose nodes hangs at unlock leaves its key
     // there, and that blocks nobody: the other nodes make a majority.
     const bool kept_closed = may_hold + quorum() > nodes_.size();
+    // Told lost before (by a renewal, or a lease check): the verdict is final, whatever the
+    // release found. Marked before anyone is told: an on_lock_lost handler that asks lost()
+    // sees it.
+    const bool told_before = group && group->told.load();
+    auto lost_now = [&] {
+        out.lost = true;
+        lost_at_unlock_.mark(owner);
+    };
+    if (told_before) lost_now();
     if (refused && kept_closed && !short_of_quorum && !expected && group) {
         // Kept closed because nodes refused: told as their error (the keys they kept end
         // with their lease), as a refused mutex unlock is.
-        out.lost = true;
+        lost_now();
         registry::tell_group(*group, "its unlock was refused: " + error_access::brief(*refused),
                              refused->value());
     } else if (((was_lost && watched) || short_of_quorum) && group) {
-        out.lost = true;
+        lost_now();
         registry::tell_group(
             *group, short_of_quorum ? "at unlock only " + std::to_string(out.nodes) + " of " +
                                           std::to_string(nodes_.size()) +
@@ -496,7 +510,7 @@ RLOCK_DECL auto red_site::release(std::uint64_t owner) const -> released {
         // there until its lease ends, keeping everyone out. The owner is
         // told, with the cause, as a mutex unlock that cannot reach Redis is; unlock()
         // itself does not throw (it runs in guards' destructors).
-        out.lost = true;
+        lost_now();
         registry::tell_group(
             *group,
             "its unlock released it on only " + std::to_string(out.nodes) + " of " +

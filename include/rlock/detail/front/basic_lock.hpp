@@ -80,7 +80,7 @@ public:
             throw error(errc::not_owner, name(), server(),
                         "unlock by a thread that does not hold the lock");
         }
-        site::unlock_hold(h, [&] { mark_lost_at_unlock(h->thread); });
+        site::unlock_hold(h, [&] { lost_at_unlock_.mark(h->thread); });
     }
 
     /// True when anyone holds the lock (EXISTS). Throws on connection errors.
@@ -122,7 +122,7 @@ public:
         const std::uint64_t thread = current_thread_number();
         registry::hold_ptr h = core_->reg.find(&Kind::info, name(), thread);
         if (h) return core_->reg.is_lost(*h);
-        return was_lost_at_unlock(thread);
+        return lost_at_unlock_.marked(thread);
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters. Holders on this client find
@@ -198,7 +198,7 @@ private:
                         core_->add_hold(Kind::info, name(), std::move(pass.value), thread,
                                         {pass.lease, renewal::watched, pass.sent}, 0, nullptr, std::move(gate),
                                         std::move(pass.from));
-                    forget_lost_at_unlock(thread);
+                    lost_at_unlock_.forget(thread);
                     events.acquired(Kind::info.name, name(), h->id, story, /*handed_locally=*/true);
                     return true;
                 }
@@ -247,7 +247,7 @@ private:
                             {lease.duration(watchdog), lease.is_watched() ? renewal::watched : renewal::leased, op.sent()},
                             op.fencing(), nullptr, gate);
         lead.acquired = true;
-        forget_lost_at_unlock(thread);
+        lost_at_unlock_.forget(thread);
         events.acquired(Kind::info.name, name(), h->id, story, /*handed_locally=*/op.handed());
         return true;
     }
@@ -303,7 +303,7 @@ private:
             v.code = Kind::multi_code;
             v.keys = &keys_;
             v.fencing = options_.fencing;
-            v.lost_at_unlock = [this](std::uint64_t thread) { mark_lost_at_unlock(thread); };
+            v.lost_at_unlock = [this](std::uint64_t thread) { lost_at_unlock_.mark(thread); };
         }
         v.starter = [this] { return async_starter(); };
         return v;
@@ -326,30 +326,7 @@ private:
     using typename site::try_kind;
 
 
-    // The threads whose final unlock of this lock found their hold lost, until they lock it
-    // again: lost() stays true for them. `lost_at_unlock_any_` spares the common path the mutex.
-    void mark_lost_at_unlock(std::uint64_t thread) const {
-        std::lock_guard<std::mutex> g(lost_at_unlock_mu_);
-        if (std::find(lost_at_unlock_.begin(), lost_at_unlock_.end(), thread) == lost_at_unlock_.end()) {
-            lost_at_unlock_.push_back(thread);
-        }
-        lost_at_unlock_any_.store(true, std::memory_order_relaxed);
-    }
-    bool was_lost_at_unlock(std::uint64_t thread) const {
-        if (!lost_at_unlock_any_.load(std::memory_order_relaxed)) return false;
-        std::lock_guard<std::mutex> g(lost_at_unlock_mu_);
-        return std::find(lost_at_unlock_.begin(), lost_at_unlock_.end(), thread) != lost_at_unlock_.end();
-    }
-    void forget_lost_at_unlock(std::uint64_t thread) const {
-        if (!lost_at_unlock_any_.load(std::memory_order_relaxed)) return;
-        std::lock_guard<std::mutex> g(lost_at_unlock_mu_);
-        auto it = std::find(lost_at_unlock_.begin(), lost_at_unlock_.end(), thread);
-        if (it != lost_at_unlock_.end()) lost_at_unlock_.erase(it);
-        lost_at_unlock_any_.store(!lost_at_unlock_.empty(), std::memory_order_relaxed);
-    }
-    mutable std::mutex lost_at_unlock_mu_;
-    mutable std::vector<std::uint64_t> lost_at_unlock_;
-    mutable std::atomic<bool> lost_at_unlock_any_{false};
+    mutable lost_at_unlock_owners lost_at_unlock_;  // lost() stays true for them
 
     // This lock as its asynchronous acquires and their holds share it (made on the first).
     std::once_flag async_once_;

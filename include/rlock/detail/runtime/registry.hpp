@@ -29,6 +29,34 @@ namespace rlock::detail {
 /// A hold id: unique in the process, never 0.
 RLOCK_DECL std::uint64_t next_hold_id() noexcept;
 
+/// The owners (threads' numbers, rlock::owner values) whose final unlock of one lock found
+/// their hold lost, until they hold that lock again: its lost() stays true for them. The flag
+/// spares the common path, where nobody is marked, the mutex.
+class lost_at_unlock_owners {
+public:
+    void mark(std::uint64_t owner) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (std::find(owners_.begin(), owners_.end(), owner) == owners_.end()) owners_.push_back(owner);
+        any_.store(true, std::memory_order_relaxed);
+    }
+    bool marked(std::uint64_t owner) const {
+        if (!any_.load(std::memory_order_relaxed)) return false;
+        std::lock_guard<std::mutex> g(mu_);
+        return std::find(owners_.begin(), owners_.end(), owner) != owners_.end();
+    }
+    void forget(std::uint64_t owner) {
+        if (!any_.load(std::memory_order_relaxed)) return;
+        std::lock_guard<std::mutex> g(mu_);
+        owners_.erase(std::remove(owners_.begin(), owners_.end(), owner), owners_.end());
+        any_.store(!owners_.empty(), std::memory_order_relaxed);
+    }
+
+private:
+    mutable std::mutex mu_;
+    std::vector<std::uint64_t> owners_;
+    std::atomic<bool> any_{false};
+};
+
 /// Holds that stand or fall together (the nodes of a red_lock): the owner is told once, when
 /// more than `tolerance` of them are lost. Set on each member hold.
 struct hold_group {
