@@ -209,8 +209,11 @@ private:
 
     void release_taken() noexcept;
 
-    // The error to complete with once a part's client is being destroyed; null before.
-    std::exception_ptr stopped_error();
+    // The error to complete with once a part's client is being destroyed; with `step` (the
+    // name of the part about to be started), also once the operation is cancelled. Both are
+    // read under one lock, the stop first: a client that goes cancels too, and the acquire
+    // completes with its connection_failed, not operation_aborted. Null otherwise.
+    std::exception_ptr ended_error(const std::string* step = nullptr);
 
     // Stops listening to the parts' clients.
     void forget_clients() noexcept;
@@ -307,13 +310,19 @@ RLOCK_DECL void multi_acquire::client_stopping(const client_core& core) noexcept
     current.cancel();  // that step completes (aborted), and on_step ends the operation
 }
 
-RLOCK_DECL std::exception_ptr multi_acquire::stopped_error() {
+RLOCK_DECL std::exception_ptr multi_acquire::ended_error(const std::string* step) {
     std::lock_guard<std::mutex> g(mu_);
-    if (stopped_part_ == nullptr) return nullptr;
-    return std::make_exception_ptr(
-        error(errc::connection_failed, *stopped_part_, stopped_server_,
-              "the client of this multi_lock part was destroyed while the asynchronous acquire "
-              "waited"));
+    if (stopped_part_ != nullptr) {
+        return std::make_exception_ptr(
+            error(errc::connection_failed, *stopped_part_, stopped_server_,
+                  "the client of this multi_lock part was destroyed while the asynchronous "
+                  "acquire waited"));
+    }
+    if (step != nullptr && cancelled_) {
+        return std::make_exception_ptr(
+            error(errc::operation_aborted, *step, "", "the asynchronous acquire was cancelled"));
+    }
+    return nullptr;
 }
 
 RLOCK_DECL void multi_acquire::forget_clients() noexcept {
@@ -343,34 +352,22 @@ RLOCK_DECL completion multi_acquire::step(std::size_t i) {
 RLOCK_DECL void multi_acquire::start_step(std::size_t i, bool wait) noexcept {
     std::exception_ptr failure;
     try {
-        failure = stopped_error();  // a part's client is going
-    } catch (...) {
-        failure = std::current_exception();
-    }
-    if (failure) {
-        release_taken();
-        finish(std::move(failure), rlock::hold());
-        return;
-    }
-    try {
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            if (cancelled_) {
-                throw error(errc::operation_aborted, parts_[i].name, "",
-                            "the asynchronous acquire was cancelled");
-            }
+        failure = ended_error(&parts_[i].name);  // a part's client is going, or cancelled
+        if (!failure) {
+            const std::uint64_t n = ++steps_;
+            const wait_call call = wait ? call_ : wait_call{clock::time_point::min(), call_.began};
+            rlock::pending p = parts_[i].start(call, lease_, owner_, step(i));
+            if (set_current(p, n)) p.cancel();
         }
-        const std::uint64_t n = ++steps_;
-        const wait_call call = wait ? call_ : wait_call{clock::time_point::min(), call_.began};
-        rlock::pending p = parts_[i].start(call, lease_, owner_, step(i));
-        if (set_current(p, n)) p.cancel();
     } catch (...) {
-        release_taken();
         failure = std::current_exception();
     }
     // Finished outside the handler: the thrown object's own reference is gone by then, so
     // the receiver's thread releases the last one (TSan cannot see libstdc++'s count).
-    if (failure) finish(std::move(failure), rlock::hold());
+    if (failure) {
+        release_taken();
+        finish(std::move(failure), rlock::hold());
+    }
 }
 
 RLOCK_DECL std::exception_ptr twin_parts::one_server() const {
@@ -414,7 +411,7 @@ RLOCK_DECL void multi_acquire::on_step(std::size_t i, std::exception_ptr e,
                                        rlock::hold h) noexcept {
     std::exception_ptr stopped;
     try {
-        stopped = stopped_error();
+        stopped = ended_error();
     } catch (...) {
         stopped = std::current_exception();
     }
