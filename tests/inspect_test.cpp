@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -337,6 +338,42 @@ TEST(inspect, a_permit_score_no_lock_writes_is_wrong_type_and_list_leaves_that_n
     for (const rlock::lock_info& i : rlock::list_locks(a, name() + ".*")) listed.push_back(i.name);
     EXPECT_EQ(listed, std::vector<std::string>{name(".ok")});
     m.unlock();
+}
+
+// list_locks reads a pattern as Redis's MATCH does, odd classes included: a `]` first ends
+// the class (an empty one), a `-` before the last character makes a range with it, `\` takes
+// the next as it is. Each pattern's names are checked against SCAN MATCH on the same names.
+// Before, `[]x]*`, `[a-]*` and `[^]]*` listed other names than Redis finds.
+TEST(inspect, list_locks_reads_a_pattern_as_redis_match_does) {
+    rlock::client a(server().options());
+    const std::string stem = name() + ".";
+    std::vector<std::unique_ptr<rlock::mutex>> held;
+    for (const char* tail : {"]x", "x", "a", "-", "]", "^", "_", "b", "]]", "x]", "\\", "c"}) {
+        held.push_back(std::make_unique<rlock::mutex>(a, stem + tail));
+        held.back()->lock(20s);
+    }
+    auto scan_match = [&](const std::string& pattern) {
+        std::set<std::string> found;
+        std::string cursor = "0";
+        for (int round = 0; round < 1000; ++round) {
+            auto r = server().cmd({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+            cursor.assign(r->element[0]->str, r->element[0]->len);
+            for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
+                const redisReply* k = r->element[1]->element[i];
+                found.emplace(k->str, k->len);
+            }
+            if (cursor == "0") break;
+        }
+        return found;
+    };
+    for (const char* tail : {"[]x]*", "[a-]*", "[^]]*", "[^]]]*", "[\\]]*", "[a-c]*", "[ab", "[x-]",
+                             "[]]*", "[-a]*", "[\\\\]", "?]*", "[^a-c]", "[]", "[^]"}) {
+        const std::string pattern = stem + tail;
+        std::set<std::string> listed;
+        for (const rlock::lock_info& i : rlock::list_locks(a, pattern)) listed.insert(i.name);
+        EXPECT_EQ(listed, scan_match(pattern)) << "pattern " << tail;
+    }
+    for (auto& m : held) m->unlock();
 }
 
 TEST(inspect, list_locks_finds_every_kind_by_a_pattern_on_names) {

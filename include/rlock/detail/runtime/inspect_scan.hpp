@@ -44,9 +44,42 @@ void scan_keys(const connection& c, std::string_view server, F&& f) {
     } while (cursor != "0");
 }
 
-/// Whether `text` matches the glob `pattern` as Redis's MATCH reads one: `*`, `?`, `[abc]`,
-/// `[^abc]`, `[a-z]`, and `\` taking the next character as it is. Every byte counts, NUL
-/// included (a name may hold one; fnmatch would stop there).
+/// Whether the class at `pattern[p]` (a `[`) takes `ch`, read as Redis's MATCH reads one
+/// (stringmatchlen): `^` first negates it; `\` takes the next character as it is; `]` ends it,
+/// even first (`[]x]` is an empty class, then `x]`); a character followed by `-` and one more
+/// is a range, whatever that one is (`[a-]` is the range from `]` to `a`, and the class goes
+/// on); a class left open ends with the pattern. Characters compare as `char` does (signed on
+/// x86, as the server's). Sets `next` past the class.
+inline bool glob_class(std::string_view pattern, std::size_t p, char ch, std::size_t& next) {
+    std::size_t q = p + 1;
+    const bool negate = q < pattern.size() && pattern[q] == '^';
+    if (negate) ++q;
+    bool hit = false;
+    while (q < pattern.size()) {
+        const std::size_t left = pattern.size() - q;
+        if (pattern[q] == '\\' && left >= 2) {
+            hit |= pattern[q + 1] == ch;
+            q += 2;
+        } else if (pattern[q] == ']') {
+            ++q;
+            break;
+        } else if (left >= 3 && pattern[q + 1] == '-') {
+            const char lo = std::min(pattern[q], pattern[q + 2]);
+            const char hi = std::max(pattern[q], pattern[q + 2]);
+            hit |= ch >= lo && ch <= hi;
+            q += 3;
+        } else {
+            hit |= pattern[q] == ch;
+            ++q;
+        }
+    }
+    next = q;
+    return hit != negate;
+}
+
+/// Whether `text` matches the glob `pattern` as Redis's MATCH reads one: `*`, `?`, a class
+/// (glob_class), and `\` taking the next character as it is. Every byte counts, NUL included
+/// (a name may hold one; fnmatch would stop there).
 inline bool glob_match(std::string_view pattern, std::string_view text) {
     std::size_t p = 0, t = 0;
     std::size_t star = std::string_view::npos, resume = 0;  // the last '*' and where it matched to
@@ -65,30 +98,9 @@ inline bool glob_match(std::string_view pattern, std::string_view text) {
                 continue;
             }
             if (c == '[') {
-                std::size_t q = p + 1;
-                const bool negate = q < pattern.size() && pattern[q] == '^';
-                if (negate) ++q;
-                bool hit = false;
-                bool first = true;
-                while (q < pattern.size() && (first || pattern[q] != ']')) {
-                    first = false;
-                    if (pattern[q] == '\\' && q + 1 < pattern.size()) {
-                        hit |= pattern[q + 1] == text[t];
-                        q += 2;
-                    } else if (q + 2 < pattern.size() && pattern[q + 1] == '-' && pattern[q + 2] != ']') {
-                        auto lo = static_cast<unsigned char>(pattern[q]);
-                        auto hi = static_cast<unsigned char>(pattern[q + 2]);
-                        if (lo > hi) std::swap(lo, hi);
-                        const auto ch = static_cast<unsigned char>(text[t]);
-                        hit |= ch >= lo && ch <= hi;
-                        q += 3;
-                    } else {
-                        hit |= pattern[q] == text[t];
-                        ++q;
-                    }
-                }
-                if (hit != negate) {
-                    p = q < pattern.size() ? q + 1 : q;  // past the ']' (a class left open ends the pattern)
+                std::size_t next = p;
+                if (glob_class(pattern, p, text[t], next)) {
+                    p = next;
                     ++t;
                     advanced = true;
                 }
