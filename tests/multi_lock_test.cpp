@@ -412,6 +412,12 @@ TEST(multi_lock, an_unlock_after_a_restart_lost_the_parts_tells_the_owner_once) 
     EXPECT_EQ(lost.last_hold_id.load(), id);
     EXPECT_TRUE(theirs.is_held_by_current_thread()) << "the unlock released another's hold";
     theirs.unlock();
+    // Taken again (in one script), the verdict of the last hold ends with it.
+    both.lock();
+    EXPECT_FALSE(both.lost()) << "a new hold kept the old verdict";
+    both.unlock();
+    EXPECT_FALSE(both.lost());
+    EXPECT_EQ(lost.calls.load(), 1);
 }
 
 // A red_lock part found lost keeps the multi_lock lost through its unlock, as a mutex part

@@ -255,7 +255,9 @@ RLOCK_DECL std::uint64_t multi_lock::hold_id() const {
             if (e.value() != errc::not_owner) throw;
         }
     }
-    throw error(errc::not_owner, label_, servers_, "this thread holds no part of the multi_lock");
+    throw error(errc::not_owner, label_, servers_,
+                "this thread does not hold the multi_lock (a part locked on its own is not "
+                "a hold of it)");
 }
 
 RLOCK_DECL void multi_lock::name_parts() {
@@ -504,6 +506,7 @@ RLOCK_DECL bool multi_lock::acquire_in_one_script(detail::lease_request requeste
     for (part& p : parts_) {
         const detail::registry::hold_ptr h = core.add_hold(
             *p.view.kind, p.name, p.view.code == 'm' ? token : holder, thread, terms, 0, group);
+        p.view.lost_at_unlock->forget(thread);  // a new hold: the last one's verdict ends
         core.events.acquired(p.view.kind->name, p.name, h->id,
                              story);  // each part, as the lock it is
     }
@@ -565,14 +568,27 @@ RLOCK_DECL bool multi_lock::release_in_one_script() {
             parts_.front().name, detail::on_break::retry, [&](const detail::connection& c) {
                 return detail::run_script(c, call, parts_.front().name, core.ep.name);
             });
+        // Each part's verdict as a lone lock's unlock keeps it (lock_site::release_level),
+        // marked before anyone is told: an on_lock_lost handler that asks lost() sees it.
         for (std::size_t i = 0; i < holds.size() && r && i < r->elements; ++i) {
-            if (r->element[i]->integer >= 0 || core.reg.ended_by_lease(*holds[i])) continue;
-            parts_[i].view.lost_at_unlock(thread);  // first, as basic_lock
-            core.reg.report(*holds[i], error(errc::lock_lost, holds[i]->name, core.ep.name,
-                                             "at unlock the part was no longer held"));
+            detail::hold& h = *holds[i];
+            detail::lost_at_unlock_owners& verdict = *parts_[i].view.lost_at_unlock;
+            if (r->element[i]->integer < 0 && !core.reg.ended_by_lease(h)) {
+                verdict.mark(thread);
+                core.reg.report(h, error(errc::lock_lost, h.name, core.ep.name,
+                                         "at unlock the part was no longer held"));
+            } else if (core.reg.claim_untold_loss(h)) {
+                // lost() said lost (its lease ran out before a renewal landed) and the
+                // watchdog had not told it yet: the verdict stands, and is told once.
+                verdict.mark(thread);
+                core.reg.tell_hold(h, error(errc::lock_lost, h.name, core.ep.name,
+                                            "the lease ran out before the watchdog could renew it"));
+            } else if (core.reg.told_lost(h)) {
+                verdict.mark(thread);  // told before: final, whatever the release found
+            }
         }
     } catch (const error& e) {
-        for (part& p : parts_) p.view.lost_at_unlock(thread);
+        for (part& p : parts_) p.view.lost_at_unlock->mark(thread);
         core.reg.report(*holds.front(), e);
     }
     // A part taken through its lock's gate (a mutex's local hand-off) frees it: another

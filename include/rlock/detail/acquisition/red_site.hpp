@@ -103,7 +103,9 @@ public:
     /// lost: on_lock_lost hears of it, once. A node that does not answer in time, or refuses,
     /// may keep our key until its lease ends: when so many may keep it that the others cannot
     /// make a majority (the lock stays closed to everyone), the owner is told.
-    released release(std::uint64_t owner) const;
+    /// `keep_verdict`: a hold found lost keeps lost() true for `owner` until it holds the
+    /// red_lock again (a thread's unlock; an rlock::hold keeps its own).
+    released release(std::uint64_t owner, bool keep_verdict = true) const;
 
     /// The end of `owner`'s validity: the quorum-th latest node expiry minus drift, over the
     /// node holds not lost. Empty when it holds nothing; the epoch when too few remain.
@@ -122,7 +124,7 @@ public:
     // held_site: an rlock::hold of a red_lock (its record is the first node hold; its owner
     // is the record's `thread`).
     void unlock_one(const std::shared_ptr<hold>& h, bool& lost_at_last) const override {
-        lost_at_last = release(h->thread).lost;
+        lost_at_last = release(h->thread, /*keep_verdict=*/false).lost;
     }
     registry& holds() const override { return nodes_.front()->reg; }
     bool is_lost(hold& h) const override { return lost(h.thread); }
@@ -413,7 +415,7 @@ RLOCK_DECL bool red_site::gives_up(const round& r, clock::time_point deadline) c
     return over;
 }
 
-RLOCK_DECL auto red_site::release(std::uint64_t owner) const -> released {
+RLOCK_DECL auto red_site::release(std::uint64_t owner, bool keep_verdict) const -> released {
     const bool was_lost = lost(owner);  // read before the holds leave the registries
     std::string token;
     std::shared_ptr<hold_group> group;
@@ -488,7 +490,7 @@ RLOCK_DECL auto red_site::release(std::uint64_t owner) const -> released {
     const bool told_before = group && group->told.load();
     auto lost_now = [&] {
         out.lost = true;
-        lost_at_unlock_.mark(owner);
+        if (keep_verdict) lost_at_unlock_.mark(owner);
     };
     if (told_before) lost_now();
     if (refused && kept_closed && !short_of_quorum && !expected && group) {

@@ -303,7 +303,7 @@ private:
             v.code = Kind::multi_code;
             v.keys = &keys_;
             v.fencing = options_.fencing;
-            v.lost_at_unlock = [this](std::uint64_t thread) { lost_at_unlock_.mark(thread); };
+            v.lost_at_unlock = &lost_at_unlock_;
         }
         v.starter = [this] { return async_starter(); };
         return v;

@@ -47,7 +47,7 @@ struct part_view {
     char code = 0;  // the one-script path's step (multi_scripts.hpp), 0: none
     const lock_keys* keys = nullptr;
     bool fencing = false;
-    std::function<void(std::uint64_t thread)> lost_at_unlock;  // lost() stays true for it
+    lost_at_unlock_owners* lost_at_unlock = nullptr;  // lost() stays true for them
     std::function<async_start()> starter;                      // its own asynchronous acquire
 };
 
