@@ -374,6 +374,9 @@ TEST(inspect, list_locks_reads_a_pattern_as_redis_match_does) {
         EXPECT_EQ(listed, scan_match(pattern)) << "pattern " << tail;
     }
     for (auto& m : held) m->unlock();
+    // Nor does Redis let a star take an empty text (stringmatchlen): only an empty pattern.
+    EXPECT_FALSE(rlock::detail::glob_match("*", ""));
+    EXPECT_TRUE(rlock::detail::glob_match("", ""));
 }
 
 TEST(inspect, list_locks_finds_every_kind_by_a_pattern_on_names) {

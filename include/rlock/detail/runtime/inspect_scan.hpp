@@ -83,6 +83,7 @@ inline bool glob_class(std::string_view pattern, std::size_t p, char ch, std::si
 inline bool glob_match(std::string_view pattern, std::string_view text) {
     std::size_t p = 0, t = 0;
     std::size_t star = std::string_view::npos, resume = 0;  // the last '*' and where it matched to
+    if (text.empty()) return pattern.empty();  // as Redis: not even "*" takes an empty text
     while (t < text.size()) {
         bool advanced = false;
         if (p < pattern.size()) {
