@@ -671,6 +671,28 @@ std::vector<half_write_case> half_write_cases() {
                        x.checkpoint();
                        l.unlock();
                    }});
+    // "1.0" reads as 1 in Lua: taken for the last level, the inner release deleted the lock its
+    // owner still held (a probe found it, on both sides).
+    out.push_back({"read_write_lock read: an inner release whose count is 1.0", errc::server_error,
+                   [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name);
+                       l.lock_shared(60s);
+                       l.lock_shared(60s);
+                       x.run({"HSET", x.name, x.holder(), "1.0"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock_shared();
+                   }});
+    out.push_back({"read_write_lock write: an inner release whose count is 1.0", errc::server_error,
+                   [](half_write_ctx& x) {
+                       rlock::read_write_lock l(x.c, x.name);
+                       l.lock(60s);
+                       l.lock(60s);
+                       x.run({"HSET", x.name, x.holder() + ":write", "1.0"});
+                       x.far_ttls();
+                       x.checkpoint();
+                       l.unlock();
+                   }});
 
     // A hash that is not a read/write lock: no mode (a Redisson RLock at its name) or a mode
     // that is neither read nor write. Before, the first was taken as free and joined (its

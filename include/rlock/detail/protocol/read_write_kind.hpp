@@ -254,7 +254,7 @@ return {1, n, fencing_token(KEYS[2], ARGV[4], had)}
     /// (readers remain), {0, subscribers reached} released and published.
     /// Mode and count come in one HMGET; when the hash holds nothing but `mode` and this
     /// holder (the common case), the last level deletes it without scanning for other readers.
-    /// An inner level checks the count HINCRBY will step before it deletes the level's key.
+    /// Every level checks that HINCRBY could step its count before it writes anything.
     static const script& release_script() {
         static const script s(with_rw_helpers(with_channel_check(R"lua(
 local mode, count, stored, failed = held_level(ARGV[1])
@@ -271,8 +271,10 @@ if (mode ~= 'read' and mode ~= 'write') or not count then
     end
     return -1
 end
+-- A count HINCRBY cannot step is no level rlock wrote ("1.0" reads as 1 here): refused before
+-- any write, or an inner release would delete the lock its owner still holds.
+if not can_step(stored, -1) then return bad_count(KEYS[1], ARGV[1]) end
 if count > 1 then
-    if not can_step(stored, -1) then return bad_count(KEYS[1], ARGV[1]) end
     redis.call('del', hold_key(KEYS[1], ARGV[1], count))
     return redis.call('hincrby', KEYS[1], ARGV[1], -1)
 end
@@ -391,12 +393,13 @@ return {0, redis.call('pttl', KEYS[1])}
     /// holding nothing but `mode` and this holder's field is deleted without the reader scan.
     static const script& release_script() {
         static const script s(with_rw_helpers(with_channel_check(R"lua(
-local mode, count, _, failed = held_level(ARGV[1])
+local mode, count, stored, failed = held_level(ARGV[1])
 if failed then return failed end
 if mode ~= 'write' or not count then
     if redis.call('exists', KEYS[1]) == 0 then wake_waiters(ARGV[2], '1') end
     return -1
 end
+if not can_step(stored, -1) then return bad_count(KEYS[1], ARGV[1]) end  -- as the read side
 if count > 1 then
     return redis.call('hincrby', KEYS[1], ARGV[1], -1)
 end
