@@ -629,8 +629,7 @@ std::vector<half_write_case> half_write_cases() {
                        (void)l.try_lock();
                    }});
 
-    // Inner releases (two levels held) whose count HINCRBY -1 refuses. "2.0" reads as 2 in
-    // Lua: the read side would delete its level-2 key before HINCRBY refused the count.
+    // Inner releases (two levels held) whose count HINCRBY -1 refuses.
     out.push_back({"reentrant_lock: an inner release whose count is a fraction", errc::server_error,
                    [](half_write_ctx& x) {
                        rlock::reentrant_lock l(x.c, x.name);
@@ -651,48 +650,33 @@ std::vector<half_write_case> half_write_cases() {
                        x.checkpoint();
                        l.unlock();
                    }});
-    out.push_back({"read_write_lock read: an inner release whose count is 2.0", errc::server_error,
-                   [](half_write_ctx& x) {
-                       rlock::read_write_lock l(x.c, x.name);
-                       l.lock_shared(60s);
-                       l.lock_shared(60s);
-                       x.run({"HSET", x.name, x.holder(), "2.0"});
-                       x.far_ttls();
-                       x.checkpoint();
-                       l.unlock_shared();
-                   }});
-    out.push_back({"read_write_lock write: an inner release whose count is a fraction",
-                   errc::server_error, [](half_write_ctx& x) {
-                       rlock::read_write_lock l(x.c, x.name);
-                       l.lock(60s);
-                       l.lock(60s);
-                       x.run({"HSET", x.name, x.holder() + ":write", "2.5"});
-                       x.far_ttls();
-                       x.checkpoint();
-                       l.unlock();
-                   }});
-    // "1.0" reads as 1 in Lua: taken for the last level, the inner release deleted the lock its
-    // owner still held (a probe found it, on both sides).
-    out.push_back({"read_write_lock read: an inner release whose count is 1.0", errc::server_error,
-                   [](half_write_ctx& x) {
-                       rlock::read_write_lock l(x.c, x.name);
-                       l.lock_shared(60s);
-                       l.lock_shared(60s);
-                       x.run({"HSET", x.name, x.holder(), "1.0"});
-                       x.far_ttls();
-                       x.checkpoint();
-                       l.unlock_shared();
-                   }});
-    out.push_back({"read_write_lock write: an inner release whose count is 1.0", errc::server_error,
-                   [](half_write_ctx& x) {
-                       rlock::read_write_lock l(x.c, x.name);
-                       l.lock(60s);
-                       l.lock(60s);
-                       x.run({"HSET", x.name, x.holder() + ":write", "1.0"});
-                       x.far_ttls();
-                       x.checkpoint();
-                       l.unlock();
-                   }});
+    // The read_write_lock's two sides over counts Lua reads as numbers: "2.0" as 2 (the read
+    // side deleted its level-2 key before HINCRBY refused the count), "1.0" as 1 (taken for the
+    // last level, the inner release deleted the lock its owner still held: a probe found it).
+    for (const char* count : {"2.0", "2.5", "1.0"}) {
+        for (const bool write : {false, true}) {
+            out.push_back({std::string("read_write_lock ") + (write ? "write" : "read") +
+                               ": an inner release whose count is " + count,
+                           errc::server_error, [write, v = std::string(count)](half_write_ctx& x) {
+                               rlock::read_write_lock l(x.c, x.name);
+                               for (int level = 0; level < 2; ++level) {
+                                   if (write) {
+                                       l.lock(60s);
+                                   } else {
+                                       l.lock_shared(60s);
+                                   }
+                               }
+                               x.run({"HSET", x.name, write ? x.holder() + ":write" : x.holder(), v});
+                               x.far_ttls();
+                               x.checkpoint();
+                               if (write) {
+                                   l.unlock();
+                               } else {
+                                   l.unlock_shared();
+                               }
+                           }});
+        }
+    }
 
     // A hash that is not a read/write lock: no mode (a Redisson RLock at its name) or a mode
     // that is neither read nor write. Before, the first was taken as free and joined (its
